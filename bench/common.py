@@ -1,0 +1,135 @@
+"""Shared by the benchmarks: an async HTTP load generator, percentiles, and
+writing a result table into docs/benchmarks.md (one section per benchmark,
+replaced on each run, with the machine and the date)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORT = ROOT / "docs" / "benchmarks.md"
+
+
+@dataclass
+class LoadResult:
+    label: str
+    requests: int
+    errors: int
+    wall_seconds: float
+    ttft_ms: list[float] = field(default_factory=list)  # ok-float: timings
+    e2e_ms: list[float] = field(default_factory=list)  # ok-float: timings
+    timeline: list[tuple[float, float]] = field(default_factory=list)  # (start s, e2e ms)
+
+    @property
+    def throughput(self) -> float:
+        return (self.requests - self.errors) / self.wall_seconds
+
+    def p(self, which: str, q: float) -> float:
+        values = sorted(getattr(self, which))
+        if not values:
+            return float("nan")
+        index = min(len(values) - 1, round(q / 100 * (len(values) - 1)))
+        return values[index]
+
+
+async def load(
+    label: str,
+    url: str,
+    *,
+    body: bytes,
+    headers: dict[str, str],
+    requests: int,
+    concurrency: int,
+    stream: bool,
+) -> LoadResult:
+    """`requests` POSTs with `concurrency` in flight; time to first body byte
+    (first SSE event when streaming) and to the end of the body."""
+    result = LoadResult(label=label, requests=requests, errors=0, wall_seconds=0.0)
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for n in range(requests):
+        queue.put_nowait(n)
+    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        headers={"Content-Type": "application/json", **headers},
+    ) as session:
+        began = time.perf_counter()
+
+        async def worker() -> None:
+            while not queue.empty():
+                queue.get_nowait()
+                started = time.perf_counter()
+                try:
+                    async with session.post(url, data=body) as response:
+                        first = None
+                        async for _chunk in response.content.iter_any():
+                            if first is None:
+                                first = time.perf_counter()
+                        if response.status != 200:
+                            result.errors += 1
+                            continue
+                except aiohttp.ClientError:
+                    result.errors += 1
+                    continue
+                ended = time.perf_counter()
+                result.ttft_ms.append(((first or ended) - started) * 1000)
+                result.e2e_ms.append((ended - started) * 1000)
+                result.timeline.append((started - began, (ended - started) * 1000))
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        result.wall_seconds = time.perf_counter() - began
+    return result
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text())[1])
+        mem = f"{mem_kb / 1024 / 1024:.0f} GiB"
+    except OSError:
+        mem = "?"
+    system = f"{platform.system()} {platform.release()}"
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem} RAM, {system}, Python {platform.python_version()}"
+    )
+
+
+def report_write(*, name: str, title: str, command: str, body: str) -> None:
+    """Replace this benchmark's section in docs/benchmarks.md."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    section = (
+        f"<!-- bench:{name} -->\n## {title}\n\n`{command}` — {stamp}\n\n"
+        f"Machine: {machine()}\n\n{body.strip()}\n<!-- /bench:{name} -->\n"
+    )
+    text = (
+        REPORT.read_text()
+        if REPORT.exists()
+        else (
+            "# Benchmarks\n\nWritten by the benchmarks themselves (`./dev bench NAME`); "
+            "each section is replaced when its benchmark runs again.\n\n"
+        )
+    )
+    pattern = re.compile(rf"<!-- bench:{name} -->.*?<!-- /bench:{name} -->\n", re.S)
+    text = pattern.sub(section, text) if pattern.search(text) else text + "\n" + section
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(text)
+
+
+def median(values: list[float]) -> float:  # ok-float: timings
+    return statistics.median(values) if values else float("nan")

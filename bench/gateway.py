@@ -1,0 +1,343 @@
+"""bench/gateway: the same load straight to a vLLM-CPU replica and through
+the gateway, side by side in one run; then the gateway alone in front of an
+instant fake upstream, to find its own ceiling on this machine.
+
+    ./dev bench gateway [--requests 2000] [--concurrency 32] [--tokens 32]
+
+Prints a table and writes it to docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import urllib.request
+from decimal import Decimal
+from pathlib import Path
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+django.setup()
+
+import psutil  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+
+from bench.common import LoadResult, load, report_write  # noqa: E402
+from config.processes import ManagedProcess  # noqa: E402
+from serving.launcher import (  # noqa: E402
+    replica_start,
+    replica_stop,
+    replica_wait_ready,
+    vllm_install,
+    vllm_installed,
+)
+from serving.models import RequestRecord  # noqa: E402
+from serving.services import (  # noqa: E402
+    local_gpu_ensure,
+    pool_ensure,
+    replica_register,
+    served_model_ensure,
+)
+from serving.tiny_model import MODEL_NAME, tiny_model_write  # noqa: E402
+from tenants.models import ApiKey, Tenant  # noqa: E402
+from tenants.services import api_key_create, tenant_create  # noqa: E402
+from tests.services import free_port  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_MODEL = "bench-fake"
+
+
+def bench_tenant() -> tuple[Tenant, str]:
+    tenant = Tenant.objects.filter(slug="bench").first() or tenant_create(
+        name="Benchmark", slug="bench"
+    )
+    ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True).update(
+        revoked_at=django.utils.timezone.now()
+    )
+    _, secret = api_key_create(tenant=tenant, name="bench", scopes=["inference"])
+    return tenant, secret
+
+
+def body(model: str, tokens: int, stream: bool) -> bytes:
+    payload = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Say something long."}],
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+    return json.dumps(payload).encode()
+
+
+def run(label, url, *, model, tokens, stream, requests, concurrency, headers=None) -> LoadResult:
+    return asyncio.run(
+        load(
+            label,
+            url,
+            body=body(model, tokens, stream),
+            headers=headers or {},
+            requests=requests,
+            concurrency=concurrency,
+            stream=stream,
+        )
+    )
+
+
+def row(r: LoadResult) -> str:
+    return (
+        f"| {r.label} | {r.requests} | {r.errors} | {r.throughput:.1f} | "
+        f"{r.p('ttft_ms', 50):.2f} | {r.p('ttft_ms', 99):.2f} | "
+        f"{r.p('e2e_ms', 50):.2f} | {r.p('e2e_ms', 99):.2f} |"
+    )
+
+
+def compare(direct: LoadResult, via: LoadResult) -> str:
+    return (
+        f"| {via.label} vs direct | throughput x {via.throughput / direct.throughput:.3f} | "
+        f"TTFT +{via.p('ttft_ms', 50) - direct.p('ttft_ms', 50):.2f} / "
+        f"+{via.p('ttft_ms', 99) - direct.p('ttft_ms', 99):.2f} ms | "
+        f"e2e +{via.p('e2e_ms', 50) - direct.p('e2e_ms', 50):.2f} / "
+        f"+{via.p('e2e_ms', 99) - direct.p('e2e_ms', 99):.2f} ms |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--serial-requests", type=int, default=300)
+    parser.add_argument(
+        "--vllm-nice",
+        type=int,
+        default=0,
+        help="CPU niceness of the vLLM replica, in both arms (e.g. 10 to approximate vLLM on "
+        "its own host, as in production, when it shares this machine's cores with the "
+        "gateway and the load generator); default: equal priority",
+    )
+    parser.add_argument("--ceiling-requests", type=int, default=10000)
+    parser.add_argument("--ceiling-concurrency", type=int, default=64)
+    args = parser.parse_args()
+    say = lambda msg: print(msg, flush=True)  # noqa: E731
+
+    call_command("migrate", verbosity=0)
+    if not vllm_installed():
+        vllm_install(progress=lambda m: say(f"vLLM install: {m}"))
+    tenant, secret = bench_tenant()
+    auth = {"Authorization": f"Bearer {secret}"}
+    model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
+    model = served_model_ensure(
+        name=MODEL_NAME, chars_per_token=Decimal(1), max_context_tokens=2048
+    )
+    fake_model = served_model_ensure(name=FAKE_MODEL)
+    pool = pool_ensure(name="bench-shared")
+    processes: list[ManagedProcess] = []
+    vllm = replica_start(
+        name="bench",
+        port=free_port(),
+        model_dir=model_dir,
+        served_model=MODEL_NAME,
+        max_num_seqs=64,
+        nice=args.vllm_nice,
+    )
+    try:
+        say("starting vLLM-CPU replica, fake upstream and gateway …")
+        fake_port = free_port()
+        fake = ManagedProcess(
+            "fake",
+            [
+                sys.executable,
+                "-m",
+                "bench.fake_upstream",
+                "--port",
+                str(fake_port),
+                "--tokens",
+                str(args.tokens),
+            ],
+            ready_url=f"http://127.0.0.1:{fake_port}/health",
+        )
+        processes.append(fake)
+        fake.start()
+        fake.wait_ready(timeout=30)
+        replica_wait_ready(vllm, timeout=600)
+        replica_register(
+            name="bench-vllm",
+            base_url=vllm.base_url,
+            model=model,
+            pool=pool,
+            gpus=[local_gpu_ensure(serial="local-bench")],
+            max_inflight=1000,
+        )
+        replica_register(
+            name="bench-fake",
+            base_url=f"http://127.0.0.1:{fake_port}",
+            model=fake_model,
+            pool=pool,
+            gpus=[local_gpu_ensure(serial="fake")],
+            max_inflight=100000,
+        )
+        gw_port = free_port()
+        gateway = ManagedProcess(
+            "gateway",
+            [sys.executable, "manage.py", "gateway", "--port", str(gw_port)],
+            env={"REDIS_URL": ""},
+            log_path=Path(settings.VAR_DIR) / "log" / "bench-gateway.log",
+            ready_url=f"http://127.0.0.1:{gw_port}/healthz",
+        )
+        processes.append(gateway)
+        gateway.start()
+        gateway.wait_ready(timeout=60)
+        time.sleep(3)  # the gateway's fleet refresh picks up the bench replicas
+
+        direct_url = f"{vllm.base_url}/v1/chat/completions"
+        gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+        common = {"model": MODEL_NAME, "tokens": args.tokens, "concurrency": args.concurrency}
+        say("warming up …")
+        run("warmup", direct_url, stream=False, requests=200, **common)
+        run("warmup", gw_url, stream=False, requests=200, headers=auth, **common)
+
+        results = []
+        phase_starts: dict[str, float] = {}
+        for stream in (False, True):
+            kind = "stream" if stream else "non-stream"
+            for label, url, headers in (
+                ("direct to vLLM", direct_url, None),
+                ("through gateway", gw_url, auth),
+            ):
+                say(f"{label}, {kind}: {args.requests} requests …")
+                phase_starts[f"{label}, {kind}"] = round(time.time(), 1)
+                results.append(
+                    run(
+                        f"{label}, {kind}",
+                        url,
+                        stream=stream,
+                        requests=args.requests,
+                        headers=headers,
+                        **common,
+                    )
+                )
+
+        say("one request at a time (the hop's own latency, no CPU contention) …")
+        serial = []
+        for label, url, headers in (
+            ("direct to vLLM", direct_url, None),
+            ("through gateway", gw_url, auth),
+        ):
+            serial.append(
+                run(
+                    f"{label}, non-stream, 1 at a time",
+                    url,
+                    stream=False,
+                    requests=args.serial_requests,
+                    headers=headers,
+                    model=MODEL_NAME,
+                    tokens=args.tokens,
+                    concurrency=1,
+                )
+            )
+
+        fake_direct = f"http://127.0.0.1:{fake_port}/v1/chat/completions"
+        ceiling = []
+        for stream in (False, True):
+            kind = "stream" if stream else "non-stream"
+            say(f"gateway ceiling, {kind} …")
+            for label, url, headers in (
+                ("fake upstream direct", fake_direct, None),
+                ("gateway → fake upstream", gw_url, auth),
+            ):
+                ceiling.append(
+                    run(
+                        f"{label}, {kind}",
+                        url,
+                        model=FAKE_MODEL,
+                        tokens=args.tokens,
+                        stream=stream,
+                        requests=args.ceiling_requests,
+                        concurrency=args.ceiling_concurrency,
+                        headers=headers,
+                    )
+                )
+        say("gateway hop alone, one request at a time …")
+        for label, url, headers in (
+            ("fake upstream direct", fake_direct, None),
+            ("gateway → fake upstream", gw_url, auth),
+        ):
+            serial.append(
+                run(
+                    f"{label}, non-stream, 1 at a time",
+                    url,
+                    model=FAKE_MODEL,
+                    tokens=args.tokens,
+                    stream=False,
+                    requests=args.serial_requests,
+                    concurrency=1,
+                    headers=headers,
+                )
+            )
+        health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{gw_port}/healthz").read())
+        gateway_rss = psutil.Process(gateway.pid).memory_info().rss / 2**20
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        replica_stop(vllm.pid)
+    RequestRecord.objects.filter(tenant=tenant).delete()
+    if health["recent_stalls"]:
+        say(f"gateway event-loop stalls over 100 ms: {health['recent_stalls']}")
+        say(f"phase starts: {phase_starts}")
+    if os.environ.get("BENCH_TIMELINE"):
+        Path(os.environ["BENCH_TIMELINE"]).write_text(
+            json.dumps({r.label: r.timeline for r in results})
+        )
+
+    header = (
+        "| scenario | requests | errors | req/s | TTFT p50 ms | TTFT p99 ms | "
+        "e2e p50 ms | e2e p99 ms |\n|---|---|---|---|---|---|---|---|"
+    )
+    lines = [
+        f"Load: {args.requests} chat requests per row, {args.concurrency} concurrent, "
+        f"{args.tokens} output tokens (`ignore_eos`), the tiny Llama on one vLLM-CPU "
+        f"replica (one OpenMP thread, nice {args.vllm_nice} in both arms). Rows alternate "
+        "direct / through the gateway in one "
+        "run. TTFT is time to the first response byte (first SSE event when streaming).",
+        "",
+        header,
+        *map(row, results),
+        "",
+        *map(row, serial),
+        "",
+        "| comparison | throughput ratio | added TTFT p50 / p99 | added e2e p50 / p99 |",
+        "|---|---|---|---|",
+        compare(results[0], results[1]),
+        compare(results[2], results[3]),
+        compare(serial[0], serial[1]),
+        compare(serial[2], serial[3]),
+        "",
+        f"Gateway ceiling: an instant fake upstream on loopback, "
+        f"{args.ceiling_requests} requests, {args.ceiling_concurrency} concurrent, "
+        "everything (load generator, gateway, fake) on the same cores.",
+        "",
+        header,
+        *map(row, ceiling),
+        "",
+        f"Gateway resident memory after the run: {gateway_rss:.0f} MiB; its event loop "
+        f"woke up at most {health['event_loop_lag_max_ms']:.0f} ms late during the run "
+        f"(longest garbage-collector pause {health['gc_pause_max_ms']:.0f} ms). "
+        "Targets (issue #3): throughput >= 0.9x direct, added p50 ≤ 2 ms, p99 ≤ 10 ms.",
+    ]
+    table = "\n".join(lines)
+    print("\n" + table)
+    report_write(
+        name="gateway",
+        title="Gateway overhead (bench/gateway.py)",
+        command="./dev bench gateway",
+        body=table,
+    )
+
+
+if __name__ == "__main__":
+    main()

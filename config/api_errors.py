@@ -1,0 +1,115 @@
+"""One error shape for every API response:
+
+    {"error": {"code": "...", "message": "...", "field": "name" | null,
+               "details": [{"field": ..., "code": ..., "message": ...}, ...]}}
+
+`field` names the first offending input; `details` lists them all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError
+from django.http import JsonResponse
+from rest_framework import exceptions, serializers, status
+from rest_framework.fields import get_error_detail
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from tenants.errors import LastOwnerError
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "the request conflicts with the current state"
+    default_code = "conflict"
+
+
+def api_exception_handler(exc: Exception, context: dict[str, Any]):
+    exc = _as_api_exception(exc)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None  # an unexpected error: Django's 500 handling and logging
+    response.data = {"error": error_body(exc)}
+    return response
+
+
+def _as_api_exception(exc: Exception) -> Exception:
+    if isinstance(exc, DjangoValidationError):
+        return exceptions.ValidationError(detail=get_error_detail(exc))
+    if isinstance(exc, ObjectDoesNotExist):
+        return exceptions.NotFound()
+    if isinstance(exc, LastOwnerError):
+        return Conflict(str(exc), code=exc.code)
+    if isinstance(exc, IntegrityError):  # a constraint a serializer did not check first
+        return Conflict(_integrity_message(exc), code="constraint_violated")
+    return exc
+
+
+def _integrity_message(exc: IntegrityError) -> str:
+    diag = getattr(getattr(exc, "__cause__", None), "diag", None)
+    constraint = getattr(diag, "constraint_name", None)
+    if constraint:
+        return f"the change violates constraint {constraint}"
+    return "the change conflicts with existing data"
+
+
+def error_body(exc: exceptions.APIException) -> dict[str, Any]:
+    details = list(_flatten(exc.detail, field=None))
+    first = details[0] if details else {"field": None, "code": "error", "message": str(exc)}
+    body = {"code": first["code"], "message": first["message"], "field": first["field"]}
+    if isinstance(exc, exceptions.ValidationError):
+        if first["field"]:
+            body["message"] = f"{first['field']}: {first['message']}"
+        body["details"] = details
+    return body
+
+
+def _flatten(detail: Any, *, field: str | None):
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            sub = None if key in ("non_field_errors", "__all__") else str(key)
+            yield from _flatten(value, field=_join(field, sub))
+    elif isinstance(detail, list):
+        for index, value in enumerate(detail):
+            nested = isinstance(value, dict | list)
+            yield from _flatten(value, field=_join(field, str(index)) if nested else field)
+    else:
+        yield {
+            "field": field,
+            "code": getattr(detail, "code", None) or "invalid",
+            "message": str(detail),
+        }
+
+
+def _join(parent: str | None, child: str | None) -> str | None:
+    if parent and child:
+        return f"{parent}.{child}"
+    return parent or child
+
+
+def json_error(*, status_code: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse(
+        {"error": {"code": code, "message": message, "field": None}}, status=status_code
+    )
+
+
+class ErrorDetailOut(serializers.Serializer):
+    field = serializers.CharField(allow_null=True)
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class ErrorBodyOut(ErrorDetailOut):
+    details = ErrorDetailOut(many=True, required=False)
+
+
+class ErrorOut(serializers.Serializer):
+    """The shape of every API error."""
+
+    error = ErrorBodyOut()
+
+
+ERROR_RESPONSES = {code: ErrorOut for code in (400, 401, 403, 404)}

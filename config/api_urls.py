@@ -1,0 +1,8 @@
+"""Every REST route meets here, under /api/v1/."""
+
+from django.urls import include, path
+
+urlpatterns = [
+    path("", include("tenants.api.urls")),
+    path("", include("serving.api.urls")),
+]

@@ -1,0 +1,1 @@
+"""Django database backend: PostgreSQL, embedded, started on first connection."""

@@ -1,0 +1,138 @@
+"""The main job: bring the product up on this machine and keep it serving.
+
+Today: database (embedded unless DATABASE_URL), migrations, the demo seed,
+the web server; then the URL and demo logins. Ctrl-C stops everything it
+started, by process id, and the embedded database."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+from django.db import connection
+
+from config.embedded_postgres import embedded_postgres_stop
+from config.processes import ManagedProcess, url_answers
+from tenants.demo import DEMO_TENANTS, FINANCE_USERNAME
+
+
+class Command(BaseCommand):
+    help = "Set up and run the whole product on this machine (embedded defaults)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--check",
+            action="store_true",
+            help="start everything, prove it answers, then stop (for tests and CI)",
+        )
+        parser.add_argument(
+            "--keep-db", action="store_true", help="leave the embedded PostgreSQL running on exit"
+        )
+
+    def handle(self, *args, host: str, port: int, check: bool, keep_db: bool, **options):
+        self.total_steps = 4
+        self.step_no = 0
+        base_url = f"http://{host}:{port}"
+        log_dir = settings.VAR_DIR / "log"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        processes: list[ManagedProcess] = []
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        try:
+            with self.step("database"):
+                connection.ensure_connection()
+                where = "DATABASE_URL" if _uses_database_url() else settings.EMBEDDED_POSTGRES_DIR
+                self.detail = f"PostgreSQL via {where}"
+            with self.step("migrations"):
+                call_command("migrate", interactive=False, verbosity=0)
+            with self.step("demo seed"):
+                call_command("seed_demo", stdout=_Discard())
+            with self.step("web server"):
+                web = ManagedProcess(
+                    name="web",
+                    argv=[
+                        sys.executable,
+                        "-m",
+                        "uvicorn",
+                        "config.asgi:application",
+                        "--host",
+                        host,
+                        "--port",
+                        str(port),
+                        "--no-access-log",
+                    ],
+                    log_path=log_dir / "web.log",
+                    ready_url=f"{base_url}/healthz",
+                )
+                processes.append(web)
+                web.start()
+                web.wait_ready(timeout=60)
+                self.detail = f"pid {web.pid}, log {web.log_path}"
+            self.banner(base_url)
+            if check:
+                if not url_answers(f"{base_url}/login/"):
+                    raise SystemExit("the login page did not answer")
+                self.stdout.write(self.style.SUCCESS("check passed: everything answered"))
+                return
+            while all(p.popen.poll() is None for p in processes):
+                time.sleep(0.5)
+            self.stderr.write("a child process exited; stopping")
+        except KeyboardInterrupt:
+            self.stdout.write("\nstopping…")
+        finally:
+            for process in reversed(processes):
+                process.stop()
+            connection.close()
+            if not keep_db and not _uses_database_url():
+                embedded_postgres_stop(data_dir=settings.EMBEDDED_POSTGRES_DIR)
+
+    @contextmanager
+    def step(self, name: str):
+        self.step_no += 1
+        self.detail = ""
+        self.stdout.write(f"[{self.step_no}/{self.total_steps}] {name} …", ending="")
+        self.stdout.flush()
+        started = time.monotonic()
+        yield
+        took = time.monotonic() - started
+        extra = f"  {self.detail}" if self.detail else ""
+        self.stdout.write(self.style.SUCCESS(f" ok ({took:.1f}s)") + extra)
+
+    def banner(self, base_url: str) -> None:
+        password = settings.DEMO_PASSWORD
+        lines = [
+            "",
+            f"GPU Ledger is up:  {base_url}/",
+            f"API docs:          {base_url}/api/docs/",
+            f"Admin:             {base_url}/admin/",
+            "",
+            f"Demo logins (password for all: {password}):",
+            f"  finance staff    {FINANCE_USERNAME}",
+        ]
+        lines += [
+            f"  {t.name:<16} {t.slug}-owner / {t.slug}-viewer  ({t.tier})" for t in DEMO_TENANTS
+        ]
+        lines += [f"Demo API keys:     {settings.DEMO_KEYS_FILE} (mode 600)", ""]
+        self.stdout.write("\n".join(lines))
+
+
+def _uses_database_url() -> bool:
+    return settings.DATABASES["default"]["ENGINE"] != "config.db_embedded"
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+class _Discard:
+    def write(self, *_args, **_kwargs) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass

@@ -1,0 +1,7 @@
+"""The one place that declares what Celery beat runs and when. The database
+scheduler (django-celery-beat) loads these entries at start; operators can
+pause or retime them in the admin."""
+
+BEAT_SCHEDULE = {
+    "replicas-scrape": {"task": "serving.replicas_scrape", "schedule": 15.0},
+}

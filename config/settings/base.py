@@ -1,0 +1,208 @@
+"""Settings shared by every environment. Everything that differs between
+machines comes from the environment (see .env.example), read through one
+`env` object."""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+VAR_DIR = BASE_DIR / "var"  # local state: embedded database, broker folder, demo secrets
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+SECRET_KEY = env(
+    "DJANGO_SECRET_KEY", default="dev-only-insecure-key-change-me-0123456789abcdefghijklmnop"
+)
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_celery_beat",
+    "config.apps.PlatformConfig",
+    "tenants",
+    "serving",
+    "metering",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "tenants.context_processors.principal",
+            ],
+        },
+    },
+]
+
+# --- Database: PostgreSQL only. DATABASE_URL, or the embedded server. ---
+EMBEDDED_POSTGRES_DIR = Path(env("EMBEDDED_POSTGRES_DIR", default=str(VAR_DIR / "pgdata")))
+if env("DATABASE_URL", default=""):
+    DATABASES = {"default": env.db("DATABASE_URL")}
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise environ.ImproperlyConfigured("DATABASE_URL must point at PostgreSQL")
+else:
+    from config.embedded_postgres import embedded_postgres_settings
+
+    DATABASES = {
+        "default": embedded_postgres_settings(data_dir=EMBEDDED_POSTGRES_DIR, name="gpu_ledger")
+    }
+DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis and Celery. Without REDIS_URL: a broker in a local folder (no server). ---
+REDIS_URL = env("REDIS_URL", default="")
+CELERY_BROKER_DIR = Path(env("CELERY_BROKER_DIR", default=str(VAR_DIR / "celery-broker")))
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+else:
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_DIR.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(CELERY_BROKER_DIR),
+        "data_folder_out": str(CELERY_BROKER_DIR),
+        "control_folder": str(CELERY_BROKER_DIR / "control"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True  # jobs record their outcome in their own rows
+CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for another
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = 30 * 60
+CELERY_TASK_SOFT_TIME_LIMIT = 25 * 60
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- Auth ---
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+# API keys are hashed with this pepper: a leaked database alone cannot be
+# used to test guesses offline. Changing it invalidates every key.
+API_KEY_PEPPER = env("API_KEY_PEPPER", default=SECRET_KEY)
+
+# --- I18N / time: UTC everywhere ---
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Static files ---
+STATIC_URL = "static/"
+STATIC_ROOT = None  # development serves from finders; production collects
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+# --- Email: console unless configured ---
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="billing@localhost")
+
+# --- REST API ---
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.api.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.api_errors.api_exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GPU Ledger API",
+    "DESCRIPTION": "Usage, cost and billing for multi-tenant LLM serving on shared GPUs.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    # A tenant's tier and a pool's kind are the same three service tiers.
+    "ENUM_NAME_OVERRIDES": {"ServiceTierEnum": "tenants.choices.Tier"},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    "loggers": {"embedded_postgres": {"level": "WARNING"}},
+}
+
+# --- Demo world (seed_demo, `./dev up`) ---
+DEMO_PASSWORD = env("DEMO_PASSWORD", default="demo-password")
+DEMO_KEYS_FILE = Path(env("DEMO_KEYS_FILE", default=str(VAR_DIR / "demo_api_keys.json")))
+
+# --- The OpenAI-compatible gateway (serving/gateway) ---
+SERVING_RECORD_SINK = env("SERVING_RECORD_SINK", default="serving.records.request_record_sink")
+GATEWAY = {
+    "KEY_CACHE_SECONDS": env.float("GATEWAY_KEY_CACHE_SECONDS", default=5.0),
+    "FLEET_REFRESH_SECONDS": env.float("GATEWAY_FLEET_REFRESH_SECONDS", default=2.0),
+    "SUSPECT_SECONDS": env.float("GATEWAY_SUSPECT_SECONDS", default=10.0),
+    "UPSTREAM_CONNECT_TIMEOUT": env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=2.0),
+    "UPSTREAM_FIRST_BYTE_TIMEOUT": env.float("GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT", default=120.0),
+    "UPSTREAM_READ_TIMEOUT": env.float("GATEWAY_UPSTREAM_READ_TIMEOUT", default=600.0),
+    "RECORD_FLUSH_SECONDS": env.float("GATEWAY_RECORD_FLUSH_SECONDS", default=0.1),
+    "RECORD_FLUSH_MAX": env.int("GATEWAY_RECORD_FLUSH_MAX", default=500),
+    "DEFAULT_MAX_TOKENS": env.int("GATEWAY_DEFAULT_MAX_TOKENS", default=1024),
+    "REDIS_PREFIX": env("GATEWAY_REDIS_PREFIX", default="gw"),
+    "DEAD_LETTER_PATH": env(
+        "GATEWAY_DEAD_LETTER_PATH", default=str(VAR_DIR / "dead-letter" / "records.jsonl")
+    ),
+}
+VLLM_VENV = Path(env("VLLM_VENV", default=str(BASE_DIR / ".venv-vllm")))
+
+from config.schedule import BEAT_SCHEDULE  # noqa: E402
+
+CELERY_BEAT_SCHEDULE = BEAT_SCHEDULE

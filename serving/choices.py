@@ -1,0 +1,28 @@
+"""Enumerations of the fleet and the gateway."""
+
+from django.db import models
+
+from tenants.choices import Tier
+
+# A pool is sold as one of the three service tiers a tenant can be on.
+PoolKind = Tier
+
+
+class IdleCostPolicy(models.TextChoices):
+    """Who carries a shared pool's idle GPU time."""
+
+    SPREAD = "spread", "Spread pro rata over the pool's tenants"
+    PLATFORM = "platform", "Kept as platform idle cost"
+
+
+class ReplicaStatus(models.TextChoices):
+    UP = "up", "Up"
+    DOWN = "down", "Down"
+    DRAINING = "draining", "Draining (no new requests)"
+
+
+class RequestStatus(models.TextChoices):
+    OK = "ok", "Completed"
+    ABORTED = "aborted", "Client went away"
+    ERROR = "error", "Failed"
+    REJECTED = "rejected", "Refused at admission"

@@ -1,0 +1,182 @@
+"""Admission: per-tenant max concurrency, in-flight token budget (prompt
+estimate + max_tokens of every request in flight), requests/min and
+tokens/min. Two implementations with the same semantics:
+
+- LocalAdmission: in-process, for a single gateway (no Redis configured).
+- RedisAdmission: one atomic Lua script per admission, so the limits hold
+  across every gateway process (a per-process limit would be multiplied by
+  the process count). In-flight entries are leases with an expiry, so a
+  gateway that dies without releasing does not leak capacity forever.
+
+Per-minute limits use a sliding window estimated from two fixed one-minute
+buckets (the previous bucket weighted by the part of it still in the window)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from serving.gateway.callers import Caller
+
+LIMIT_MESSAGES = {
+    "max_concurrent_requests": "too many concurrent requests (limit {limit})",
+    "max_inflight_tokens": "too many tokens in flight (limit {limit})",
+    "requests_per_minute": "requests per minute limit reached (limit {limit})",
+    "tokens_per_minute": "tokens per minute limit reached (limit {limit})",
+}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    limit: str
+    value: int
+    retry_after: int
+
+    @property
+    def message(self) -> str:
+        return LIMIT_MESSAGES[self.limit].format(limit=self.value)
+
+
+def _window_estimate(prev: float, cur: float, now: float) -> float:
+    return prev * (1 - (now % 60) / 60) + cur
+
+
+def _seconds_to_next_minute(now: float) -> int:
+    return max(1, math.ceil(60 - (now % 60)))
+
+
+class LocalAdmission:
+    def __init__(self) -> None:
+        self._inflight: dict[int, dict[str, int]] = {}
+        self._buckets: dict[int, dict[str, float]] = {}
+
+    async def acquire(self, caller: Caller, request_id: str, tokens: int) -> Refusal | None:
+        limits = caller.limits
+        now = time.time()
+        leases = self._inflight.setdefault(caller.tenant_id, {})
+        if limits.max_concurrent_requests and len(leases) + 1 > limits.max_concurrent_requests:
+            return Refusal("max_concurrent_requests", limits.max_concurrent_requests, 1)
+        if (
+            limits.max_inflight_tokens
+            and sum(leases.values()) + tokens > limits.max_inflight_tokens
+        ):
+            return Refusal("max_inflight_tokens", limits.max_inflight_tokens, 1)
+        minute = int(now // 60)
+        buckets = self._buckets.setdefault(caller.tenant_id, {})
+        for stale in [k for k in buckets if int(k[1:]) < minute - 1]:
+            del buckets[stale]
+        if limits.requests_per_minute:
+            est = _window_estimate(
+                buckets.get(f"r{minute - 1}", 0), buckets.get(f"r{minute}", 0), now
+            )
+            if est + 1 > limits.requests_per_minute:
+                return Refusal(
+                    "requests_per_minute", limits.requests_per_minute, _seconds_to_next_minute(now)
+                )
+        if limits.tokens_per_minute:
+            est = _window_estimate(
+                buckets.get(f"t{minute - 1}", 0), buckets.get(f"t{minute}", 0), now
+            )
+            if est + tokens > limits.tokens_per_minute:
+                return Refusal(
+                    "tokens_per_minute", limits.tokens_per_minute, _seconds_to_next_minute(now)
+                )
+        buckets[f"r{minute}"] = buckets.get(f"r{minute}", 0) + 1
+        buckets[f"t{minute}"] = buckets.get(f"t{minute}", 0) + tokens
+        leases[request_id] = tokens
+        return None
+
+    async def release(self, caller: Caller, request_id: str) -> None:
+        self._inflight.get(caller.tenant_id, {}).pop(request_id, None)
+
+    async def close(self) -> None:
+        return None
+
+
+_ACQUIRE_LUA = """
+local now = tonumber(ARGV[1])
+local tokens = tonumber(ARGV[3])
+local maxc, maxt = tonumber(ARGV[5]), tonumber(ARGV[6])
+local rpm, tpm = tonumber(ARGV[7]), tonumber(ARGV[8])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if maxc > 0 or maxt > 0 then
+  local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+  if maxc > 0 and #members + 1 > maxc then return {'max_concurrent_requests', maxc, 1} end
+  if maxt > 0 then
+    local sum = tokens
+    for _, m in ipairs(members) do sum = sum + tonumber(string.match(m, ':(%d+)$')) end
+    if sum > maxt then return {'max_inflight_tokens', maxt, 1} end
+  end
+end
+local minute = math.floor(now / 60)
+local keep = 1 - (now % 60) / 60
+local wait = math.max(1, math.ceil(60 - (now % 60)))
+if rpm > 0 then
+  local cur = tonumber(redis.call('HGET', KEYS[2], 'r' .. minute) or '0')
+  local prev = tonumber(redis.call('HGET', KEYS[2], 'r' .. (minute - 1)) or '0')
+  if prev * keep + cur + 1 > rpm then return {'requests_per_minute', rpm, wait} end
+end
+if tpm > 0 then
+  local cur = tonumber(redis.call('HGET', KEYS[2], 't' .. minute) or '0')
+  local prev = tonumber(redis.call('HGET', KEYS[2], 't' .. (minute - 1)) or '0')
+  if prev * keep + cur + tokens > tpm then return {'tokens_per_minute', tpm, wait} end
+end
+redis.call('HINCRBY', KEYS[2], 'r' .. minute, 1)
+redis.call('HINCRBY', KEYS[2], 't' .. minute, tokens)
+redis.call('HDEL', KEYS[2], 'r' .. (minute - 2), 't' .. (minute - 2))
+redis.call('EXPIRE', KEYS[2], 180)
+redis.call('ZADD', KEYS[1], ARGV[4], ARGV[2])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[9]))
+return {'', 0, 0}
+"""
+
+
+class RedisAdmission:
+    def __init__(self, url: str, *, lease_seconds: float, prefix: str = "gw") -> None:
+        import redis.asyncio as redis
+
+        self._redis = redis.from_url(url)
+        self._acquire = self._redis.register_script(_ACQUIRE_LUA)
+        self._lease_seconds = lease_seconds
+        self._prefix = prefix
+        self._members: dict[str, tuple[int, str]] = {}
+
+    def _keys(self, tenant_id: int) -> list[str]:
+        # One hash tag per tenant: both keys land on the same Redis Cluster slot.
+        return [
+            f"{self._prefix}:{{t{tenant_id}}}:leases",
+            f"{self._prefix}:{{t{tenant_id}}}:window",
+        ]
+
+    async def acquire(self, caller: Caller, request_id: str, tokens: int) -> Refusal | None:
+        limits = caller.limits
+        now = time.time()
+        member = f"{request_id}:{tokens}"
+        result = await self._acquire(
+            keys=self._keys(caller.tenant_id),
+            args=[
+                now,
+                member,
+                tokens,
+                now + self._lease_seconds,
+                limits.max_concurrent_requests or 0,
+                limits.max_inflight_tokens or 0,
+                limits.requests_per_minute or 0,
+                limits.tokens_per_minute or 0,
+                int(self._lease_seconds) + 60,
+            ],
+        )
+        limit = result[0].decode() if isinstance(result[0], bytes) else result[0]
+        if limit:
+            return Refusal(limit, int(result[1]), int(result[2]))
+        self._members[request_id] = (caller.tenant_id, member)
+        return None
+
+    async def release(self, caller: Caller, request_id: str) -> None:
+        entry = self._members.pop(request_id, None)
+        if entry is not None:
+            await self._redis.zrem(self._keys(entry[0])[0], entry[1])
+
+    async def close(self) -> None:
+        await self._redis.aclose()

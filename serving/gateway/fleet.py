@@ -1,0 +1,155 @@
+"""What the gateway knows about the fleet: a snapshot of models, adapters,
+replicas, pools and reservations, reloaded from the database every few
+seconds; the gateway's own in-flight count per replica; and routing.
+
+Routing: a tenant's own capacity first (dedicated pools it owns, reserved
+pools it owns or holds a live reservation in), then the shared pool; the
+least-loaded replica below its max_inflight within the first group that has
+one; when all are saturated, the least-loaded overall (vLLM queues it).
+A replica that just failed is skipped for a few seconds."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+from django.db.models import Q
+from django.utils import timezone
+
+from serving.choices import PoolKind, ReplicaStatus
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    id: int
+    name: str
+    base_url: str
+    model: str
+    pool_id: int
+    pool_kind: str
+    pool_owner_id: int | None
+    max_inflight: int
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    name: str
+    tenant_id: int
+    base_model: str
+    upstream_name: str
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    chars_per_token: float  # ok-float: an admission estimate, never billed
+    max_context_tokens: int
+
+
+@dataclass
+class FleetSnapshot:
+    models: dict[str, ModelInfo] = field(default_factory=dict)
+    adapters: dict[str, AdapterInfo] = field(default_factory=dict)
+    replicas_by_model: dict[str, list[ReplicaInfo]] = field(default_factory=dict)
+    reservation_holders: dict[int, frozenset[int]] = field(default_factory=dict)
+    loaded_at: float = 0.0  # epoch seconds
+
+
+def fleet_snapshot_load() -> FleetSnapshot:
+    """From the database (sync; run in a thread)."""
+    from django.db import close_old_connections
+
+    from serving.models import LoraAdapter, Replica, Reservation, ServedModel
+
+    close_old_connections()
+    now = timezone.now()
+    snapshot = FleetSnapshot(loaded_at=time.time())
+    for m in ServedModel.objects.all():
+        snapshot.models[m.name] = ModelInfo(
+            name=m.name,
+            chars_per_token=float(m.chars_per_token),  # ok-float
+            max_context_tokens=m.max_context_tokens,
+        )
+    for a in LoraAdapter.objects.select_related("base_model"):
+        snapshot.adapters[a.name] = AdapterInfo(
+            name=a.name,
+            tenant_id=a.tenant_id,
+            base_model=a.base_model.name,
+            upstream_name=a.upstream_name,
+        )
+    replicas = Replica.objects.filter(status=ReplicaStatus.UP).select_related("pool", "model")
+    for r in replicas:
+        snapshot.replicas_by_model.setdefault(r.model.name, []).append(
+            ReplicaInfo(
+                id=r.pk,
+                name=r.name,
+                base_url=r.base_url.rstrip("/"),
+                model=r.model.name,
+                pool_id=r.pool_id,
+                pool_kind=r.pool.kind,
+                pool_owner_id=r.pool.owner_id,
+                max_inflight=r.max_inflight,
+            )
+        )
+    holders: dict[int, set[int]] = {}
+    for pool_id, tenant_id in Reservation.objects.filter(
+        Q(start__lte=now) & Q(end__gt=now)
+    ).values_list("pool_id", "tenant_id"):
+        holders.setdefault(pool_id, set()).add(tenant_id)
+    snapshot.reservation_holders = {k: frozenset(v) for k, v in holders.items()}
+    return snapshot
+
+
+class Router:
+    def __init__(self, *, suspect_seconds: float) -> None:
+        self.snapshot = FleetSnapshot()
+        self.inflight: dict[int, int] = {}
+        self._suspect_until: dict[int, float] = {}
+        self._suspect_seconds = suspect_seconds
+
+    def is_own(self, replica: ReplicaInfo, tenant_id: int) -> bool:
+        if replica.pool_kind == PoolKind.SHARED:
+            return False
+        return (
+            replica.pool_owner_id == tenant_id
+            or tenant_id in self.snapshot.reservation_holders.get(replica.pool_id, ())
+        )
+
+    def visible_replicas(self, model: str, tenant_id: int) -> list[ReplicaInfo]:
+        return [
+            r
+            for r in self.snapshot.replicas_by_model.get(model, [])
+            if r.pool_kind == PoolKind.SHARED or self.is_own(r, tenant_id)
+        ]
+
+    def candidates(self, model: str, tenant_id: int) -> list[ReplicaInfo]:
+        """Replicas to try, best first."""
+        now = time.monotonic()
+        usable = [
+            r
+            for r in self.visible_replicas(model, tenant_id)
+            if self._suspect_until.get(r.id, 0) <= now
+        ]
+        own = [r for r in usable if self.is_own(r, tenant_id)]
+        shared = [r for r in usable if r.pool_kind == PoolKind.SHARED]
+
+        loads = {r.id: self.inflight.get(r.id, 0) / r.max_inflight for r in usable}
+        ties = {r.id: random.random() for r in usable}  # noqa: S311 (spreading load, not secrets)
+
+        def order(group: list[ReplicaInfo], *, saturated: bool) -> list[ReplicaInfo]:
+            chosen = [r for r in group if (loads[r.id] >= 1) == saturated]
+            return sorted(chosen, key=lambda r: (loads[r.id], ties[r.id]))
+
+        ordered = order(own, saturated=False) + order(shared, saturated=False)
+        ordered += order(own + shared, saturated=True)
+        return ordered
+
+    def acquire(self, replica: ReplicaInfo) -> None:
+        self.inflight[replica.id] = self.inflight.get(replica.id, 0) + 1
+
+    def release(self, replica: ReplicaInfo) -> None:
+        self.inflight[replica.id] = max(0, self.inflight.get(replica.id, 0) - 1)
+
+    def mark_suspect(self, replica: ReplicaInfo) -> None:
+        self._suspect_until[replica.id] = time.monotonic() + self._suspect_seconds

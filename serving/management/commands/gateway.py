@@ -1,0 +1,25 @@
+import uvicorn
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Run the OpenAI-compatible gateway (uvicorn, uvloop, httptools)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8080)
+        parser.add_argument("--workers", type=int, default=1)
+
+    def handle(self, *args, host: str, port: int, workers: int, **options):
+        uvicorn.run(
+            "serving.gateway.app:application",
+            host=host,
+            port=port,
+            workers=workers,
+            loop="uvloop",
+            http="httptools",
+            lifespan="on",
+            access_log=False,
+            log_level="warning",
+            timeout_graceful_shutdown=30,
+        )

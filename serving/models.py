@@ -1,0 +1,269 @@
+"""The fleet: GPUs and where they sit, the pools they are sold in, the vLLM
+replicas that run on them, reservations, the model catalogue, and the
+gateway's completed-request records (interim, until metering's ledger)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+
+from serving.choices import IdleCostPolicy, PoolKind, ReplicaStatus, RequestStatus
+from tenants.models import ApiKey, Tenant
+
+MONEY = {"max_digits": 20, "decimal_places": 4, "validators": [MinValueValidator(Decimal(0))]}
+RATE = {"max_digits": 24, "decimal_places": 9, "validators": [MinValueValidator(Decimal(0))]}
+
+
+class GpuSku(models.Model):
+    """A GPU model as bought: its list price and power draw idle and busy."""
+
+    name = models.CharField(max_length=100, unique=True)
+    memory_gb = models.PositiveIntegerField(default=80)
+    list_price = models.DecimalField(**MONEY, default=Decimal(0))
+    currency = models.CharField(max_length=3, default="USD")
+    power_idle_watts = models.PositiveIntegerField()
+    power_busy_watts = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "GPU SKU"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(power_busy_watts__gte=F("power_idle_watts")),
+                name="gpusku_busy_ge_idle",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    """A server in a site that holds GPUs."""
+
+    name = models.CharField(max_length=100, unique=True)
+    site = models.CharField(max_length=100, blank=True, default="")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Gpu(models.Model):
+    """One physical GPU: owned (capex depreciated straight-line over its
+    useful life from its in-service date, down to salvage) or leased (an
+    hourly rate). Exactly one of the two."""
+
+    serial = models.CharField(max_length=100, unique=True)
+    sku = models.ForeignKey(GpuSku, on_delete=models.PROTECT, related_name="gpus")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="gpus")
+    in_service_date = models.DateField()
+    capex = models.DecimalField(**MONEY, null=True, blank=True)
+    useful_life_months = models.PositiveSmallIntegerField(null=True, blank=True)
+    salvage_value = models.DecimalField(**MONEY, default=Decimal(0))
+    lease_rate_per_hour = models.DecimalField(**RATE, null=True, blank=True)
+    currency = models.CharField(max_length=3, default="USD")
+
+    class Meta:
+        ordering = ["serial"]
+        verbose_name = "GPU"
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(
+                        capex__isnull=False,
+                        useful_life_months__gt=0,
+                        lease_rate_per_hour__isnull=True,
+                    )
+                    | Q(capex__isnull=True, lease_rate_per_hour__isnull=False)
+                ),
+                name="gpu_owned_xor_leased",
+            ),
+            models.CheckConstraint(
+                condition=Q(capex__isnull=True) | Q(salvage_value__lte=F("capex")),
+                name="gpu_salvage_le_capex",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.serial} ({self.sku})"
+
+
+class Pool(models.Model):
+    """GPUs sold one way. Shared: any tenant, busy cost by use, idle cost by
+    `idle_cost_policy`. Reserved and dedicated: owned by one tenant."""
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=16, choices=PoolKind.choices)
+    owner = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="pools"
+    )
+    idle_cost_policy = models.CharField(
+        max_length=16, choices=IdleCostPolicy.choices, default=IdleCostPolicy.SPREAD
+    )
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=PoolKind.values), name="pool_kind_valid"),
+            models.CheckConstraint(
+                condition=Q(kind=PoolKind.SHARED, owner__isnull=True)
+                | (~Q(kind=PoolKind.SHARED) & Q(owner__isnull=False)),
+                name="pool_owner_iff_not_shared",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class ServedModel(models.Model):
+    """A public model name tenants call; replicas serve it."""
+
+    name = models.CharField(max_length=200, unique=True)
+    description = models.CharField(max_length=500, blank=True, default="")
+    chars_per_token = models.DecimalField(
+        max_digits=6,
+        decimal_places=2,
+        default=Decimal(4),
+        help_text="Used to estimate prompt tokens at admission, before vLLM counts them.",
+    )
+    max_context_tokens = models.PositiveIntegerField(default=4096)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class LoraAdapter(models.Model):
+    """A tenant's private fine-tune of a served model: only that tenant may
+    call it by `name`; vLLM knows it as `upstream_name`."""
+
+    name = models.CharField(max_length=200, unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="lora_adapters")
+    base_model = models.ForeignKey(ServedModel, on_delete=models.CASCADE, related_name="adapters")
+    upstream_name = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "LoRA adapter"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.tenant})"
+
+
+class Replica(models.Model):
+    """A vLLM OpenAI-compatible server serving one model on some GPUs."""
+
+    name = models.CharField(max_length=100, unique=True)
+    base_url = models.URLField(help_text="e.g. http://10.0.0.5:8000 (without /v1)")
+    model = models.ForeignKey(ServedModel, on_delete=models.PROTECT, related_name="replicas")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="replicas")
+    gpus = models.ManyToManyField(Gpu, blank=True, related_name="replicas")
+    status = models.CharField(
+        max_length=16, choices=ReplicaStatus.choices, default=ReplicaStatus.UP
+    )
+    max_inflight = models.PositiveIntegerField(
+        default=64, help_text="Requests in flight beyond which routing spills elsewhere."
+    )
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    launched_pid = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Set for replicas started by vllm_up on this machine."
+    )
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=ReplicaStatus.values), name="replica_status_valid"
+            ),
+            models.CheckConstraint(condition=Q(max_inflight__gt=0), name="replica_max_inflight"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Reservation(models.Model):
+    """A tenant holds `gpu_count` GPUs of a reserved pool over [start, end)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="reservations")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="reservations")
+    gpu_count = models.PositiveIntegerField()
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-start"]
+        constraints = [
+            models.CheckConstraint(condition=Q(end__gt=F("start")), name="reservation_end_after"),
+            models.CheckConstraint(condition=Q(gpu_count__gt=0), name="reservation_gpus"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}: {self.gpu_count} GPU in {self.pool}"
+
+
+class RequestRecord(models.Model):
+    """One request as the gateway saw it: who, where, tokens, timings and
+    outcome. The interim sink's table; metering's ledger replaces it."""
+
+    request_id = models.CharField(max_length=64, unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    api_key = models.ForeignKey(ApiKey, null=True, on_delete=models.SET_NULL, related_name="+")
+    model = models.CharField(max_length=200)
+    replica = models.ForeignKey(Replica, null=True, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(Pool, null=True, on_delete=models.PROTECT, related_name="+")
+    priority = models.IntegerField(default=0)
+    stream = models.BooleanField(default=False)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    cached_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    received_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True)
+    first_token_at = models.DateTimeField(null=True)
+    ended_at = models.DateTimeField()
+    queue_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    ttft_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    generation_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    status = models.CharField(max_length=16, choices=RequestStatus.choices)
+    http_status = models.PositiveSmallIntegerField()
+    error = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "received_at"], name="reqrec_tenant_time")]
+
+    def __str__(self) -> str:
+        return self.request_id
+
+
+class ReplicaMetricSample(models.Model):
+    """One scrape of a replica's Prometheus /metrics. The token counters
+    are vLLM's own totals (aborted requests included): the baseline that
+    metering reconciles the billed tokens against."""
+
+    replica = models.ForeignKey(Replica, on_delete=models.CASCADE, related_name="samples")
+    scraped_at = models.DateTimeField()
+    up = models.BooleanField()
+    requests_running = models.PositiveIntegerField(null=True)
+    requests_waiting = models.PositiveIntegerField(null=True)
+    kv_cache_usage = models.DecimalField(max_digits=7, decimal_places=6, null=True)
+    prompt_tokens_total = models.BigIntegerField(null=True)
+    generation_tokens_total = models.BigIntegerField(null=True)
+    preemptions_total = models.BigIntegerField(null=True)
+    error = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ["-scraped_at"]
+        indexes = [models.Index(fields=["replica", "-scraped_at"], name="sample_replica_time")]
+
+    def __str__(self) -> str:
+        return f"{self.replica} @ {self.scraped_at:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,108 @@
+"""Reading a replica's Prometheus /metrics into a ReplicaMetricSample, and
+marking a replica that does not answer as down (routing then avoids it until
+a later scrape finds it answering again)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from decimal import Decimal
+
+import httpx
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from serving.choices import ReplicaStatus
+from serving.models import Replica, ReplicaMetricSample
+from serving.services import replica_set_status
+
+# vLLM metric -> sample field. Values are summed over engines.
+VLLM_METRICS = {
+    "vllm:num_requests_running": "requests_running",
+    "vllm:num_requests_waiting": "requests_waiting",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage",
+    "vllm:prompt_tokens": "prompt_tokens_total",
+    "vllm:generation_tokens": "generation_tokens_total",
+    "vllm:num_preemptions": "preemptions_total",
+}
+INTEGER_FIELDS = {
+    "requests_running",
+    "requests_waiting",
+    "prompt_tokens_total",
+    "generation_tokens_total",
+    "preemptions_total",
+}
+
+
+@dataclass
+class Scrape:
+    up: bool
+    values: dict
+    error: str = ""
+
+
+def metrics_parse(text: str) -> dict:
+    """Sample fields from Prometheus exposition text (counters lose their
+    `_total` suffix in the parser, hence the names above)."""
+    totals: dict[str, float] = {}  # ok-float: Prometheus values are floats on the wire
+    for family in text_string_to_metric_families(text):
+        field = VLLM_METRICS.get(family.name)
+        if field is None:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            totals[field] = totals.get(field, 0.0) + sample.value
+    values: dict = {}
+    for field, total in totals.items():
+        if field in INTEGER_FIELDS:
+            values[field] = round(total)
+        else:
+            values[field] = Decimal(repr(total)).quantize(Decimal("0.000001"))
+    return values
+
+
+def replica_scrape_fetch(base_url: str, *, timeout: float = 3.0) -> Scrape:
+    try:
+        response = httpx.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        return Scrape(up=False, values={}, error=f"{type(exc).__name__}: {exc}"[:300])
+    return Scrape(up=True, values=metrics_parse(response.text))
+
+
+def replica_scrape(*, replica: Replica) -> ReplicaMetricSample:
+    """Scrape one replica, store the sample, and update its status: a replica
+    that does not answer goes down; one that answers again comes back up.
+    Draining replicas keep their status (an operator set it)."""
+    result = replica_scrape_fetch(replica.base_url)
+    sample = ReplicaMetricSample.objects.create(
+        replica=replica,
+        scraped_at=timezone.now(),
+        up=result.up,
+        error=result.error,
+        **result.values,
+    )
+    if replica.status != ReplicaStatus.DRAINING:
+        if result.up:
+            replica_set_status(replica=replica, status=ReplicaStatus.UP)
+        elif replica.status == ReplicaStatus.UP:
+            replica_set_status(replica=replica, status=ReplicaStatus.DOWN, error=result.error)
+    return sample
+
+
+def replicas_scrape_all() -> int:
+    """Every registered replica, a few at a time."""
+    replicas = list(Replica.objects.all())
+
+    def one(replica: Replica) -> None:
+        from django.db import close_old_connections
+
+        try:
+            replica_scrape(replica=replica)
+        finally:
+            close_old_connections()
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(one, replicas))
+    return len(replicas)

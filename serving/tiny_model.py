@@ -1,0 +1,165 @@
+"""The project's own tiny Llama, for development, tests, the demo and the
+benchmarks: vLLM serves it with `--load-format dummy` (random weights), so
+only its config and tokenizer exist, written here byte for byte the same
+every time. No model hub is needed.
+
+The tokenizer is byte-level BPE with no merges: every UTF-8 byte is one
+token (GPT-2's byte-to-unicode table), plus three special tokens. Token
+counts are therefore easy to predict in tests: a prompt of N ASCII
+characters is N tokens plus the chat template's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MODEL_NAME = "tiny-llama"
+SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"]
+BOS, EOS, PAD = range(256, 259)
+VOCAB_SIZE = 320  # 256 bytes + specials, padded to a multiple of 64
+
+HIDDEN_SIZE = 256
+NUM_HEADS = 4  # head_dim 64: vLLM's CPU attention kernel rejects 16
+NUM_KV_HEADS = 2
+NUM_LAYERS = 2
+INTERMEDIATE_SIZE = 512
+MAX_POSITIONS = 4096
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<{{ message['role'] }}>{{ message['content'] }}\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from bytes to printable unicode characters."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    chars = printable[:]
+    n = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + n)
+            n += 1
+    return dict(zip(printable, map(chr, chars), strict=True))
+
+
+def model_config() -> dict:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": HIDDEN_SIZE,
+        "intermediate_size": INTERMEDIATE_SIZE,
+        "num_hidden_layers": NUM_LAYERS,
+        "num_attention_heads": NUM_HEADS,
+        "num_key_value_heads": NUM_KV_HEADS,
+        "head_dim": HIDDEN_SIZE // NUM_HEADS,
+        "max_position_embeddings": MAX_POSITIONS,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": False,
+        "bos_token_id": BOS,
+        "eos_token_id": EOS,
+        "pad_token_id": PAD,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def tokenizer_json() -> dict:
+    byte_chars = _bytes_to_unicode()
+    vocab = {byte_chars[b]: b for b in range(256)}
+    added = []
+    for index, token in enumerate(SPECIAL_TOKENS):
+        vocab[token] = 256 + index
+        added.append(
+            {
+                "id": 256 + index,
+                "content": token,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        )
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "ByteLevel",
+            "add_prefix_space": False,
+            "trim_offsets": True,
+            "use_regex": False,
+        },
+        "post_processor": None,
+        "decoder": {
+            "type": "ByteLevel",
+            "add_prefix_space": False,
+            "trim_offsets": True,
+            "use_regex": False,
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [],
+        },
+    }
+
+
+def tokenizer_config() -> dict:
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": SPECIAL_TOKENS[0],
+        "eos_token": SPECIAL_TOKENS[1],
+        "pad_token": SPECIAL_TOKENS[2],
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": MAX_POSITIONS,
+        "chat_template": CHAT_TEMPLATE,
+    }
+
+
+def generation_config() -> dict:
+    return {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD}
+
+
+def tiny_model_write(*, directory: Path) -> Path:
+    """Write the model folder (idempotent; files only rewritten if changed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {
+        "config.json": model_config(),
+        "tokenizer.json": tokenizer_json(),
+        "tokenizer_config.json": tokenizer_config(),
+        "special_tokens_map.json": {
+            "bos_token": SPECIAL_TOKENS[0],
+            "eos_token": SPECIAL_TOKENS[1],
+            "pad_token": SPECIAL_TOKENS[2],
+        },
+        "generation_config.json": generation_config(),
+    }
+    for name, content in files.items():
+        text = json.dumps(content, indent=2, ensure_ascii=False, sort_keys=True) + "\n"
+        path = directory / name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+    return directory

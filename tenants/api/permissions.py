@@ -1,0 +1,70 @@
+"""Who may call what. Views declare permissions; the Principal decides."""
+
+from __future__ import annotations
+
+from rest_framework import exceptions
+from rest_framework.permissions import BasePermission
+
+from tenants.access import Principal, principal_for_api_key, principal_for_user
+from tenants.models import ApiKey
+
+TENANT_HEADER = "HTTP_X_TENANT"
+
+
+def request_principal(request) -> Principal:
+    """The principal of an authenticated DRF request (cached on it)."""
+    cached = getattr(request, "_principal", None)
+    if cached is not None:
+        return cached
+    if isinstance(request.auth, ApiKey):
+        principal = principal_for_api_key(request.auth)
+    else:
+        slug = request.META.get(TENANT_HEADER) or request.session.get("tenant_slug")
+        principal = principal_for_user(request.user, tenant_slug=slug)
+    request._principal = principal
+    return principal
+
+
+def require_tenant(request) -> Principal:
+    """The principal, which must act for a tenant."""
+    principal = request_principal(request)
+    if principal.tenant is None:
+        if principal.tenant_choices:
+            raise exceptions.ValidationError(
+                {"X-Tenant": ["you belong to several tenants: name one in the X-Tenant header"]}
+            )
+        raise exceptions.NotFound("no tenant is associated with this account", code="no_tenant")
+    return principal
+
+
+class IsTenantKeyManager(BasePermission):
+    """A signed-in owner or admin of the tenant."""
+
+    message = "only a tenant's owners and admins, signed in, may manage API keys"
+
+    def has_permission(self, request, view) -> bool:
+        principal = request_principal(request)
+        if principal.api_key is None and principal.tenant is None:
+            return True  # let require_tenant answer 404 / 400 with the reason
+        return principal.can_manage_keys
+
+
+class IsFinanceStaff(BasePermission):
+    message = "platform finance staff only"
+
+    def has_permission(self, request, view) -> bool:
+        return request_principal(request).is_finance
+
+
+def scope_required(scope: str) -> type[BasePermission]:
+    """A permission class: the principal holds `scope`."""
+
+    class HasScope(BasePermission):
+        message = f"this credential lacks the {scope!r} scope"
+
+        def has_permission(self, request, view) -> bool:
+            principal = request_principal(request)
+            return principal.is_finance or scope in principal.scopes
+
+    HasScope.__name__ = f"HasScope[{scope}]"
+    return HasScope

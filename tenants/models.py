@@ -1,0 +1,164 @@
+"""Tenants, their members, API keys and serving policies."""
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Length
+
+from tenants.choices import PriorityClass, Role, Scope, TenantStatus, Tier
+
+models.CharField.register_lookup(Length)
+
+
+class Tenant(models.Model):
+    """A customer of the platform: everything it sends through the gateway is
+    metered, costed and billed to it, in its billing currency."""
+
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=63, unique=True)
+    tier = models.CharField(max_length=16, choices=Tier.choices, default=Tier.SHARED)
+    billing_currency = models.CharField(max_length=3, default="USD", help_text="ISO 4217 code")
+    stripe_customer_id = models.CharField(max_length=255, blank=True, default="")
+    status = models.CharField(
+        max_length=16, choices=TenantStatus.choices, default=TenantStatus.ACTIVE
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [("finance_staff", "Platform finance staff: sees every tenant")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(billing_currency__regex=r"^[A-Z]{3}$"),
+                name="tenant_currency_iso4217",
+            ),
+            models.CheckConstraint(condition=Q(tier__in=Tier.values), name="tenant_tier_valid"),
+            models.CheckConstraint(
+                condition=Q(status__in=TenantStatus.values), name="tenant_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == TenantStatus.ACTIVE
+
+
+class Membership(models.Model):
+    """A user's role inside one tenant."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique"),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="membership_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant} ({self.role})"
+
+
+class ApiKey(models.Model):
+    """A tenant's credential. The secret is shown once at creation; only an
+    HMAC of it is kept. `prefix` is the public part used to find the row and
+    to tell keys apart on screen."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    scopes = ArrayField(models.CharField(max_length=32, choices=Scope.choices))
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="apikey_tenant_created")]
+        constraints = [
+            models.CheckConstraint(condition=Q(name__length__gt=0), name="apikey_name_not_empty"),
+            models.CheckConstraint(condition=Q(scopes__len__gt=0), name="apikey_has_scope"),
+            models.CheckConstraint(
+                condition=Q(scopes__contained_by=Scope.values), name="apikey_scopes_known"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.display_prefix} ({self.name})"
+
+    @property
+    def display_prefix(self) -> str:
+        from tenants.keys import KEY_PREFIX
+
+        return f"{KEY_PREFIX}{self.prefix}…"
+
+
+class TenantPolicy(models.Model):
+    """How the gateway treats a tenant: its scheduling class, admission limits
+    and monthly budget. Empty limits mean unlimited."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="policy")
+    priority_class = models.CharField(
+        max_length=16, choices=PriorityClass.choices, default=PriorityClass.NORMAL
+    )
+    max_concurrent_requests = models.PositiveIntegerField(null=True, blank=True)
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    max_inflight_tokens = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Prompt + max_tokens of all requests in flight."
+    )
+    monthly_budget = models.DecimalField(
+        max_digits=20,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal(0))],
+        help_text="In the tenant's billing currency; empty means no budget.",
+    )
+    budget_soft_percent = models.PositiveSmallIntegerField(
+        default=80, help_text="Notify when spend crosses this share of the budget."
+    )
+    budget_hard_percent = models.PositiveSmallIntegerField(
+        default=100, help_text="Refuse new requests when spend crosses this share."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "tenant policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(priority_class__in=PriorityClass.values), name="policy_priority_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(monthly_budget__isnull=True) | Q(monthly_budget__gte=0),
+                name="policy_budget_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(budget_soft_percent__gt=0)
+                & Q(budget_soft_percent__lte=models.F("budget_hard_percent")),
+                name="policy_soft_le_hard",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"policy for {self.tenant}"

@@ -1,0 +1,36 @@
+"""Reads of tenant data. Every tenant-scoped read takes `tenant=`."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+
+from tenants.choices import FINANCE_PERMISSION
+from tenants.models import ApiKey, Membership, Tenant
+
+
+def api_key_list(*, tenant: Tenant) -> QuerySet[ApiKey]:
+    return ApiKey.objects.filter(tenant=tenant).select_related("created_by")
+
+
+def api_key_get(*, tenant: Tenant, key_id: int) -> ApiKey:
+    """Raises ApiKey.DoesNotExist for another tenant's key, as for a missing one."""
+    return api_key_list(tenant=tenant).get(pk=key_id)
+
+
+def membership_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Membership]:
+    return Membership.objects.filter(user=user).select_related("tenant", "tenant__policy")
+
+
+def membership_list(*, tenant: Tenant) -> QuerySet[Membership]:
+    return Membership.objects.filter(tenant=tenant).select_related("user")
+
+
+def user_is_finance_staff(*, user: AbstractBaseUser | None) -> bool:
+    """Platform finance staff see every tenant; they are not tenant members."""
+    return bool(user and user.is_active and user.has_perm(FINANCE_PERMISSION))
+
+
+def tenant_list_for_finance() -> QuerySet[Tenant]:
+    """Every tenant. Only for platform finance staff code paths."""
+    return Tenant.objects.select_related("policy").order_by("name")

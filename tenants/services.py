@@ -1,0 +1,186 @@
+"""Writes for tenants, memberships, API keys and policies."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.text import slugify
+
+from tenants.choices import Role, Scope, TenantStatus, Tier
+from tenants.errors import AuthenticationError, LastOwnerError, TenantSuspendedError
+from tenants.keys import key_generate, key_hash, key_hash_matches, key_parse
+from tenants.models import ApiKey, Membership, Tenant, TenantPolicy
+
+API_KEY_NAME_MAX = ApiKey._meta.get_field("name").max_length
+# Compared against when no key has the presented prefix, so that an unknown
+# prefix costs the same HMAC as a known one.
+_DUMMY_HASH = "0" * 64
+
+
+@transaction.atomic
+def tenant_create(
+    *,
+    name: str,
+    tier: str = Tier.SHARED,
+    slug: str | None = None,
+    billing_currency: str = "USD",
+    policy: Mapping[str, Any] | None = None,
+) -> Tenant:
+    """A tenant with its policy (defaults unless given)."""
+    tenant = Tenant(
+        name=name.strip(),
+        slug=slug or slugify(name),
+        tier=tier,
+        billing_currency=billing_currency.upper(),
+    )
+    tenant.full_clean()
+    tenant.save()
+    tenant_policy = TenantPolicy(tenant=tenant, **(policy or {}))
+    tenant_policy.full_clean()
+    tenant_policy.save()
+    return tenant
+
+
+def tenant_set_status(*, tenant: Tenant, status: str) -> Tenant:
+    if status not in TenantStatus.values:
+        raise ValidationError({"status": [f"must be one of {', '.join(TenantStatus.values)}"]})
+    tenant.status = status
+    tenant.save(update_fields=["status"])
+    return tenant
+
+
+@transaction.atomic
+def membership_set(*, tenant: Tenant, user: AbstractBaseUser, role: str) -> Membership:
+    """Add `user` to `tenant` with `role`, or change the role they have."""
+    if role not in Role.values:
+        raise ValidationError({"role": [f"must be one of {', '.join(Role.values)}"]})
+    membership = Membership.objects.select_for_update().filter(tenant=tenant, user=user).first()
+    if membership is None:
+        return Membership.objects.create(tenant=tenant, user=user, role=role)
+    if membership.role == Role.OWNER and role != Role.OWNER:
+        _ensure_other_owner(tenant=tenant, user=user)
+    membership.role = role
+    membership.save(update_fields=["role"])
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, tenant: Tenant, user: AbstractBaseUser) -> None:
+    membership = Membership.objects.select_for_update().filter(tenant=tenant, user=user).first()
+    if membership is None:
+        return
+    if membership.role == Role.OWNER:
+        _ensure_other_owner(tenant=tenant, user=user)
+    membership.delete()
+
+
+def _ensure_other_owner(*, tenant: Tenant, user: AbstractBaseUser) -> None:
+    others = (
+        Membership.objects.select_for_update()
+        .filter(tenant=tenant, role=Role.OWNER)
+        .exclude(user=user)
+    )
+    if not others.exists():
+        raise LastOwnerError(f"{tenant} must keep at least one owner")
+
+
+def api_key_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    scopes: Iterable[str],
+    expires_at: datetime | None = None,
+    created_by: AbstractBaseUser | None = None,
+) -> tuple[ApiKey, str]:
+    """A new key for `tenant`. Returns the row and the secret, which is not
+    stored and cannot be shown again."""
+    name = (name or "").strip()
+    scope_list = sorted(set(scopes or []))
+    if not name:
+        raise ValidationError({"name": ["must not be empty"]})
+    if len(name) > API_KEY_NAME_MAX:
+        raise ValidationError({"name": [f"must be at most {API_KEY_NAME_MAX} characters"]})
+    if not scope_list:
+        raise ValidationError({"scopes": ["at least one scope is required"]})
+    unknown = [s for s in scope_list if s not in Scope.values]
+    if unknown:
+        raise ValidationError(
+            {"scopes": [f"unknown scope {unknown[0]!r}; known: {', '.join(Scope.values)}"]}
+        )
+    if expires_at is not None:
+        if timezone.is_naive(expires_at):
+            raise ValidationError({"expires_at": ["must include a timezone"]})
+        if expires_at <= timezone.now():
+            raise ValidationError({"expires_at": ["must be in the future"]})
+
+    for _attempt in range(3):  # a prefix collision is astronomically rare; retry anyway
+        prefix, raw = key_generate()
+        try:
+            with transaction.atomic():
+                key = ApiKey.objects.create(
+                    tenant=tenant,
+                    name=name,
+                    prefix=prefix,
+                    secret_hash=key_hash(raw),
+                    scopes=scope_list,
+                    expires_at=expires_at,
+                    created_by=created_by,
+                )
+            return key, raw
+        except IntegrityError:
+            continue
+    raise RuntimeError("could not allocate a unique API key prefix")
+
+
+def api_key_revoke(
+    *, tenant: Tenant, key_id: int, revoked_by: AbstractBaseUser | None = None
+) -> ApiKey:
+    """Revoke one of `tenant`'s keys. Revoking twice keeps the first time.
+    Another tenant's key id raises ApiKey.DoesNotExist, like an unknown one."""
+    with transaction.atomic():
+        key = ApiKey.objects.select_for_update().get(tenant=tenant, pk=key_id)
+        if key.revoked_at is None:
+            key.revoked_at = timezone.now()
+            key.revoked_by = revoked_by
+            key.save(update_fields=["revoked_at", "revoked_by"])
+    return key
+
+
+def api_key_authenticate(*, raw_key: str, now: datetime | None = None) -> ApiKey:
+    """The live key for `raw_key`, with its tenant loaded.
+
+    Raises AuthenticationError (malformed, unknown, revoked, expired) or
+    TenantSuspendedError. The secret is compared in constant time."""
+    parsed = key_parse(raw_key or "")
+    if parsed is None:
+        raise AuthenticationError("malformed API key")
+    key = ApiKey.objects.select_related("tenant").filter(prefix=parsed.prefix).first()
+    if not key_hash_matches(parsed.raw, key.secret_hash if key else _DUMMY_HASH) or key is None:
+        raise AuthenticationError("invalid API key")
+    now = now or timezone.now()
+    if key.revoked_at is not None:
+        raise AuthenticationError("API key has been revoked")
+    if key.expires_at is not None and key.expires_at <= now:
+        raise AuthenticationError("API key has expired")
+    if key.tenant.status != TenantStatus.ACTIVE:
+        raise TenantSuspendedError(f"tenant {key.tenant.slug} is suspended")
+    return key
+
+
+def api_keys_mark_used(*, used_at_by_key: Mapping[int, datetime]) -> int:
+    """Record when keys were last used; never moves a timestamp backwards.
+    Callers batch these (the gateway flushes them through a Celery task) so
+    the request path does not write a row per request."""
+    updated = 0
+    for key_id, used_at in used_at_by_key.items():
+        updated += ApiKey.objects.filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=used_at), pk=key_id
+        ).update(last_used_at=used_at)
+    return updated

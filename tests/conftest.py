@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from rest_framework.test import APIClient
+
+from tenants.choices import Role
+from tenants.models import Membership, Tenant
+from tests.factories import make_key, make_member, make_tenant
+
+
+@dataclass
+class World:
+    """A tenant with an owner, a viewer and a key: tests build two of these
+    so that every test can prove nothing leaks from one to the other."""
+
+    tenant: Tenant
+    owner: Membership
+    viewer: Membership
+    key: object
+    secret: str
+
+
+def _world(name: str) -> World:
+    tenant = make_tenant(name=name)
+    key, secret = make_key(tenant)
+    return World(
+        tenant=tenant,
+        owner=make_member(tenant, Role.OWNER),
+        viewer=make_member(tenant, Role.VIEWER),
+        key=key,
+        secret=secret,
+    )
+
+
+@pytest.fixture
+def world_a(db) -> World:
+    return _world("Alpha Corp")
+
+
+@pytest.fixture
+def world_b(db) -> World:
+    return _world("Bravo Inc")
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
+
+
+def client_for_key(secret: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+def client_for_user(user) -> APIClient:
+    client = APIClient()
+    client.force_login(user)
+    return client

