@@ -22,4 +22,7 @@ class Command(BaseCommand):
             access_log=False,
             log_level="warning",
             timeout_graceful_shutdown=30,
+            # Longer than clients' idle-connection expiry (httpx: 5 s), so a
+            # client never sends on a connection the gateway is closing.
+            timeout_keep_alive=75,
         )
