@@ -36,7 +36,6 @@ from serving.launcher import (  # noqa: E402
     vllm_install,
     vllm_installed,
 )
-from serving.models import RequestRecord  # noqa: E402
 from serving.services import (  # noqa: E402
     local_gpu_ensure,
     pool_ensure,
@@ -128,7 +127,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     if not vllm_installed():
         vllm_install(progress=lambda m: say(f"vLLM install: {m}"))
-    tenant, secret = bench_tenant()
+    _tenant, secret = bench_tenant()
     auth = {"Authorization": f"Bearer {secret}"}
     model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
     model = served_model_ensure(
@@ -285,7 +284,6 @@ def main() -> None:
         for process in reversed(processes):
             process.stop()
         replica_stop(vllm.pid)
-    RequestRecord.objects.filter(tenant=tenant).delete()
     if health["recent_stalls"]:
         say(f"gateway event-loop stalls over 100 ms: {health['recent_stalls']}")
         say(f"phase starts: {phase_starts}")

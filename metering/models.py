@@ -1,1 +1,214 @@
-"""Models arrive with the issue that builds this app."""
+"""The usage ledger and what is derived from it: device-seconds attributed
+per request and window, hourly rollups, and reconciliation against vLLM's
+own counters."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+
+from metering.choices import AttributionPolicy, EventSource, WindowStatus
+from serving.choices import RequestStatus
+from serving.models import Pool, Replica, ServedModel
+from tenants.models import Tenant
+
+SECONDS = {"max_digits": 24, "decimal_places": 9}
+
+
+class UsageEvent(models.Model):
+    """One request as a serving tier saw it: who, which model and replica,
+    tokens, timings and outcome. Append-only. Unique by request id (through
+    UsageKey: the table is partitioned by month of `received_at`, and a
+    partitioned table can only enforce keys that include the partition key).
+
+    The table is created by migration SQL (declarative partitioning), hence
+    `managed = False`; its partitions come from `metering.partitions`."""
+
+    request_id = models.CharField(max_length=128, primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.DO_NOTHING, related_name="+")
+    api_key_id = models.BigIntegerField(null=True)
+    model = models.CharField(max_length=200, help_text="The name the client called.")
+    served_model = models.ForeignKey(
+        ServedModel, null=True, on_delete=models.DO_NOTHING, related_name="+"
+    )
+    replica = models.ForeignKey(Replica, null=True, on_delete=models.DO_NOTHING, related_name="+")
+    pool = models.ForeignKey(Pool, null=True, on_delete=models.DO_NOTHING, related_name="+")
+    priority = models.IntegerField(default=0)
+    stream = models.BooleanField(default=False)
+    prompt_tokens = models.IntegerField(default=0)
+    cached_tokens = models.IntegerField(default=0)
+    completion_tokens = models.IntegerField(default=0)
+    received_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True)
+    first_token_at = models.DateTimeField(null=True)
+    ended_at = models.DateTimeField()
+    queue_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    ttft_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    generation_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    status = models.CharField(max_length=16, choices=RequestStatus.choices)
+    http_status = models.SmallIntegerField()
+    error = models.CharField(max_length=300, blank=True, default="")
+    source = models.CharField(max_length=16, choices=EventSource.choices)
+    synthetic = models.BooleanField(default=False, help_text="Made by the history generator.")
+    ingested_at = models.DateTimeField()
+
+    class Meta:
+        managed = False
+        db_table = "metering_usageevent"
+
+    def __str__(self) -> str:
+        return self.request_id
+
+
+class UsageKey(models.Model):
+    """The ledger's idempotency index: one row per request id ever recorded,
+    across all partitions."""
+
+    request_id = models.CharField(max_length=128, primary_key=True)
+    received_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.request_id
+
+
+class AttributionWindow(models.Model):
+    """One replica over [start, end): its capacity (GPUs x length), the
+    device-seconds attributed to requests and the idle rest. Pending when
+    usage for it arrived after (or before) it was last computed."""
+
+    replica = models.ForeignKey(Replica, on_delete=models.PROTECT, related_name="windows")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    status = models.CharField(
+        max_length=16, choices=WindowStatus.choices, default=WindowStatus.PENDING
+    )
+    policy = models.CharField(max_length=16, choices=AttributionPolicy.choices, blank=True)
+    gpus = models.PositiveIntegerField(default=0)
+    capacity_seconds = models.DecimalField(**SECONDS, default=0)
+    attributed_seconds = models.DecimalField(**SECONDS, default=0)
+    idle_seconds = models.DecimalField(**SECONDS, default=0)
+    requests = models.PositiveIntegerField(default=0)
+    marked_at = models.DateTimeField(help_text="When usage last made it pending.")
+    computed_at = models.DateTimeField(null=True)
+
+    class Meta:
+        ordering = ["-start", "replica"]
+        constraints = [
+            models.UniqueConstraint(fields=["replica", "start"], name="window_unique"),
+            models.CheckConstraint(condition=Q(end__gt=F("start")), name="window_end_after"),
+            models.CheckConstraint(
+                condition=Q(status__in=WindowStatus.values), name="window_status_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "start"], name="window_status_start")]
+
+    def __str__(self) -> str:
+        return f"{self.replica_id} @ {self.start:%Y-%m-%d %H:%M}"
+
+
+class AttributionShare(models.Model):
+    """The device-seconds one request used inside one window (a request that
+    spans windows has one row in each). Replaced whole when its window is
+    recomputed."""
+
+    window = models.ForeignKey(AttributionWindow, on_delete=models.CASCADE, related_name="shares")
+    request_id = models.CharField(max_length=128)
+    tenant = models.ForeignKey(Tenant, on_delete=models.DO_NOTHING, related_name="+")
+    served_model = models.ForeignKey(
+        ServedModel, null=True, on_delete=models.DO_NOTHING, related_name="+"
+    )
+    pool = models.ForeignKey(Pool, null=True, on_delete=models.DO_NOTHING, related_name="+")
+    priority = models.IntegerField(default=0)
+    device_seconds = models.DecimalField(**SECONDS)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["window"], name="share_window"),
+            models.Index(fields=["request_id"], name="share_request"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.request_id}: {self.device_seconds}"
+
+
+class UsageRollup(models.Model):
+    """One hour of one tenant's usage of one model on one replica and pool at
+    one priority: what reports, exports, dashboards and rating read."""
+
+    hour = models.DateTimeField()
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    served_model = models.ForeignKey(
+        ServedModel, null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    pool = models.ForeignKey(Pool, null=True, on_delete=models.PROTECT, related_name="+")
+    replica = models.ForeignKey(Replica, null=True, on_delete=models.PROTECT, related_name="+")
+    priority = models.IntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    requests_ok = models.BigIntegerField(default=0)
+    requests_aborted = models.BigIntegerField(default=0)
+    requests_error = models.BigIntegerField(default=0)
+    requests_rejected = models.BigIntegerField(default=0)
+    device_seconds = models.DecimalField(**SECONDS, default=0)
+    synthetic = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-hour"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "tenant", "served_model", "pool", "replica", "priority"],
+                name="rollup_unique",
+                nulls_distinct=False,
+            )
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "hour"], name="rollup_tenant_hour"),
+            models.Index(fields=["hour"], name="rollup_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.hour:%Y-%m-%d %H:00}"
+
+
+class DirtyHour(models.Model):
+    """An hour whose rollups must be recomputed (usage arrived for it)."""
+
+    hour = models.DateTimeField(primary_key=True)
+    marked_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:00}"
+
+
+class ReconciliationGap(models.Model):
+    """Per replica and window: tokens vLLM says it processed (deltas of its
+    own counters, aborted requests included) against tokens metered to
+    tenants. A positive gap is served but unbilled (revenue leakage)."""
+
+    replica = models.ForeignKey(Replica, on_delete=models.PROTECT, related_name="+")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    vllm_prompt_tokens = models.BigIntegerField()
+    vllm_generation_tokens = models.BigIntegerField()
+    metered_prompt_tokens = models.BigIntegerField()
+    metered_generation_tokens = models.BigIntegerField()
+    samples = models.PositiveIntegerField()
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-start", "replica"]
+        constraints = [
+            models.UniqueConstraint(fields=["replica", "start", "end"], name="recon_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.replica_id} @ {self.start:%Y-%m-%d %H:%M}"
+
+    @property
+    def prompt_gap(self) -> int:
+        return self.vllm_prompt_tokens - self.metered_prompt_tokens
+
+    @property
+    def generation_gap(self) -> int:
+        return self.vllm_generation_tokens - self.metered_generation_tokens

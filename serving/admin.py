@@ -8,7 +8,6 @@ from serving.models import (
     Pool,
     Replica,
     ReplicaMetricSample,
-    RequestRecord,
     Reservation,
     ServedModel,
 )
@@ -90,24 +89,6 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
-
-
-@admin.register(RequestRecord)
-class RequestRecordAdmin(ReadOnlyAdmin):
-    list_display = [
-        "request_id",
-        "tenant",
-        "model",
-        "replica",
-        "status",
-        "http_status",
-        "prompt_tokens",
-        "completion_tokens",
-        "received_at",
-    ]
-    list_filter = ["status", "stream", "replica"]
-    search_fields = ["request_id", "tenant__name"]
-    date_hierarchy = "received_at"
 
 
 @admin.register(ReplicaMetricSample)

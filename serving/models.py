@@ -1,6 +1,6 @@
 """The fleet: GPUs and where they sit, the pools they are sold in, the vLLM
-replicas that run on them, reservations, the model catalogue, and the
-gateway's completed-request records (interim, until metering's ledger)."""
+replicas that run on them, reservations, the model catalogue, and samples
+of each replica's own Prometheus counters."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from serving.choices import IdleCostPolicy, PoolKind, ReplicaStatus, RequestStatus
-from tenants.models import ApiKey, Tenant
+from serving.choices import IdleCostPolicy, PoolKind, ReplicaStatus
+from tenants.models import Tenant
 
 MONEY = {"max_digits": 20, "decimal_places": 4, "validators": [MinValueValidator(Decimal(0))]}
 RATE = {"max_digits": 24, "decimal_places": 9, "validators": [MinValueValidator(Decimal(0))]}
@@ -210,39 +210,6 @@ class Reservation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant}: {self.gpu_count} GPU in {self.pool}"
-
-
-class RequestRecord(models.Model):
-    """One request as the gateway saw it: who, where, tokens, timings and
-    outcome. The interim sink's table; metering's ledger replaces it."""
-
-    request_id = models.CharField(max_length=64, unique=True)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
-    api_key = models.ForeignKey(ApiKey, null=True, on_delete=models.SET_NULL, related_name="+")
-    model = models.CharField(max_length=200)
-    replica = models.ForeignKey(Replica, null=True, on_delete=models.PROTECT, related_name="+")
-    pool = models.ForeignKey(Pool, null=True, on_delete=models.PROTECT, related_name="+")
-    priority = models.IntegerField(default=0)
-    stream = models.BooleanField(default=False)
-    prompt_tokens = models.PositiveIntegerField(default=0)
-    cached_tokens = models.PositiveIntegerField(default=0)
-    completion_tokens = models.PositiveIntegerField(default=0)
-    received_at = models.DateTimeField()
-    sent_at = models.DateTimeField(null=True)
-    first_token_at = models.DateTimeField(null=True)
-    ended_at = models.DateTimeField()
-    queue_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
-    ttft_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
-    generation_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
-    status = models.CharField(max_length=16, choices=RequestStatus.choices)
-    http_status = models.PositiveSmallIntegerField()
-    error = models.CharField(max_length=300, blank=True, default="")
-
-    class Meta:
-        indexes = [models.Index(fields=["tenant", "received_at"], name="reqrec_tenant_time")]
-
-    def __str__(self) -> str:
-        return self.request_id
 
 
 class ReplicaMetricSample(models.Model):

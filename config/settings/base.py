@@ -185,7 +185,7 @@ DEMO_PASSWORD = env("DEMO_PASSWORD", default="demo-password")
 DEMO_KEYS_FILE = Path(env("DEMO_KEYS_FILE", default=str(VAR_DIR / "demo_api_keys.json")))
 
 # --- The OpenAI-compatible gateway (serving/gateway) ---
-SERVING_RECORD_SINK = env("SERVING_RECORD_SINK", default="serving.records.request_record_sink")
+SERVING_RECORD_SINK = env("SERVING_RECORD_SINK", default="metering.sink.usage_event_sink")
 GATEWAY = {
     "KEY_CACHE_SECONDS": env.float("GATEWAY_KEY_CACHE_SECONDS", default=5.0),
     "FLEET_REFRESH_SECONDS": env.float("GATEWAY_FLEET_REFRESH_SECONDS", default=2.0),
@@ -200,6 +200,18 @@ GATEWAY = {
     "DEAD_LETTER_PATH": env(
         "GATEWAY_DEAD_LETTER_PATH", default=str(VAR_DIR / "dead-letter" / "records.jsonl")
     ),
+}
+# --- Metering: the usage ledger, attribution, rollups (metering/) ---
+METERING = {
+    # How long the ingestion path trusts its cached list of tenants and replicas.
+    "DIRECTORY_SECONDS": env.float("METERING_DIRECTORY_SECONDS", default=5.0),
+    # Longer requests are refused; bounds how far back attribution looks.
+    "MAX_REQUEST_SECONDS": env.int("METERING_MAX_REQUEST_SECONDS", default=6 * 3600),
+    # equal | roofline (see DESIGN.md, Attribution)
+    "ATTRIBUTION_POLICY": env("METERING_ATTRIBUTION_POLICY", default="roofline"),
+    # A window is attributed once it has been closed this long (late records).
+    "ATTRIBUTION_GRACE_SECONDS": env.int("METERING_ATTRIBUTION_GRACE_SECONDS", default=120),
+    "INGEST_MAX_EVENTS": env.int("METERING_INGEST_MAX_EVENTS", default=1000),
 }
 VLLM_VENV = Path(env("VLLM_VENV", default=str(BASE_DIR / ".venv-vllm")))
 

@@ -135,11 +135,11 @@ def wait_for_fleet(gateway_url: str, *, replicas: int) -> None:
 
 
 def wait_for_records(request_ids: list[str], *, timeout: float = 10):
-    from serving.models import RequestRecord
+    from metering.models import UsageEvent
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = {r.request_id: r for r in RequestRecord.objects.filter(request_id__in=request_ids)}
+        found = {r.request_id: r for r in UsageEvent.objects.filter(request_id__in=request_ids)}
         if len(found) == len(set(request_ids)):
             return found
         time.sleep(0.05)

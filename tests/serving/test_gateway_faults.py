@@ -10,8 +10,9 @@ import httpx
 import openai
 import pytest
 
+from metering.models import UsageEvent
 from serving.choices import PoolKind
-from serving.models import LoraAdapter, RequestRecord
+from serving.models import LoraAdapter
 from serving.tiny_model import MODEL_NAME
 from tests.serving.conftest import start_gateway, stop_gateway, wait_for_fleet, wait_for_records
 from tests.serving.fake_upstream import FakeUpstream
@@ -215,7 +216,7 @@ class TestBadRequests:
         )
         assert response.status_code == 401
         assert response.json()["error"]["code"] == code
-        assert not RequestRecord.objects.filter(request_id=response.headers["x-request-id"])
+        assert not UsageEvent.objects.filter(request_id=response.headers["x-request-id"])
 
 
 def test_graceful_stop_flushes_every_record(fleet, fake):
@@ -233,7 +234,7 @@ def test_graceful_stop_flushes_every_record(fleet, fake):
             ).headers["x-request-id"]
             for _ in range(25)
         ]
-        assert not RequestRecord.objects.filter(request_id__in=ids).exists()  # still buffered
+        assert not UsageEvent.objects.filter(request_id__in=ids).exists()  # still buffered
     finally:
         stop_gateway(proc)
-    assert RequestRecord.objects.filter(request_id__in=ids).count() == 25
+    assert UsageEvent.objects.filter(request_id__in=ids).count() == 25

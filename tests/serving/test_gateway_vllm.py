@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 
+from metering.models import UsageEvent
 from serving.choices import PoolKind
 from serving.launcher import replica_stop
-from serving.models import RequestRecord
 from serving.tiny_model import MODEL_NAME
 from tenants.services import api_key_revoke
 from tests.services import redis_url, require
@@ -222,7 +222,7 @@ def test_over_limit_is_429_naming_the_limit(fleet, vllm):
     record = wait_for_records([rejected_id])[rejected_id]
     assert (record.status, record.http_status) == ("rejected", 429)
     assert record.tenant_id == fleet.tenants["slow"].pk
-    assert RequestRecord.objects.filter(tenant=fleet.tenants["slow"], status="ok").count() == 2
+    assert UsageEvent.objects.filter(tenant=fleet.tenants["slow"], status="ok").count() == 2
 
 
 def test_limits_hold_across_two_gateway_processes(fleet, vllm, tmp_path):

@@ -1,0 +1,183 @@
+"""Writing usage into the ledger: `usage_record_batch`, all-or-nothing per
+batch, idempotent by request id.
+
+The fast path: rows are COPYed into a temporary staging table; one INSERT
+claims the request ids that are new (metering_usagekey, ON CONFLICT DO
+NOTHING), one moves those events into the partitioned ledger, and two more
+mark what the new usage invalidates: each (replica, hour) window the
+requests were resident in, and each hour whose rollups change. All in one
+transaction, so a batch is either wholly recorded or not at all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+
+from config.db_copy import copy_to_staging
+from metering.partitions import LEDGER_TABLE, usage_partitions_ensure
+from metering.validation import LEDGER_COLUMNS, EventInvalid, EventValidator
+
+RECEIVED_AT = LEDGER_COLUMNS.index("received_at")
+
+
+@dataclass(frozen=True)
+class ItemError:
+    index: int
+    request_id: str | None
+    field: str
+    message: str
+
+
+class BatchRejected(Exception):
+    """At least one event is invalid; nothing of the batch was written."""
+
+    def __init__(self, errors: list[ItemError], total: int) -> None:
+        first = errors[0]
+        super().__init__(
+            f"{len(errors)} of {total} events rejected; first: event {first.index} "
+            f"{first.field}: {first.message}"
+        )
+        self.errors = errors
+        self.total = total
+
+
+@dataclass
+class BatchResult:
+    accepted: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+
+    @property
+    def accepted_count(self) -> int:
+        return len(self.accepted)
+
+    @property
+    def duplicate_count(self) -> int:
+        return len(self.duplicates)
+
+
+def usage_rows_validate(
+    *, events: Iterable[Mapping[str, Any]], source: str, now: datetime | None = None
+) -> list[tuple]:
+    """Ledger rows for `events`, or BatchRejected listing every bad one."""
+    validator = EventValidator(source=source, now=now)
+    rows, errors = [], []
+    for index, event in enumerate(events):
+        try:
+            rows.append(validator.row(event))
+        except EventInvalid as bad:
+            request_id = event.get("request_id") if isinstance(event, Mapping) else None
+            errors.append(
+                ItemError(
+                    index=index,
+                    request_id=request_id if isinstance(request_id, str) else None,
+                    field=bad.field,
+                    message=bad.message,
+                )
+            )
+    if errors:
+        raise BatchRejected(errors, total=len(rows) + len(errors))
+    return rows
+
+
+def usage_record_batch(
+    *, events: Iterable[Mapping[str, Any]], source: str, now: datetime | None = None
+) -> BatchResult:
+    """Validate and record `events`. A request id recorded before (or twice
+    in the batch) is a duplicate: skipped and counted, not an error. Any
+    invalid event rejects the whole batch (BatchRejected, nothing written)."""
+    rows = usage_rows_validate(events=events, source=source, now=now)
+    return usage_rows_record(rows=rows)
+
+
+def usage_rows_record(*, rows: Sequence[tuple]) -> BatchResult:
+    """Record already validated rows (tuples in LEDGER_COLUMNS order)."""
+    result = BatchResult()
+    if not rows:
+        return result
+    usage_partitions_ensure(months={row[RECEIVED_AT] for row in rows})
+    with transaction.atomic(), connection.cursor() as cursor, connection.wrap_database_errors:
+        raw = cursor.cursor
+        staging = copy_to_staging(raw, table=LEDGER_TABLE, columns=LEDGER_COLUMNS, rows=rows)
+        raw.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS _usage_fresh (request_id varchar(128)) "
+            "ON COMMIT DELETE ROWS"
+        )
+        raw.execute("TRUNCATE _usage_fresh")
+        raw.execute(
+            f"""
+            WITH claimed AS (
+                INSERT INTO metering_usagekey (request_id, received_at)
+                SELECT DISTINCT ON (request_id) request_id, received_at FROM {staging}
+                ORDER BY request_id, ctid
+                ON CONFLICT (request_id) DO NOTHING
+                RETURNING request_id
+            )
+            INSERT INTO _usage_fresh SELECT request_id FROM claimed
+            """
+        )
+        cols = ", ".join(LEDGER_COLUMNS)
+        raw.execute(
+            f"""
+            INSERT INTO {LEDGER_TABLE} ({cols}, ingested_at)
+            SELECT DISTINCT ON (s.request_id) {", ".join("s." + c for c in LEDGER_COLUMNS)}, now()
+            FROM {staging} s JOIN _usage_fresh f USING (request_id)
+            ORDER BY s.request_id, s.ctid
+            """
+        )
+        _mark_stale(raw, staging)
+        raw.execute("SELECT request_id FROM _usage_fresh")
+        fresh = {r[0] for r in raw.fetchall()}
+    seen: set[str] = set()
+    for row in rows:
+        request_id = row[0]
+        if request_id in fresh and request_id not in seen:
+            result.accepted.append(request_id)
+        else:
+            result.duplicates.append(request_id)
+        seen.add(request_id)
+    return result
+
+
+# The hours a request was resident in, from being sent (or received) to its end.
+_RESIDENT_HOURS = """
+    SELECT s.replica_id, s.status, h AS hour, s.received_at
+    FROM {staging} s JOIN _usage_fresh f USING (request_id),
+    LATERAL generate_series(
+        date_trunc('hour', coalesce(s.sent_at, s.received_at)),
+        date_trunc('hour', s.ended_at), interval '1 hour') AS h
+"""
+
+
+def _mark_stale(raw, staging: str) -> None:
+    """New usage re-opens the attribution windows it falls in and the
+    hours whose rollups it changes."""
+    hours = _RESIDENT_HOURS.format(staging=staging)
+    raw.execute(
+        f"""
+        INSERT INTO metering_attributionwindow
+            (replica_id, start, "end", status, policy, gpus, capacity_seconds,
+             attributed_seconds, idle_seconds, requests, marked_at)
+        SELECT DISTINCT replica_id, hour, hour + interval '1 hour', 'pending', '', 0, 0, 0, 0, 0,
+               now()
+        FROM ({hours}) r
+        WHERE replica_id IS NOT NULL AND status <> 'rejected'
+        ON CONFLICT (replica_id, start)
+        DO UPDATE SET status = 'pending', marked_at = EXCLUDED.marked_at
+        """
+    )
+    raw.execute(
+        f"""
+        INSERT INTO metering_dirtyhour (hour, marked_at)
+        SELECT DISTINCT hour, now() FROM (
+            SELECT hour FROM ({hours}) r
+            UNION
+            SELECT date_trunc('hour', s.received_at)
+            FROM {staging} s JOIN _usage_fresh f USING (request_id)
+        ) u
+        ON CONFLICT (hour) DO UPDATE SET marked_at = EXCLUDED.marked_at
+        """
+    )

@@ -1,0 +1,123 @@
+"""The usage ledger: idempotent by request id, all-or-nothing per batch,
+every field validated with the offending field named."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from metering.choices import EventSource
+from metering.ledger import BatchRejected, usage_record_batch
+from metering.models import AttributionWindow, DirtyHour, UsageEvent, UsageKey
+from metering.partitions import partition_name, usage_partitions_list
+from tests.metering.conftest import T0
+
+API = EventSource.API
+
+
+def test_a_batch_lands_whole_and_again_changes_nothing(ledger):
+    batch = [ledger.event("r1"), ledger.event("r2", tenant=ledger.b, completion_tokens=3)]
+    first = usage_record_batch(events=batch, source=API)
+    assert (first.accepted, first.duplicates) == (["r1", "r2"], [])
+    again = usage_record_batch(events=batch, source=API)
+    assert (again.accepted_count, again.duplicate_count) == (0, 2)
+    assert UsageEvent.objects.count() == 2 and UsageKey.objects.count() == 2
+    row = UsageEvent.objects.get(request_id="r2")
+    assert (row.tenant_id, row.prompt_tokens, row.completion_tokens) == (ledger.b.pk, 20, 3)
+    assert row.pool_id == ledger.pool.pk  # from the replica when not given
+    assert row.served_model_id == ledger.model.pk
+    assert row.queue_ms == Decimal("100.000") and row.source == "api"
+
+
+def test_a_duplicate_inside_one_batch_is_counted_once(ledger):
+    result = usage_record_batch(
+        events=[ledger.event("r1"), ledger.event("r1", completion_tokens=99)], source=API
+    )
+    assert (result.accepted, result.duplicates) == (["r1"], ["r1"])
+    assert UsageEvent.objects.get().completion_tokens == 10
+
+
+def test_a_resent_event_with_another_time_is_still_a_duplicate(ledger):
+    """Uniqueness is by request id across every monthly partition."""
+    usage_record_batch(events=[ledger.event("r1")], source=API)
+    later = ledger.event("r1", at=T0 + timedelta(days=40))
+    assert usage_record_batch(events=[later], source=API).duplicate_count == 1
+    assert UsageEvent.objects.count() == 1
+
+
+def test_partitions_are_monthly_and_created_on_demand(ledger):
+    usage_record_batch(
+        events=[ledger.event("oct"), ledger.event("nov", at=T0 + timedelta(days=31))], source=API
+    )
+    names = usage_partitions_list()
+    assert {partition_name(T0.date()), "metering_usageevent_y2026m11"} <= set(names)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"prompt_tokens": -1}, "prompt_tokens"),
+        ({"completion_tokens": "7"}, "completion_tokens"),
+        ({"cached_tokens": 21}, "cached_tokens"),
+        ({"ended_at": T0 - timedelta(seconds=1), "sent_at": None}, "ended_at"),
+        ({"tenant_id": 10**9}, "tenant_id"),
+        ({"model": "no-such-model"}, "model"),
+        ({"replica_id": 10**9}, "replica_id"),
+        ({"replica_id": None}, "replica_id"),
+        ({"status": "fine"}, "status"),
+        ({"received_at": "yesterday"}, "received_at"),
+        ({"received_at": T0.replace(tzinfo=None)}, "received_at"),
+        ({"queue_ms": -5}, "queue_ms"),
+        ({"request_id": ""}, "request_id"),
+        ({"sent_at": T0 + timedelta(hours=1)}, "sent_at"),
+    ],
+)
+def test_bad_input_names_the_field_and_writes_nothing(ledger, change, field):
+    batch = [ledger.event("good"), ledger.event("bad", **change)]
+    with pytest.raises(BatchRejected) as rejected:
+        usage_record_batch(events=batch, source=API)
+    (error,) = rejected.value.errors
+    assert (error.index, error.field) == (1, field)
+    assert not UsageEvent.objects.exists() and not UsageKey.objects.exists()
+    assert not AttributionWindow.objects.exists() and not DirtyHour.objects.exists()
+
+
+def test_a_timestamp_in_the_future_is_refused(ledger):
+    soon = timezone.now() + timedelta(hours=1)
+    with pytest.raises(BatchRejected) as rejected:
+        usage_record_batch(events=[ledger.event("f", at=soon)], source=API)
+    assert rejected.value.errors[0].field == "ended_at"
+    assert "future" in rejected.value.errors[0].message
+
+
+def test_names_instead_of_ids_for_other_serving_tiers(ledger):
+    event = ledger.event("ext", tenant_id=None, replica_id=None)
+    event.update(tenant=ledger.b.slug, replica=ledger.other_replica.name)
+    usage_record_batch(events=[event], source=API)
+    row = UsageEvent.objects.get()
+    assert (row.tenant_id, row.replica_id) == (ledger.b.pk, ledger.other_replica.pk)
+
+
+def test_rejected_requests_need_no_replica_or_known_model(ledger):
+    event = ledger.event("r", status="rejected", http_status=429, replica_id=None, model="")
+    usage_record_batch(events=[event], source=API)
+    assert UsageEvent.objects.get().served_model_id is None
+    assert not AttributionWindow.objects.exists()  # nothing ran on a GPU
+
+
+def test_new_usage_marks_its_windows_and_hours_stale(ledger):
+    # Resident from 12:59:59.5 to 13:00:01: two hourly windows on its replica.
+    late = T0 + timedelta(minutes=59, seconds=59)
+    usage_record_batch(events=[ledger.event("x", at=late)], source=API)
+    windows = AttributionWindow.objects.order_by("start")
+    assert [(w.replica_id, w.start, w.status) for w in windows] == [
+        (ledger.replica.pk, T0, "pending"),
+        (ledger.replica.pk, T0 + timedelta(hours=1), "pending"),
+    ]
+    assert sorted(DirtyHour.objects.values_list("hour", flat=True)) == [
+        T0,
+        T0 + timedelta(hours=1),
+    ]
