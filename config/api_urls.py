@@ -5,4 +5,5 @@ from django.urls import include, path
 urlpatterns = [
     path("", include("tenants.api.urls")),
     path("", include("serving.api.urls")),
+    path("", include("metering.api.urls")),
 ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import AbstractBaseUser
 
 from tenants.choices import KEY_MANAGER_ROLES, ROLE_SCOPES
-from tenants.models import ApiKey, Tenant
+from tenants.models import ApiKey, ServiceKey, Tenant
 from tenants.selectors import membership_list_for_user, user_is_finance_staff
 
 
@@ -36,6 +36,14 @@ class ApiKeyUser:
         return self.username
 
 
+class ServiceKeyUser(ApiKeyUser):
+    """request.user for a platform service key."""
+
+    def __init__(self, service_key: ServiceKey) -> None:
+        self.service_key = service_key
+        self.username = f"service-key:{service_key.prefix}"
+
+
 @dataclass(frozen=True)
 class Principal:
     tenant: Tenant | None
@@ -43,6 +51,7 @@ class Principal:
     role: str | None = None
     api_key: ApiKey | None = None
     user: AbstractBaseUser | None = None
+    service_key: ServiceKey | None = None
     is_finance: bool = False
     # Set when a member of several tenants did not say which one they mean.
     tenant_choices: tuple[Tenant, ...] = field(default=())
@@ -55,6 +64,10 @@ class Principal:
 
 def principal_for_api_key(api_key: ApiKey) -> Principal:
     return Principal(tenant=api_key.tenant, scopes=frozenset(api_key.scopes), api_key=api_key)
+
+
+def principal_for_service_key(service_key: ServiceKey) -> Principal:
+    return Principal(tenant=None, scopes=frozenset(service_key.scopes), service_key=service_key)
 
 
 def principal_for_user(user: AbstractBaseUser, *, tenant_slug: str | None = None) -> Principal:

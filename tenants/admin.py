@@ -4,7 +4,7 @@ created where the secret can be shown once (API, portal, seed_demo)."""
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from tenants.models import ApiKey, Membership, Tenant, TenantPolicy
+from tenants.models import ApiKey, Membership, ServiceKey, Tenant, TenantPolicy
 
 
 class TenantPolicyInline(admin.StackedInline):
@@ -86,3 +86,33 @@ class TenantPolicyAdmin(admin.ModelAdmin):
     ]
     list_filter = ["priority_class"]
     search_fields = ["tenant__name", "tenant__slug"]
+
+
+@admin.register(ServiceKey)
+class ServiceKeyAdmin(admin.ModelAdmin):
+    """Created with `manage.py service_key_create` (the secret is shown once)."""
+
+    list_display = ["display_prefix", "name", "scopes", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "prefix"]
+    exclude = ["secret_hash"]
+    readonly_fields = [
+        "display_prefix",
+        "scopes",
+        "created_by",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    @admin.action(description="Revoke selected service keys")
+    def revoke(self, request, queryset):
+        from tenants.services import service_key_revoke
+
+        for key in queryset:
+            service_key_revoke(key=key)
+        self.message_user(request, f"Revoked {queryset.count()} key(s).", messages.SUCCESS)

@@ -34,6 +34,12 @@ class Scope(models.TextChoices):
     BILLING_READ = "billing:read", "Read invoices and spend"
 
 
+class ServiceScope(models.TextChoices):
+    """What a platform service key (not a tenant's) may do."""
+
+    USAGE_WRITE = "usage:write", "Report usage events (another serving tier)"
+
+
 # What a signed-in member may read through the API, by role.
 ROLE_SCOPES = {
     Role.OWNER: frozenset({Scope.USAGE_READ, Scope.BILLING_READ}),

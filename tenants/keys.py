@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-KEY_PREFIX = "glk_"
+KEY_PREFIX = "glk_"  # a tenant's API key
+SERVICE_KEY_PREFIX = "gls_"  # a platform service key (usage ingestion)
 _ALPHABET = string.ascii_letters + string.digits
 PREFIX_LENGTH = 10
 SECRET_LENGTH = 43
@@ -26,18 +27,18 @@ class ParsedKey:
     raw: str
 
 
-def key_generate() -> tuple[str, str]:
-    """A new (prefix, full key)."""
+def key_generate(kind: str = KEY_PREFIX) -> tuple[str, str]:
+    """A new (prefix, full key) of `kind` (KEY_PREFIX or SERVICE_KEY_PREFIX)."""
     prefix = "".join(secrets.choice(_ALPHABET) for _ in range(PREFIX_LENGTH))
     secret = "".join(secrets.choice(_ALPHABET) for _ in range(SECRET_LENGTH))
-    return prefix, f"{KEY_PREFIX}{prefix}_{secret}"
+    return prefix, f"{kind}{prefix}_{secret}"
 
 
-def key_parse(raw: str) -> ParsedKey | None:
-    """The key's parts, or None when it is not shaped like one of ours."""
-    if not raw.startswith(KEY_PREFIX):
+def key_parse(raw: str, kind: str = KEY_PREFIX) -> ParsedKey | None:
+    """The key's parts, or None when it is not shaped like one of `kind`."""
+    if not raw.startswith(kind):
         return None
-    body = raw[len(KEY_PREFIX) :]
+    body = raw[len(kind) :]
     prefix, sep, secret = body.partition("_")
     if (
         not sep

@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length
 
-from tenants.choices import PriorityClass, Role, Scope, TenantStatus, Tier
+from tenants.choices import PriorityClass, Role, Scope, ServiceScope, TenantStatus, Tier
 
 models.CharField.register_lookup(Length)
 
@@ -111,6 +111,43 @@ class ApiKey(models.Model):
         from tenants.keys import KEY_PREFIX
 
         return f"{KEY_PREFIX}{self.prefix}…"
+
+
+class ServiceKey(models.Model):
+    """A platform credential for machines, not tenants: another serving tier
+    reporting usage for many tenants. Hashed like an ApiKey, shown once."""
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    scopes = ArrayField(models.CharField(max_length=32, choices=ServiceScope.choices))
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(name__length__gt=0), name="servicekey_name_not_empty"
+            ),
+            models.CheckConstraint(
+                condition=Q(scopes__len__gt=0) & Q(scopes__contained_by=ServiceScope.values),
+                name="servicekey_scopes_known",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.display_prefix} ({self.name})"
+
+    @property
+    def display_prefix(self) -> str:
+        from tenants.keys import SERVICE_KEY_PREFIX
+
+        return f"{SERVICE_KEY_PREFIX}{self.prefix}…"
 
 
 class TenantPolicy(models.Model):

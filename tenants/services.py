@@ -13,10 +13,16 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
-from tenants.choices import Role, Scope, TenantStatus, Tier
+from tenants.choices import Role, Scope, ServiceScope, TenantStatus, Tier
 from tenants.errors import AuthenticationError, LastOwnerError, TenantSuspendedError
-from tenants.keys import key_generate, key_hash, key_hash_matches, key_parse
-from tenants.models import ApiKey, Membership, Tenant, TenantPolicy
+from tenants.keys import (
+    SERVICE_KEY_PREFIX,
+    key_generate,
+    key_hash,
+    key_hash_matches,
+    key_parse,
+)
+from tenants.models import ApiKey, Membership, ServiceKey, Tenant, TenantPolicy
 
 API_KEY_NAME_MAX = ApiKey._meta.get_field("name").max_length
 # Compared against when no key has the presented prefix, so that an unknown
@@ -171,6 +177,48 @@ def api_key_authenticate(*, raw_key: str, now: datetime | None = None) -> ApiKey
         raise AuthenticationError("API key has expired")
     if key.tenant.status != TenantStatus.ACTIVE:
         raise TenantSuspendedError(f"tenant {key.tenant.slug} is suspended")
+    return key
+
+
+def service_key_create(
+    *, name: str, scopes: Iterable[str] = (ServiceScope.USAGE_WRITE,), created_by=None
+) -> tuple[ServiceKey, str]:
+    """A new platform service key. Returns the row and the secret (not stored)."""
+    name = (name or "").strip()
+    scope_list = sorted(set(scopes))
+    if not name:
+        raise ValidationError({"name": ["must not be empty"]})
+    unknown = [s for s in scope_list if s not in ServiceScope.values]
+    if not scope_list or unknown:
+        raise ValidationError({"scopes": [f"known: {', '.join(ServiceScope.values)}"]})
+    prefix, raw = key_generate(SERVICE_KEY_PREFIX)
+    key = ServiceKey.objects.create(
+        name=name,
+        prefix=prefix,
+        secret_hash=key_hash(raw),
+        scopes=scope_list,
+        created_by=created_by,
+    )
+    return key, raw
+
+
+def service_key_authenticate(*, raw_key: str) -> ServiceKey:
+    """The live service key for `raw_key`; AuthenticationError otherwise."""
+    parsed = key_parse(raw_key or "", SERVICE_KEY_PREFIX)
+    if parsed is None:
+        raise AuthenticationError("malformed service key")
+    key = ServiceKey.objects.filter(prefix=parsed.prefix).first()
+    if not key_hash_matches(parsed.raw, key.secret_hash if key else _DUMMY_HASH) or key is None:
+        raise AuthenticationError("invalid service key")
+    if key.revoked_at is not None:
+        raise AuthenticationError("service key has been revoked")
+    return key
+
+
+def service_key_revoke(*, key: ServiceKey) -> ServiceKey:
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
     return key
 
 

@@ -1,11 +1,13 @@
-"""DRF authentication by API key: `Authorization: Bearer glk_...`."""
+"""DRF authentication by key: `Authorization: Bearer glk_...` (a tenant's API
+key) or `Bearer gls_...` (a platform service key)."""
 
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 
-from tenants.access import ApiKeyUser
+from tenants.access import ApiKeyUser, ServiceKeyUser
 from tenants.errors import AuthenticationError, TenantSuspendedError
-from tenants.services import api_key_authenticate
+from tenants.keys import SERVICE_KEY_PREFIX
+from tenants.services import api_key_authenticate, service_key_authenticate
 
 
 class ApiKeyAuthentication(BaseAuthentication):
@@ -24,6 +26,12 @@ class ApiKeyAuthentication(BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "Authorization header must be 'Bearer <API key>'", code="malformed_authorization"
             )
+        if parts[1].startswith(SERVICE_KEY_PREFIX):
+            try:
+                service_key = service_key_authenticate(raw_key=parts[1])
+            except AuthenticationError as exc:
+                raise exceptions.AuthenticationFailed(str(exc), code=exc.code) from None
+            return ServiceKeyUser(service_key), service_key
         try:
             key = api_key_authenticate(raw_key=parts[1])
         except AuthenticationError as exc:

@@ -5,8 +5,13 @@ from __future__ import annotations
 from rest_framework import exceptions
 from rest_framework.permissions import BasePermission
 
-from tenants.access import Principal, principal_for_api_key, principal_for_user
-from tenants.models import ApiKey
+from tenants.access import (
+    Principal,
+    principal_for_api_key,
+    principal_for_service_key,
+    principal_for_user,
+)
+from tenants.models import ApiKey, ServiceKey
 
 TENANT_HEADER = "HTTP_X_TENANT"
 
@@ -18,6 +23,8 @@ def request_principal(request) -> Principal:
         return cached
     if isinstance(request.auth, ApiKey):
         principal = principal_for_api_key(request.auth)
+    elif isinstance(request.auth, ServiceKey):
+        principal = principal_for_service_key(request.auth)
     else:
         slug = request.META.get(TENANT_HEADER) or request.session.get("tenant_slug")
         principal = principal_for_user(request.user, tenant_slug=slug)
@@ -44,6 +51,8 @@ class IsTenantKeyManager(BasePermission):
 
     def has_permission(self, request, view) -> bool:
         principal = request_principal(request)
+        if principal.service_key is not None:
+            return False
         if principal.api_key is None and principal.tenant is None:
             return True  # let require_tenant answer 404 / 400 with the reason
         return principal.can_manage_keys
@@ -54,6 +63,16 @@ class IsFinanceStaff(BasePermission):
 
     def has_permission(self, request, view) -> bool:
         return request_principal(request).is_finance
+
+
+class IsUsageReporter(BasePermission):
+    """A platform service key with the usage:write scope."""
+
+    message = "a service key with the 'usage:write' scope is required"
+
+    def has_permission(self, request, view) -> bool:
+        principal = request_principal(request)
+        return principal.service_key is not None and "usage:write" in principal.scopes
 
 
 def scope_required(scope: str) -> type[BasePermission]:

@@ -1,0 +1,56 @@
+"""Shapes of the metering API. Usage events are parsed and validated by
+metering.validation (one fast pass, per-item errors); the serializers here
+describe them for the OpenAPI schema."""
+
+from rest_framework import serializers
+
+from metering.validation import MAX_TOKENS
+from serving.choices import RequestStatus
+
+
+class UsageEventIn(serializers.Serializer):
+    """One completed request, as another serving tier reports it."""
+
+    request_id = serializers.CharField(max_length=128, help_text="Unique; re-sending is a no-op.")
+    tenant = serializers.SlugField(required=False, help_text="Tenant slug (or tenant_id).")
+    tenant_id = serializers.IntegerField(required=False)
+    model = serializers.CharField(help_text="Served model or the tenant's LoRA adapter name.")
+    replica = serializers.CharField(required=False, help_text="Replica name (or replica_id).")
+    replica_id = serializers.IntegerField(required=False)
+    pool_id = serializers.IntegerField(required=False, help_text="Default: the replica's pool.")
+    priority = serializers.IntegerField(required=False, default=0)
+    stream = serializers.BooleanField(required=False, default=False)
+    prompt_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS, default=0)
+    cached_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS, default=0)
+    completion_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS, default=0)
+    received_at = serializers.DateTimeField(help_text="ISO 8601 with a UTC offset.")
+    sent_at = serializers.DateTimeField(required=False)
+    first_token_at = serializers.DateTimeField(required=False)
+    ended_at = serializers.DateTimeField()
+    queue_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
+    ttft_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
+    generation_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
+    status = serializers.ChoiceField(choices=RequestStatus.choices)
+    http_status = serializers.IntegerField(required=False)
+    error = serializers.CharField(required=False, allow_blank=True)
+
+
+class UsageBatchIn(serializers.Serializer):
+    events = UsageEventIn(many=True)
+
+
+class UsageItemResultOut(serializers.Serializer):
+    index = serializers.IntegerField()
+    request_id = serializers.CharField(allow_null=True)
+    status = serializers.ChoiceField(
+        choices=["accepted", "duplicate", "rejected", "not_written"],
+        help_text="not_written: valid, but the batch was refused for another event.",
+    )
+    field = serializers.CharField(required=False)
+    reason = serializers.CharField(required=False)
+
+
+class UsageBatchOut(serializers.Serializer):
+    accepted = serializers.IntegerField()
+    duplicates = serializers.IntegerField()
+    results = UsageItemResultOut(many=True)

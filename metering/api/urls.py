@@ -1,0 +1,7 @@
+from django.urls import path
+
+from metering.api import views
+
+urlpatterns = [
+    path("usage/events", views.UsageEventIngestView.as_view(), name="usage-events"),
+]

@@ -1,0 +1,142 @@
+"""The metering API: batch ingestion of usage events from serving tiers
+that are not ours."""
+
+from __future__ import annotations
+
+import orjson
+from django.conf import settings
+from drf_spectacular.utils import OpenApiExample, extend_schema
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from config.api_errors import ERROR_RESPONSES, ErrorOut
+from metering.api.serializers import UsageBatchIn, UsageBatchOut
+from metering.choices import EventSource
+from metering.ledger import BatchRejected, usage_record_batch
+from tenants.api.permissions import IsUsageReporter
+
+NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines")
+
+EXAMPLE_EVENT = {
+    "request_id": "edge-7f3a2c",
+    "tenant": "acme",
+    "model": "llama-3.1-8b",
+    "replica": "eu-west-vllm-3",
+    "prompt_tokens": 812,
+    "cached_tokens": 512,
+    "completion_tokens": 96,
+    "received_at": "2026-11-21T10:15:02.120Z",
+    "sent_at": "2026-11-21T10:15:02.121Z",
+    "ended_at": "2026-11-21T10:15:03.900Z",
+    "queue_ms": 3.2,
+    "ttft_ms": 41.7,
+    "generation_ms": 1730.0,
+    "status": "ok",
+    "http_status": 200,
+}
+
+
+def _parse_events(request) -> list:
+    """The events in the body: {"events": [...]}, a bare JSON array, or
+    NDJSON (one event per line). Parsed with orjson: no serializer per item."""
+    body = request.body
+    content_type = (request.content_type or "").split(";")[0].strip().lower()
+    try:
+        if content_type in NDJSON_TYPES:
+            events = [orjson.loads(line) for line in body.splitlines() if line.strip()]
+        else:
+            payload = orjson.loads(body)
+            events = payload.get("events") if isinstance(payload, dict) else payload
+    except orjson.JSONDecodeError as exc:
+        raise exceptions.ParseError(f"the body is not valid JSON: {exc}") from None
+    if not isinstance(events, list):
+        raise exceptions.ValidationError({"events": ["a list of usage events is required"]})
+    limit = settings.METERING["INGEST_MAX_EVENTS"]
+    if not events or len(events) > limit:
+        raise exceptions.ValidationError({"events": [f"send 1 to {limit} events per request"]})
+    return events
+
+
+class UsageEventIngestView(APIView):
+    permission_classes = [IsUsageReporter]
+    parser_classes: list = []  # the body is read raw (JSON or NDJSON), see _parse_events
+
+    @extend_schema(
+        summary="Report usage events (up to 1,000) from another serving tier",
+        description=(
+            "Authenticated by a platform service key (`Authorization: Bearer gls_...`, "
+            "created with `manage.py service_key_create`). The body is `{\"events\": [...]}`, "
+            "a JSON array, or NDJSON (`Content-Type: application/x-ndjson`). Idempotent: an "
+            "event whose request_id was recorded before is a `duplicate`, not an error. "
+            "All-or-nothing: if any event is invalid the answer is 400, every bad event is "
+            "named with its field, and nothing of the batch is written."
+        ),
+        request=UsageBatchIn,
+        responses={200: UsageBatchOut, 400: ErrorOut, **ERROR_RESPONSES},
+        examples=[
+            OpenApiExample("A batch of one", value={"events": [EXAMPLE_EVENT]}, request_only=True),
+            OpenApiExample(
+                "Recorded",
+                value={
+                    "accepted": 1,
+                    "duplicates": 0,
+                    "results": [{"index": 0, "request_id": "edge-7f3a2c", "status": "accepted"}],
+                },
+                response_only=True,
+                status_codes=["200"],
+            ),
+        ],
+        tags=["usage"],
+    )
+    def post(self, request):
+        events = _parse_events(request)
+        try:
+            result = usage_record_batch(events=events, source=EventSource.API)
+        except BatchRejected as rejected:
+            return _rejected_response(events, rejected)
+        accepted = iter(result.accepted)
+        next_accepted = next(accepted, None)
+        results = []
+        for index, event in enumerate(events):
+            request_id = event["request_id"]
+            if request_id == next_accepted:
+                results.append({"index": index, "request_id": request_id, "status": "accepted"})
+                next_accepted = next(accepted, None)
+            else:
+                results.append({"index": index, "request_id": request_id, "status": "duplicate"})
+        body = {
+            "accepted": result.accepted_count,
+            "duplicates": result.duplicate_count,
+            "results": results,
+        }
+        return Response(body, status=status.HTTP_200_OK)
+
+
+def _rejected_response(events: list, rejected: BatchRejected) -> Response:
+    bad = {e.index: e for e in rejected.errors}
+    results = []
+    for index, event in enumerate(events):
+        request_id = event.get("request_id") if isinstance(event, dict) else None
+        item = {"index": index, "request_id": request_id, "status": "not_written"}
+        if index in bad:
+            item.update(status="rejected", field=bad[index].field, reason=bad[index].message)
+        results.append(item)
+    details = [
+        {"field": f"events.{e.index}.{e.field}", "code": "invalid", "message": e.message}
+        for e in rejected.errors
+    ]
+    first = details[0]
+    body = {
+        "error": {
+            "code": "invalid_events",
+            "message": (
+                f"{len(details)} of {len(events)} events are invalid; nothing was written. "
+                f"First: {first['field']}: {first['message']}"
+            ),
+            "field": first["field"],
+            "details": details,
+        },
+        "results": results,
+    }
+    return Response(body, status=status.HTTP_400_BAD_REQUEST)

@@ -1,0 +1,90 @@
+"""POST /api/v1/usage/events: service keys only, JSON or NDJSON, idempotent,
+per-item results, all-or-nothing with every bad event named."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from metering.models import UsageEvent
+from tenants.services import service_key_create, service_key_revoke
+from tests.conftest import client_for_key
+from tests.factories import make_key
+
+URL = "/api/v1/usage/events"
+
+
+def as_json(event: dict) -> dict:
+    return orjson.loads(orjson.dumps(event, default=str))
+
+
+@pytest.fixture
+def reporter(ledger):
+    _key, secret = service_key_create(name="edge fleet")
+    return client_for_key(secret)
+
+
+def test_a_batch_is_recorded_and_a_replay_is_all_duplicates(ledger, reporter):
+    events = [as_json(ledger.event("e1")), as_json(ledger.event("e2", tenant=ledger.b))]
+    events[1].update(tenant=ledger.b.slug, tenant_id=None)
+    response = reporter.post(URL, {"events": events}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json() == {
+        "accepted": 2,
+        "duplicates": 0,
+        "results": [
+            {"index": 0, "request_id": "e1", "status": "accepted"},
+            {"index": 1, "request_id": "e2", "status": "accepted"},
+        ],
+    }
+    again = reporter.post(URL, events, format="json")  # a bare array works too
+    assert again.json()["duplicates"] == 2
+    assert [r["status"] for r in again.json()["results"]] == ["duplicate", "duplicate"]
+    assert UsageEvent.objects.filter(source="api").count() == 2
+
+
+def test_ndjson_bodies(ledger, reporter):
+    body = b"\n".join(orjson.dumps(as_json(ledger.event(f"n{i}"))) for i in range(3))
+    response = reporter.post(URL, body, content_type="application/x-ndjson")
+    assert response.status_code == 200 and response.json()["accepted"] == 3
+
+
+def test_bad_events_are_named_and_nothing_is_written(ledger, reporter):
+    events = [
+        as_json(ledger.event("ok")),
+        as_json(ledger.event("neg", prompt_tokens=-3)),
+        as_json(ledger.event("who", tenant_id=None)) | {"tenant": "nobody"},
+    ]
+    response = reporter.post(URL, {"events": events}, format="json")
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"]["field"] == "events.1.prompt_tokens"
+    assert [d["field"] for d in body["error"]["details"]] == [
+        "events.1.prompt_tokens",
+        "events.2.tenant",
+    ]
+    assert [r["status"] for r in body["results"]] == ["not_written", "rejected", "rejected"]
+    assert "unknown tenant 'nobody'" in body["results"][2]["reason"]
+    assert not UsageEvent.objects.exists()
+
+
+def test_too_many_events_or_not_json(ledger, reporter, settings):
+    settings.METERING = {**settings.METERING, "INGEST_MAX_EVENTS": 2}
+    events = [as_json(ledger.event(f"x{i}")) for i in range(3)]
+    too_many = reporter.post(URL, {"events": events}, format="json")
+    assert too_many.status_code == 400 and too_many.json()["error"]["field"] == "events"
+    garbage = reporter.post(URL, b"{nope", content_type="application/json")
+    assert garbage.status_code == 400 and "not valid JSON" in garbage.json()["error"]["message"]
+    assert not UsageEvent.objects.exists()
+
+
+def test_only_live_service_keys_may_report(ledger, api):
+    event = as_json(ledger.event("e"))
+    _key, tenant_secret = make_key(ledger.a)
+    assert client_for_key(tenant_secret).post(URL, [event], format="json").status_code == 403
+    assert api.post(URL, [event], format="json").status_code == 401
+    key, secret = service_key_create(name="old")
+    service_key_revoke(key=key)
+    refused = client_for_key(secret).post(URL, [event], format="json")
+    assert refused.status_code == 401 and "revoked" in refused.json()["error"]["message"]
+    assert not UsageEvent.objects.exists()
