@@ -4,4 +4,7 @@ pause or retime them in the admin."""
 
 BEAT_SCHEDULE = {
     "replicas-scrape": {"task": "serving.replicas_scrape", "schedule": 15.0},
+    "metering-run": {"task": "metering.run", "schedule": 60.0},
+    "metering-partitions": {"task": "metering.partitions_ensure", "schedule": 6 * 3600.0},
+    "metering-conservation": {"task": "metering.conservation_check", "schedule": 3600.0},
 }

@@ -159,8 +159,8 @@ def _mark_stale(raw, staging: str) -> None:
     raw.execute(
         f"""
         INSERT INTO metering_attributionwindow
-            (replica_id, start, "end", status, policy, gpus, capacity_seconds,
-             attributed_seconds, idle_seconds, requests, marked_at)
+            (replica_id, start, "end", status, policy, gpus, capacity_ns,
+             attributed_ns, idle_ns, requests, marked_at)
         SELECT DISTINCT replica_id, hour, hour + interval '1 hour', 'pending', '', 0, 0, 0, 0, 0,
                now()
         FROM ({hours}) r

@@ -4,6 +4,8 @@ own counters."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.db import models
 from django.db.models import F, Q
 
@@ -13,6 +15,11 @@ from serving.models import Pool, Replica, ServedModel
 from tenants.models import Tenant
 
 SECONDS = {"max_digits": 24, "decimal_places": 9}
+
+
+def ns_to_seconds(ns: int) -> Decimal:
+    """Exact: integer nanoseconds as Decimal seconds with 9 places."""
+    return Decimal(ns).scaleb(-9)
 
 
 class UsageEvent(models.Model):
@@ -84,9 +91,10 @@ class AttributionWindow(models.Model):
     )
     policy = models.CharField(max_length=16, choices=AttributionPolicy.choices, blank=True)
     gpus = models.PositiveIntegerField(default=0)
-    capacity_seconds = models.DecimalField(**SECONDS, default=0)
-    attributed_seconds = models.DecimalField(**SECONDS, default=0)
-    idle_seconds = models.DecimalField(**SECONDS, default=0)
+    # Device-nanoseconds, integers: capacity = attributed + idle exactly.
+    capacity_ns = models.BigIntegerField(default=0)
+    attributed_ns = models.BigIntegerField(default=0)
+    idle_ns = models.BigIntegerField(default=0)
     requests = models.PositiveIntegerField(default=0)
     marked_at = models.DateTimeField(help_text="When usage last made it pending.")
     computed_at = models.DateTimeField(null=True)
@@ -105,6 +113,18 @@ class AttributionWindow(models.Model):
     def __str__(self) -> str:
         return f"{self.replica_id} @ {self.start:%Y-%m-%d %H:%M}"
 
+    @property
+    def capacity_seconds(self) -> Decimal:
+        return ns_to_seconds(self.capacity_ns)
+
+    @property
+    def attributed_seconds(self) -> Decimal:
+        return ns_to_seconds(self.attributed_ns)
+
+    @property
+    def idle_seconds(self) -> Decimal:
+        return ns_to_seconds(self.idle_ns)
+
 
 class AttributionShare(models.Model):
     """The device-seconds one request used inside one window (a request that
@@ -119,7 +139,7 @@ class AttributionShare(models.Model):
     )
     pool = models.ForeignKey(Pool, null=True, on_delete=models.DO_NOTHING, related_name="+")
     priority = models.IntegerField(default=0)
-    device_seconds = models.DecimalField(**SECONDS)
+    device_ns = models.BigIntegerField(help_text="Device-nanoseconds.")
 
     class Meta:
         indexes = [
@@ -128,7 +148,11 @@ class AttributionShare(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.request_id}: {self.device_seconds}"
+        return f"{self.request_id}: {self.device_seconds} device-s"
+
+    @property
+    def device_seconds(self) -> Decimal:
+        return ns_to_seconds(self.device_ns)
 
 
 class UsageRollup(models.Model):

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from serving.choices import IdleCostPolicy, PoolKind, ReplicaStatus
+from serving.model_config import roofline_bytes
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, ServedModel
 from tenants.models import Tenant
 
@@ -17,12 +18,18 @@ LOCAL_SKU = "vLLM CPU slot (dev)"
 
 
 def served_model_ensure(
-    *, name: str, chars_per_token: Decimal = Decimal(4), max_context_tokens: int = 4096
+    *,
+    name: str,
+    chars_per_token: Decimal = Decimal(4),
+    max_context_tokens: int = 4096,
+    config: dict | None = None,
 ) -> ServedModel:
-    model, _ = ServedModel.objects.update_or_create(
-        name=name,
-        defaults={"chars_per_token": chars_per_token, "max_context_tokens": max_context_tokens},
-    )
+    """Create or update a served model; `config` (its Hugging Face
+    config.json) gives the byte counts roofline attribution weighs by."""
+    defaults = {"chars_per_token": chars_per_token, "max_context_tokens": max_context_tokens}
+    if config is not None:
+        defaults["weight_bytes"], defaults["kv_bytes_per_token"] = roofline_bytes(config)
+    model, _ = ServedModel.objects.update_or_create(name=name, defaults=defaults)
     return model
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from serving.models import Pool, Replica, ServedModel
 from serving.services import local_gpu_ensure, pool_ensure, replica_register, served_model_ensure
+from serving.tiny_model import MODEL_NAME, model_config
 from tenants.models import Tenant
 from tests.factories import make_tenant
 
@@ -54,7 +55,7 @@ class Ledger:
 
 @pytest.fixture
 def ledger(db) -> Ledger:
-    model = served_model_ensure(name="tiny-llama")
+    model = served_model_ensure(name=MODEL_NAME, config=model_config())
     pool = pool_ensure(name="shared")
     replicas = [
         replica_register(

@@ -33,7 +33,7 @@ from serving.launcher import (
 )
 from serving.models import Pool, Replica, ServedModel
 from serving.services import local_gpu_ensure, pool_ensure, replica_register, served_model_ensure
-from serving.tiny_model import MODEL_NAME, tiny_model_write
+from serving.tiny_model import MODEL_NAME, model_config, tiny_model_write
 from tenants.models import Tenant
 from tests.factories import make_key, make_tenant
 from tests.services import IN_CI, database_url_for_subprocess, free_port, require
@@ -208,6 +208,9 @@ class Fleet:
 @pytest.fixture
 def fleet(gateway, transactional_db) -> Fleet:
     model = served_model_ensure(
-        name=MODEL_NAME, chars_per_token=Decimal(1), max_context_tokens=2048
+        name=MODEL_NAME,
+        chars_per_token=Decimal(1),
+        max_context_tokens=2048,
+        config=model_config(),
     )
     return Fleet(gateway=gateway, model=model)

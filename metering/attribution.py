@@ -1,0 +1,141 @@
+"""Who used the GPU: splitting one replica's device time in a window among
+the requests resident on it (DESIGN.md, Attribution). Pure computation on
+numpy arrays; metering.windows reads the ledger and stores the results.
+
+A request is resident from being scheduled (sent + vLLM's queue time) to its
+last token: a prefill phase up to its first token, then a decode phase. Cut
+the window at every phase boundary; in each slice, the slice's device time
+(length x GPUs) goes to the phases resident in it by weight:
+
+- equal:    1 / n, n the resident count (processor sharing);
+- roofline: (W / n + c_i K) / (W + K sum_j c_j), W the weight bytes a step
+            reads once for the whole batch, K the KV bytes per token, c_i the
+            tokens a phase touches (prefill: uncached prompt tokens; decode:
+            the average context, prompt + completion / 2).
+
+Both have the form (a / n + b c_i) / (a + b C), so a phase's total over all
+slices is a sum of two prefix sums: O(N log N) for N requests, no loop over
+slices. Slices with no resident request are idle.
+
+Times are integer microseconds; results are integer device-nanoseconds,
+apportioned (largest remainder) so that attributed + idle equals GPUs x
+window length exactly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from metering.choices import AttributionPolicy
+
+NS_PER_US = 1000
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One replica's requests: epoch microseconds of the phase boundaries
+    (start <= first <= end) and the tokens each phase touches."""
+
+    start_us: np.ndarray  # int64, scheduled
+    first_us: np.ndarray  # int64, first token (end of prefill)
+    end_us: np.ndarray  # int64, last token
+    prefill_tokens: np.ndarray  # float64, uncached prompt tokens
+    context_tokens: np.ndarray  # float64, average context while decoding
+
+    def __len__(self) -> int:
+        return len(self.start_us)
+
+
+@dataclass(frozen=True)
+class WindowAttribution:
+    device_ns: np.ndarray  # int64, per request, in request order
+    idle_ns: int
+    capacity_ns: int
+
+    @property
+    def attributed_ns(self) -> int:
+        return int(self.device_ns.sum())
+
+
+def attribute_window(
+    timeline: Timeline,
+    *,
+    window_start_us: int,
+    window_end_us: int,
+    gpus: int,
+    policy: str = AttributionPolicy.EQUAL,
+    weight_bytes: int | None = None,
+    kv_bytes_per_token: int | None = None,
+) -> WindowAttribution:
+    n_req = len(timeline)
+    capacity_ns = (window_end_us - window_start_us) * gpus * NS_PER_US
+    if policy == AttributionPolicy.ROOFLINE and weight_bytes and kv_bytes_per_token is not None:
+        a, b = float(weight_bytes), float(kv_bytes_per_token)
+    else:
+        a, b = 1.0, 0.0  # equal shares (also roofline without the model's byte counts)
+
+    lo, hi = window_start_us, window_end_us
+    start = np.clip(timeline.start_us, lo, hi)
+    first = np.clip(timeline.first_us, lo, hi)
+    end = np.clip(timeline.end_us, lo, hi)
+    first = np.maximum(first, start)
+    end = np.maximum(end, first)
+
+    # Two phases per request: prefill [start, first), decode [first, end).
+    seg_start = np.concatenate([start, first])
+    seg_end = np.concatenate([first, end])
+    seg_tokens = np.concatenate([timeline.prefill_tokens, timeline.context_tokens])
+    seg_request = np.concatenate([np.arange(n_req), np.arange(n_req)])
+
+    times = np.unique(np.concatenate([[lo, hi], seg_start, seg_end]))
+    slices = len(times) - 1
+    i0 = np.searchsorted(times, seg_start)
+    i1 = np.searchsorted(times, seg_end)  # i0 == i1 for an empty phase: it counts nowhere
+
+    resident = np.cumsum(
+        np.bincount(i0, minlength=slices + 1) - np.bincount(i1, minlength=slices + 1)
+    )[:slices]
+    tokens = np.cumsum(
+        np.bincount(i0, weights=seg_tokens, minlength=slices + 1)
+        - np.bincount(i1, weights=seg_tokens, minlength=slices + 1)
+    )[:slices]
+    length_us = np.diff(times)
+    busy = resident > 0
+    idle_ns = int(length_us[~busy].sum()) * gpus * NS_PER_US
+
+    device_us = length_us.astype(np.float64) * gpus
+    with np.errstate(divide="ignore", invalid="ignore"):
+        denominator = a + b * np.maximum(tokens, 0.0)
+        per_phase = np.where(busy, device_us * a / (resident * denominator), 0.0)
+        per_token = np.where(busy, device_us * b / denominator, 0.0)
+    cum_phase = np.concatenate([[0.0], np.cumsum(per_phase)])
+    cum_token = np.concatenate([[0.0], np.cumsum(per_token)])
+    seg_value = (cum_phase[i1] - cum_phase[i0]) + seg_tokens * (cum_token[i1] - cum_token[i0])
+    request_us = np.bincount(seg_request, weights=seg_value, minlength=n_req)
+
+    device_ns = apportion(request_us * NS_PER_US, total=capacity_ns - idle_ns)
+    return WindowAttribution(device_ns=device_ns, idle_ns=idle_ns, capacity_ns=capacity_ns)
+
+
+def apportion(values: np.ndarray, *, total: int) -> np.ndarray:
+    """Round non-negative `values` to integers that sum to exactly `total`
+    (largest remainder), each moved by less than one unit."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    values = np.maximum(values, 0.0)
+    floors = np.floor(values).astype(np.int64)
+    short = total - int(floors.sum())
+    if abs(short) >= len(values):  # never expected; keeps the sum exact regardless
+        floors += short // len(values)
+        short = total - int(floors.sum())
+    if short > 0:
+        remainders = values - floors
+        take = np.argpartition(-remainders, min(short, len(values)) - 1)[:short]
+        floors[take] += 1
+    elif short < 0:  # float error pushed the floors past the total
+        fractional = values - floors
+        order = np.argsort(fractional)
+        candidates = order[floors[order] > 0][: -short]
+        floors[candidates] -= 1
+    return floors

@@ -1,0 +1,40 @@
+"""The metering pipeline's periodic work, each step safe to re-run:
+attribute the windows that are due, then rebuild the hours whose usage
+changed."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from metering.rollups import usage_rollups_refresh
+from metering.windows import attribution_window_compute, attribution_windows_due
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class MeteringRun:
+    windows: int = 0
+    still_pending: int = 0
+    hours: list[datetime] = field(default_factory=list)
+
+
+def metering_run(*, now: datetime | None = None, progress=None) -> MeteringRun:
+    run = MeteringRun()
+    due = attribution_windows_due(now=now)
+    for index, window_id in enumerate(due, start=1):
+        outcome = attribution_window_compute(window_id=window_id)
+        run.windows += 1
+        run.still_pending += outcome.still_pending
+        if progress is not None:
+            progress(index, len(due))
+    run.hours = usage_rollups_refresh()
+    logger.info(
+        "metering run: %d windows attributed (%d pending again), %d hours rolled up",
+        run.windows,
+        run.still_pending,
+        len(run.hours),
+    )
+    return run

@@ -1,0 +1,26 @@
+"""Celery tasks for metering: thin, safe to run twice."""
+
+from celery import shared_task
+from django.utils import timezone
+
+from metering.jobs import metering_run
+from metering.partitions import usage_partitions_ensure_ahead
+from metering.windows import attribution_conservation_check
+
+
+@shared_task(name="metering.run", time_limit=900, soft_time_limit=840, ignore_result=True)
+def metering_run_task() -> int:
+    """Every minute: attribute due windows, rebuild dirty hours."""
+    return metering_run().windows
+
+
+@shared_task(name="metering.partitions_ensure", time_limit=120, ignore_result=True)
+def usage_partitions_task() -> list[str]:
+    """Daily: ledger partitions for last month to three months ahead."""
+    return usage_partitions_ensure_ahead(now=timezone.now())
+
+
+@shared_task(name="metering.conservation_check", time_limit=300, ignore_result=True)
+def conservation_check_task() -> int:
+    """Hourly: windows whose attributed + idle != capacity (logged as errors)."""
+    return len(attribution_conservation_check())

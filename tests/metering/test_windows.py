@@ -1,0 +1,160 @@
+"""Attribution windows and rollups against the real ledger: shares stored
+per request, conservation exact, late usage re-opening its window, hours
+rebuilt whole."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from metering.choices import EventSource
+from metering.jobs import metering_run
+from metering.ledger import usage_record_batch
+from metering.models import AttributionShare, AttributionWindow, DirtyHour, UsageRollup
+from metering.rollups import usage_rollup_hour
+from metering.windows import attribution_conservation_check, attribution_window_compute
+from tests.metering.conftest import T0
+
+API = EventSource.API
+AFTER = T0 + timedelta(hours=3)  # every window of the tests is due by then
+HOUR_NS = 3600 * 10**9
+
+
+def record(ledger, *events):
+    usage_record_batch(events=list(events), source=API)
+
+
+def shares(window) -> dict[str, Decimal]:
+    return {s.request_id: s.device_seconds for s in AttributionShare.objects.filter(window=window)}
+
+
+def test_a_tenant_alone_gets_exactly_its_resident_time(ledger):
+    record(ledger, ledger.event("solo"))  # scheduled T0+0.1 s, last token T0+1.0 s
+    run = metering_run(now=AFTER)
+    assert run.windows == 1
+    window = AttributionWindow.objects.get()
+    assert window.status == "done" and window.gpus == 1 and window.requests == 1
+    assert shares(window) == {"solo": Decimal("0.900000000")}
+    assert window.attributed_ns + window.idle_ns == window.capacity_ns == HOUR_NS
+    assert window.idle_seconds == Decimal("3599.100000000")
+
+
+def test_identical_load_from_two_tenants_is_split_evenly(ledger):
+    record(ledger, ledger.event("a1"), ledger.event("b1", tenant=ledger.b))
+    metering_run(now=AFTER)
+    assert shares(AttributionWindow.objects.get()) == {
+        "a1": Decimal("0.450000000"),
+        "b1": Decimal("0.450000000"),
+    }
+
+
+def test_a_request_spanning_windows_is_split_by_time(ledger):
+    # Sent 12:59:30; scheduled 12:59:30.1; last token 13:00:30.
+    at = T0 + timedelta(minutes=59, seconds=30)
+    record(
+        ledger,
+        ledger.event(
+            "long", at=at, ended_at=at + timedelta(seconds=60), generation_ms=Decimal("59700")
+        ),
+    )
+    metering_run(now=AFTER)
+    first, second = AttributionWindow.objects.order_by("start")
+    assert shares(first) == {"long": Decimal("29.900000000")}
+    assert shares(second) == {"long": Decimal("30.000000000")}
+
+
+def test_late_usage_reopens_and_reattributes_its_window(ledger):
+    record(ledger, ledger.event("early"))
+    metering_run(now=AFTER)
+    window = AttributionWindow.objects.get()
+    record(ledger, ledger.event("late", tenant=ledger.b))  # same second, arrives afterwards
+    window.refresh_from_db()
+    assert window.status == "pending"
+    metering_run(now=AFTER)
+    window.refresh_from_db()
+    assert window.status == "done"
+    assert shares(window) == {"early": Decimal("0.450000000"), "late": Decimal("0.450000000")}
+    assert attribution_conservation_check(since=T0 - timedelta(days=1)) == []
+
+
+def test_rerunning_a_window_gives_the_same_rows(ledger):
+    record(ledger, ledger.event("x"), ledger.event("y", at=T0 + timedelta(milliseconds=500)))
+    metering_run(now=AFTER)
+    window = AttributionWindow.objects.get()
+    before = shares(window)
+    attribution_window_compute(window_id=window.pk)
+    assert shares(window) == before
+    assert AttributionShare.objects.count() == 2
+
+
+def test_the_check_reports_a_broken_window(ledger):
+    record(ledger, ledger.event("x"))
+    metering_run(now=AFTER)
+    AttributionShare.objects.update(device_ns=1)
+    (found,) = attribution_conservation_check(since=T0 - timedelta(days=1))
+    assert found.shares_ns == 1 and found.attributed_ns == 900_000_000
+
+
+def test_windows_not_yet_closed_wait(ledger):
+    record(ledger, ledger.event("x"))
+    assert metering_run(now=T0 + timedelta(minutes=30)).windows == 0
+    assert AttributionWindow.objects.get().status == "pending"
+
+
+def test_rollups_sum_tokens_requests_and_device_seconds_per_tenant(ledger):
+    record(
+        ledger,
+        ledger.event("a1"),
+        ledger.event("a2", at=T0 + timedelta(seconds=5), cached_tokens=8),
+        ledger.event(
+            "b1",
+            tenant=ledger.b,
+            at=T0 + timedelta(seconds=10),
+            status="aborted",
+            completion_tokens=4,
+        ),
+        ledger.event(
+            "b2",
+            tenant=ledger.b,
+            status="rejected",
+            http_status=429,
+            replica_id=None,
+            prompt_tokens=0,
+            completion_tokens=0,
+        ),
+    )
+    run = metering_run(now=AFTER)
+    assert run.hours == [T0]
+    assert not DirtyHour.objects.exists()
+    a = UsageRollup.objects.get(tenant=ledger.a)
+    assert (a.hour, a.prompt_tokens, a.cached_tokens, a.completion_tokens) == (T0, 40, 8, 20)
+    assert (a.requests_ok, a.device_seconds) == (2, Decimal("1.800000000"))
+    served, rejected = UsageRollup.objects.filter(tenant=ledger.b).order_by("replica_id")
+    assert (served.requests_aborted, served.completion_tokens) == (1, 4)
+    assert served.device_seconds == Decimal("0.900000000")
+    assert (rejected.replica_id, rejected.requests_rejected) == (None, 1)
+    # Rebuilding the hour writes the same rows again, never twice.
+    usage_rollup_hour(hour=T0)
+    assert UsageRollup.objects.count() == 3
+
+
+@pytest.mark.parametrize("policy", ["equal", "roofline"])
+def test_conservation_holds_for_a_busy_hour(ledger, policy):
+    events = [
+        ledger.event(
+            f"r{i}",
+            tenant=(ledger.a, ledger.b)[i % 2],
+            at=T0 + timedelta(seconds=i * 7.3),
+            prompt_tokens=10 + i,
+            generation_ms=Decimal(1000 + 37 * i),
+        )
+        for i in range(200)
+    ]
+    record(ledger, *events)
+    window = AttributionWindow.objects.get(start=T0)
+    outcome = attribution_window_compute(window_id=window.pk, policy=policy)
+    assert outcome.attributed_ns + outcome.idle_ns == HOUR_NS
+    total = sum(s.device_ns for s in AttributionShare.objects.filter(window=window))
+    assert total == outcome.attributed_ns
