@@ -2,9 +2,12 @@
 scheduler (django-celery-beat) loads these entries at start; operators can
 pause or retime them in the admin."""
 
+from celery.schedules import crontab
+
 BEAT_SCHEDULE = {
     "replicas-scrape": {"task": "serving.replicas_scrape", "schedule": 15.0},
     "metering-run": {"task": "metering.run", "schedule": 60.0},
     "metering-partitions": {"task": "metering.partitions_ensure", "schedule": 6 * 3600.0},
     "metering-conservation": {"task": "metering.conservation_check", "schedule": 3600.0},
+    "metering-reconcile": {"task": "metering.reconcile", "schedule": crontab(minute=10)},
 }

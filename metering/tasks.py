@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from metering.jobs import metering_run
 from metering.partitions import usage_partitions_ensure_ahead
+from metering.reconciliation import reconciliation_run_hour
 from metering.windows import attribution_conservation_check
 
 
@@ -24,3 +25,11 @@ def usage_partitions_task() -> list[str]:
 def conservation_check_task() -> int:
     """Hourly: windows whose attributed + idle != capacity (logged as errors)."""
     return len(attribution_conservation_check())
+
+
+@shared_task(name="metering.reconcile", time_limit=600, ignore_result=True)
+def reconcile_task() -> int:
+    """Hourly: the previous hour of every replica against vLLM's counters."""
+    from datetime import timedelta
+
+    return len(reconciliation_run_hour(hour=timezone.now() - timedelta(hours=1)))

@@ -53,7 +53,8 @@ LEDGER_COLUMNS = (
 )
 MAX_TOKENS = 2**31 - 1
 MAX_MS = Decimal("99999999999.999")
-CLOCK_SKEW = timedelta(minutes=5)
+CLOCK_SKEW = timedelta(minutes=5)  # how far in the future an event may claim to end
+SKEW_TOLERANCE = timedelta(seconds=1)  # between the gateway's clock and vLLM's timings
 SERVED_STATUSES = frozenset({RequestStatus.OK, RequestStatus.ABORTED})
 STATUSES = frozenset(RequestStatus.values)
 
@@ -167,9 +168,8 @@ class EventValidator:
             raise EventInvalid(
                 "ended_at", f"request lasted over {self.max_duration.total_seconds():.0f} s"
             )
-        for name, value in (("sent_at", sent_at), ("first_token_at", first_token_at)):
-            if value is not None and not received_at <= value <= ended_at:
-                raise EventInvalid(name, "must lie between received_at and ended_at")
+        sent_at = _within(sent_at, "sent_at", received_at, ended_at)
+        first_token_at = _within(first_token_at, "first_token_at", received_at, ended_at)
 
         http_status = get("http_status", 200 if status == "ok" else 0)
         if type(http_status) is not int or not 0 <= http_status <= 999:
@@ -285,6 +285,19 @@ def _time(get, name: str, *, required: bool = False) -> datetime | None:
     if value.tzinfo is None:
         raise EventInvalid(name, "must include a timezone (UTC offset)")
     return value
+
+
+def _within(
+    value: datetime | None, name: str, received_at: datetime, ended_at: datetime
+) -> datetime | None:
+    """`value` must lie in [received_at, ended_at]. Timings derived from
+    another clock (vLLM's) may stray by a little: those are pulled inside
+    rather than losing the event; beyond SKEW_TOLERANCE they are an error."""
+    if value is None or received_at <= value <= ended_at:
+        return value
+    if received_at - SKEW_TOLERANCE <= value <= ended_at + SKEW_TOLERANCE:
+        return min(max(value, received_at), ended_at)
+    raise EventInvalid(name, "must lie between received_at and ended_at")
 
 
 def _millis(get, name: str) -> Decimal | None:

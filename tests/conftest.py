@@ -8,6 +8,7 @@ from rest_framework.test import APIClient
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
 from tests.factories import make_key, make_member, make_tenant
+from tests.fleet import fleet, gateway, vllm  # noqa: F401 (fixtures for every test package)
 
 
 @dataclass

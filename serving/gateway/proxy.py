@@ -135,7 +135,13 @@ async def call_unary(call: UpstreamCall) -> Outcome:
     outcome.metrics = data.get("metrics") or {}
     ttft = outcome.metrics.get("time_to_first_token_ms")
     if ttft is not None:
-        outcome.first_token_at = sent_at + timedelta(milliseconds=ttft)
+        # vLLM's TTFT runs from scheduling, after its queue time; its clock
+        # may disagree a little with ours, and the token cannot be later
+        # than the answer that carried it.
+        queued = outcome.metrics.get("queue_time_ms") or 0
+        outcome.first_token_at = min(
+            sent_at + timedelta(milliseconds=queued + ttft), timezone.now()
+        )
     return outcome
 
 

@@ -73,6 +73,7 @@ def test_partitions_are_monthly_and_created_on_demand(ledger):
         ({"queue_ms": -5}, "queue_ms"),
         ({"request_id": ""}, "request_id"),
         ({"sent_at": T0 + timedelta(hours=1)}, "sent_at"),
+        ({"first_token_at": T0 - timedelta(seconds=2)}, "first_token_at"),
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(ledger, change, field):
@@ -121,3 +122,11 @@ def test_new_usage_marks_its_windows_and_hours_stale(ledger):
         T0,
         T0 + timedelta(hours=1),
     ]
+
+
+def test_timings_a_little_outside_the_request_are_pulled_inside(ledger):
+    """vLLM's timings come from another clock: a few milliseconds of
+    disagreement must not cost the event (the span itself is the gateway's)."""
+    event = ledger.event("skew", first_token_at=T0 + timedelta(seconds=1, milliseconds=3))
+    usage_record_batch(events=[event], source=API)
+    assert UsageEvent.objects.get().first_token_at == T0 + timedelta(seconds=1)

@@ -18,8 +18,8 @@ from serving.choices import PoolKind
 from serving.launcher import replica_stop
 from serving.tiny_model import MODEL_NAME
 from tenants.services import api_key_revoke
+from tests.fleet import start_gateway, stop_gateway, wait_for_records
 from tests.services import redis_url, require
-from tests.serving.conftest import start_gateway, stop_gateway, wait_for_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 

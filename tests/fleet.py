@@ -1,5 +1,6 @@
 """Real vLLM replicas (vLLM's CPU build, the project's tiny model) and a real
-gateway process, shared by the serving tests.
+gateway process, shared by the tests that need them (fixtures `vllm`,
+`gateway`, `fleet`, made available everywhere by tests/conftest.py).
 
 Replicas: `lab` runs one sequence at a time (priority ordering shows), `alpha`
 and `beta` are ordinary. Each test registers the fleet it needs (pools and
@@ -38,7 +39,7 @@ from tenants.models import Tenant
 from tests.factories import make_key, make_tenant
 from tests.services import IN_CI, database_url_for_subprocess, free_port, require
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 REPLICAS = {"lab": {"max_num_seqs": 1}, "alpha": {}, "beta": {}}
 
 
