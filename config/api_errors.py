@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError
-from django.http import JsonResponse
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions, serializers, status
 from rest_framework.fields import get_error_detail
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -39,8 +40,10 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]):
 def _as_api_exception(exc: Exception) -> Exception:
     if isinstance(exc, DjangoValidationError):
         return exceptions.ValidationError(detail=get_error_detail(exc))
-    if isinstance(exc, ObjectDoesNotExist):
+    if isinstance(exc, ObjectDoesNotExist | Http404):
         return exceptions.NotFound()
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied()
     if isinstance(exc, LastOwnerError):
         return Conflict(str(exc), code=exc.code)
     if isinstance(exc, IntegrityError):  # a constraint a serializer did not check first

@@ -34,3 +34,9 @@ def user_is_finance_staff(*, user: AbstractBaseUser | None) -> bool:
 def tenant_list_for_finance() -> QuerySet[Tenant]:
     """Every tenant. Only for platform finance staff code paths."""
     return Tenant.objects.select_related("policy").order_by("name")
+
+
+def tenant_for_finance(*, slug: str) -> Tenant:
+    """One tenant by slug (Tenant.DoesNotExist if none). Only for platform
+    finance staff code paths."""
+    return Tenant.objects.get(slug=slug)

@@ -54,3 +54,61 @@ class UsageBatchOut(serializers.Serializer):
     accepted = serializers.IntegerField()
     duplicates = serializers.IntegerField()
     results = UsageItemResultOut(many=True)
+
+
+class UsageQueryIn(serializers.Serializer):
+    """Parameters of the usage export."""
+
+    start = serializers.DateTimeField(
+        input_formats=["iso-8601", "%Y-%m-%d"], help_text="Inclusive; a date or ISO timestamp."
+    )
+    end = serializers.DateTimeField(
+        input_formats=["iso-8601", "%Y-%m-%d"], help_text="Exclusive."
+    )
+    group_by = serializers.ChoiceField(choices=["hour", "day", "month"], default="day")
+    model = serializers.CharField(required=False, max_length=200)
+    tenant = serializers.SlugField(
+        required=False, help_text="Finance staff: one tenant. Tenants: only their own slug."
+    )
+    limit = serializers.IntegerField(min_value=1, max_value=5000, default=500)
+    cursor = serializers.CharField(required=False, max_length=200)
+    format = serializers.ChoiceField(choices=["json", "csv"], default="json")
+
+    def validate(self, attrs):
+        from metering.selectors import MAX_RANGE
+
+        start, end = attrs["start"], attrs["end"]
+        if end <= start:
+            raise serializers.ValidationError({"end": ["must be after start"]})
+        longest = MAX_RANGE[attrs["group_by"]]
+        if end - start > longest:
+            raise serializers.ValidationError(
+                {"end": [f"at most {longest.days} days with group_by={attrs['group_by']}"]}
+            )
+        return attrs
+
+
+class FocusQueryIn(UsageQueryIn):
+    format = serializers.ChoiceField(choices=["csv", "parquet"], default="csv")
+    limit = None
+    cursor = None
+
+
+class UsageRowOut(serializers.Serializer):
+    period_start = serializers.DateTimeField()
+    tenant = serializers.CharField()
+    model = serializers.CharField()
+    prompt_tokens = serializers.IntegerField()
+    cached_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    requests = serializers.IntegerField()
+    requests_ok = serializers.IntegerField()
+    requests_aborted = serializers.IntegerField()
+    requests_error = serializers.IntegerField()
+    requests_rejected = serializers.IntegerField()
+    device_seconds = serializers.DecimalField(max_digits=24, decimal_places=9)
+
+
+class UsagePageOut(serializers.Serializer):
+    results = UsageRowOut(many=True)
+    next_cursor = serializers.CharField(allow_null=True)

@@ -1,20 +1,40 @@
 """The metering API: batch ingestion of usage events from serving tiers
-that are not ours."""
+that are not ours, and usage exports (JSON, CSV, FOCUS)."""
 
 from __future__ import annotations
 
 import orjson
 from django.conf import settings
+from django.http import Http404, HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import exceptions, status
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api_errors import ERROR_RESPONSES, ErrorOut
-from metering.api.serializers import UsageBatchIn, UsageBatchOut
+from config.csv_stream import csv_response
+from metering.api.serializers import (
+    FocusQueryIn,
+    UsageBatchIn,
+    UsageBatchOut,
+    UsagePageOut,
+    UsageQueryIn,
+    UsageRowOut,
+)
 from metering.choices import EventSource
+from metering.focus import FOCUS_COLUMNS, focus_rows
 from metering.ledger import BatchRejected, usage_record_batch
-from tenants.api.permissions import IsUsageReporter
+from metering.selectors import SUMS, UsageQuery, usage_page, usage_summary
+from tenants.api.permissions import (
+    IsUsageReporter,
+    request_principal,
+    require_tenant,
+    scope_required,
+)
+from tenants.models import Tenant
+from tenants.selectors import tenant_for_finance
 
 NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines")
 
@@ -140,3 +160,168 @@ def _rejected_response(events: list, rejected: BatchRejected) -> Response:
         "results": results,
     }
     return Response(body, status=status.HTTP_400_BAD_REQUEST)
+
+
+class _Download(BaseRenderer):
+    """Lets ?format=csv|parquet through DRF's content negotiation; the views
+    answer those formats themselves with a (streaming) file response."""
+
+    charset = None
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return data
+
+
+class CsvDownload(_Download):
+    media_type, format = "text/csv", "csv"
+
+
+class ParquetDownload(_Download):
+    media_type, format = "application/vnd.apache.parquet", "parquet"
+
+
+class DownloadView(APIView):
+    """An API view that can answer with a file; its errors stay JSON."""
+
+    renderer_classes = [JSONRenderer, CsvDownload, ParquetDownload]
+
+    def perform_content_negotiation(self, request, force=False):
+        try:
+            return super().perform_content_negotiation(request, force=force)
+        except Http404:
+            raise exceptions.ValidationError(
+                {"format": ["unknown format; use json, csv or parquet (FOCUS only)"]}
+            ) from None
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if isinstance(response, Response) and response.status_code >= 400:
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = JSONRenderer.media_type
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
+def _usage_scope(request, params: dict) -> Tenant | None:
+    """The tenant whose rows the caller may read: its own for a tenant (a
+    `tenant` naming another is not found), any or all for finance staff."""
+    principal = request_principal(request)
+    slug = params.get("tenant")
+    if principal.is_finance and principal.tenant is None:
+        return tenant_for_finance(slug=slug) if slug else None
+    principal = require_tenant(request)
+    if slug and slug != principal.tenant.slug:
+        raise exceptions.NotFound(f"no tenant {slug!r}", code="tenant_not_found")
+    return principal.tenant
+
+
+def _query(params: dict) -> UsageQuery:
+    return UsageQuery(
+        start=params["start"],
+        end=params["end"],
+        group_by=params["group_by"],
+        model=params.get("model"),
+    )
+
+
+def _usage_row(row: dict) -> dict:
+    requests = sum(row[f"requests_{s}"] for s in ("ok", "aborted", "error", "rejected"))
+    return {
+        "period_start": row["period"],
+        "tenant": row["tenant_slug"],
+        "model": row["model_name"],
+        "requests": requests,
+        **{name: row[name] for name in SUMS},
+    }
+
+
+USAGE_CSV_COLUMNS = list(UsageRowOut().fields)
+
+
+class UsageExportView(DownloadView):
+    permission_classes = [scope_required("usage:read")]
+
+    @extend_schema(
+        summary="Usage by period, tenant and model (from hourly rollups)",
+        description=(
+            "A tenant's credential (an API key with `usage:read`, or a member's session) "
+            "reads its own usage; finance staff read every tenant's, or one with `tenant`. "
+            "JSON pages follow `next_cursor`; `format=csv` streams the whole range."
+        ),
+        parameters=[UsageQueryIn],
+        responses={200: UsagePageOut, 400: ErrorOut, **ERROR_RESPONSES},
+        tags=["usage"],
+    )
+    def get(self, request):
+        query_in = UsageQueryIn(data=request.query_params)
+        query_in.is_valid(raise_exception=True)
+        params = query_in.validated_data
+        tenant = _usage_scope(request, params)
+        query = _query(params)
+        if params["format"] == "csv":
+            rows = (
+                _usage_row(r) for r in usage_summary(tenant=tenant, query=query).iterator(2000)
+            )
+            name = f"usage-{query.start:%Y%m%d}-{query.end:%Y%m%d}.csv"
+            return csv_response(rows, columns=USAGE_CSV_COLUMNS, filename=name)
+        try:
+            rows, next_cursor = usage_page(
+                tenant=tenant, query=query, limit=params["limit"], cursor=params.get("cursor")
+            )
+        except ValueError as exc:
+            raise exceptions.ValidationError({"cursor": [str(exc)]}) from None
+        body = {"results": [_usage_row(r) for r in rows], "next_cursor": next_cursor}
+        return Response(UsagePageOut(body).data)
+
+
+class FocusExportView(DownloadView):
+    permission_classes = [scope_required("usage:read")]
+
+    @extend_schema(
+        summary="FOCUS 1.2 cost-and-usage export (CSV, or Parquet when pyarrow is installed)",
+        parameters=[FocusQueryIn],
+        responses={
+            (200, "text/csv"): OpenApiTypes.BINARY,
+            400: ErrorOut,
+            **ERROR_RESPONSES,
+        },
+        tags=["usage"],
+    )
+    def get(self, request):
+        query_in = FocusQueryIn(data=request.query_params)
+        query_in.is_valid(raise_exception=True)
+        params = query_in.validated_data
+        tenant = _usage_scope(request, params)
+        query = _query(params)
+        rows = focus_rows(tenant=tenant, query=query)
+        name = f"focus-{query.start:%Y%m%d}-{query.end:%Y%m%d}"
+        if params["format"] == "parquet":
+            return _parquet_response(rows, filename=f"{name}.parquet")
+        return csv_response(rows, columns=FOCUS_COLUMNS, filename=f"{name}.csv")
+
+
+def _parquet_response(rows, *, filename: str) -> HttpResponse:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise exceptions.ValidationError(
+            {"format": ["parquet needs pyarrow installed on the server; use format=csv"]}
+        ) from None
+    import io
+    from decimal import Decimal
+
+    amount = pa.decimal128(38, 9)
+    numeric = {"ConsumedQuantity", "BilledCost", "EffectiveCost", "ListCost"}
+    schema = pa.schema([(c, amount if c in numeric else pa.string()) for c in FOCUS_COLUMNS])
+    nine = Decimal("0.000000001")
+    columns: dict[str, list] = {c: [] for c in FOCUS_COLUMNS}
+    for row in rows:
+        for c in FOCUS_COLUMNS:
+            value = row[c]
+            if c in numeric:
+                value = Decimal(value).quantize(nine) if value != "" else None
+            columns[c].append(value)
+    buffer = io.BytesIO()
+    pq.write_table(pa.table(columns, schema=schema), buffer)
+    response = HttpResponse(buffer.getvalue(), content_type=ParquetDownload.media_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

@@ -1,0 +1,130 @@
+"""Reads of usage, always from the hourly rollups (never the raw ledger).
+Every read takes `tenant=`: a tenant sees its own rows; None means every
+tenant and is for platform finance staff code paths only."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import F, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce, TruncDay, TruncHour, TruncMonth
+
+from metering.models import UsageRollup
+from tenants.models import Tenant
+
+TRUNCATE = {"hour": TruncHour, "day": TruncDay, "month": TruncMonth}
+# The longest range one request may cover, by grouping (rows stay bounded).
+MAX_RANGE = {"hour": timedelta(days=93), "day": timedelta(days=1100), "month": timedelta(days=3700)}
+SUMS = (
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "requests_ok",
+    "requests_aborted",
+    "requests_error",
+    "requests_rejected",
+    "device_seconds",
+)
+
+
+@dataclass(frozen=True)
+class UsageQuery:
+    start: datetime
+    end: datetime
+    group_by: str = "day"
+    model: str | None = None
+
+
+def _rollups(*, tenant: Tenant | None, query: UsageQuery) -> QuerySet[UsageRollup]:
+    rows = UsageRollup.objects.filter(hour__gte=query.start, hour__lt=query.end)
+    if tenant is not None:
+        rows = rows.filter(tenant=tenant)
+    if query.model:
+        rows = rows.filter(served_model__name=query.model)
+    return rows
+
+
+def usage_summary(
+    *, tenant: Tenant | None, query: UsageQuery, after: tuple | None = None
+) -> QuerySet:
+    """Usage per (period, tenant, model), ordered for keyset pagination by
+    (period, tenant id, model id); `after` is the last key already seen."""
+    period = TRUNCATE[query.group_by]("hour", tzinfo=UTC)
+    rows = (
+        _rollups(tenant=tenant, query=query)
+        .annotate(period=period, model_key=Coalesce("served_model_id", Value(0)))
+        .values("period", "tenant_id", "model_key")
+        .annotate(
+            tenant_slug=F("tenant__slug"),
+            model_name=Coalesce("served_model__name", Value("")),
+            **{name: Sum(name) for name in SUMS},
+        )
+        .order_by("period", "tenant_id", "model_key")
+    )
+    if after is not None:
+        period_after, tenant_after, model_after = after
+        rows = rows.filter(
+            Q(period__gt=period_after)
+            | Q(period=period_after, tenant_id__gt=tenant_after)
+            | Q(period=period_after, tenant_id=tenant_after, model_key__gt=model_after)
+        )
+    return rows
+
+
+def usage_page(
+    *, tenant: Tenant | None, query: UsageQuery, limit: int, cursor: str | None
+) -> tuple[list[dict], str | None]:
+    """One page of usage_summary and the cursor of the next (None at the end)."""
+    after = cursor_decode(cursor) if cursor else None
+    rows = list(usage_summary(tenant=tenant, query=query, after=after)[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = None
+    if more:
+        last = rows[-1]
+        next_cursor = cursor_encode((last["period"], last["tenant_id"], last["model_key"]))
+    return rows, next_cursor
+
+
+def cursor_encode(key: tuple) -> str:
+    period, tenant_id, model_key = key
+    raw = json.dumps([period.isoformat(), tenant_id, model_key]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def cursor_decode(cursor: str) -> tuple:
+    """Raises ValueError for a cursor we did not make."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        period, tenant_id, model_key = json.loads(base64.urlsafe_b64decode(padded))
+        return datetime.fromisoformat(period), int(tenant_id), int(model_key)
+    except (ValueError, TypeError) as exc:
+        raise ValueError("not a cursor from this API") from exc
+
+
+def usage_detail_rows(*, tenant: Tenant | None, query: UsageQuery) -> Iterator[dict]:
+    """Usage per (period, tenant, model, pool, replica), streamed from a
+    server-side cursor: for exports of any size in constant memory."""
+    period = TRUNCATE[query.group_by]("hour", tzinfo=UTC)
+    rows = (
+        _rollups(tenant=tenant, query=query)
+        .annotate(period=period)
+        .values(
+            "period",
+            "tenant__slug",
+            "tenant__name",
+            "tenant__billing_currency",
+            "served_model__name",
+            "pool__name",
+            "pool__kind",
+            "replica__name",
+            "priority",
+        )
+        .annotate(**{name: Sum(name) for name in SUMS})
+        .order_by("period", "tenant__slug", "served_model__name", "pool__name", "replica__name")
+    )
+    return rows.iterator(chunk_size=2000)
