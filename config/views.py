@@ -1,8 +1,10 @@
 """Health check and the error pages shared by the whole site."""
 
+from django.conf import settings
 from django.db import connection
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.defaults import page_not_found, server_error
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from config.api_errors import json_error
 
@@ -15,6 +17,20 @@ def healthz(request):
         cursor.execute("SELECT 1")
         cursor.fetchone()
     return JsonResponse({"status": "ok", "database": connection.vendor})
+
+
+def metrics(request):
+    """Prometheus exposition of the platform's own state (the gateway
+    serves its per-request metrics itself). With METRICS_TOKEN set, the
+    scraper must send it as a bearer token."""
+    token = settings.METRICS_TOKEN
+    if token and request.headers.get("Authorization") != f"Bearer {token}":
+        return json_error(status_code=401, code="unauthorized", message="metrics token required")
+    from metering.telemetry import MeteringCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(MeteringCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
 def not_found(request, exception=None):

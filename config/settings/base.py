@@ -201,6 +201,9 @@ GATEWAY = {
         "GATEWAY_DEAD_LETTER_PATH", default=str(VAR_DIR / "dead-letter" / "records.jsonl")
     ),
 }
+# Bearer token Prometheus must present at /metrics (empty: open, for loopback).
+METRICS_TOKEN = env("METRICS_TOKEN", default="")
+
 # --- Metering: the usage ledger, attribution, rollups (metering/) ---
 METERING = {
     # How long the ingestion path trusts its cached list of tenants and replicas.

@@ -1,7 +1,7 @@
 """The gateway's ASGI application.
 
     POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
-    GET /healthz
+    GET /healthz, GET /metrics (Prometheus)
 
 Run it with `manage.py gateway` (uvicorn, uvloop, httptools)."""
 
@@ -43,6 +43,7 @@ from serving.gateway.proxy import (  # noqa: E402
     ms,
 )
 from serving.gateway.recorder import Recorder  # noqa: E402
+from serving.gateway.telemetry import BACKLOG, exposition, request_observe  # noqa: E402
 from serving.records import CompletedRequest, record_sink  # noqa: E402
 
 logger = logging.getLogger("serving.gateway")
@@ -50,6 +51,7 @@ logger = logging.getLogger("serving.gateway")
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
 MAX_BODY_BYTES = 8 * 1024 * 1024
 JSON = (b"content-type", b"application/json")
+PROMETHEUS = b"text/plain; version=0.0.4; charset=utf-8"
 
 
 class Gateway:
@@ -166,6 +168,9 @@ class Gateway:
         path, method = scope["path"], scope["method"]
         if path == "/healthz":
             await respond(send, 200, orjson.dumps(self.health()))
+        elif path == "/metrics":
+            BACKLOG.set(self.recorder.backlog if self.recorder else 0)
+            await respond(send, 200, exposition(), content_type=PROMETHEUS)
         elif path in ENDPOINTS:
             if method != "POST":
                 await respond(send, 405, error_body(405, f"use POST for {path}"))
@@ -262,7 +267,7 @@ class Gateway:
             )
         except BadRequest as bad:
             record.http_status, record.error = bad.status, bad.message
-            self._finish(record)
+            self._finish(record, caller)
             await respond(
                 send,
                 bad.status,
@@ -275,7 +280,7 @@ class Gateway:
         refusal = await self.admission.acquire(caller, request_id, prepared.estimated_tokens)
         if refusal is not None:
             record.http_status, record.error = 429, refusal.message
-            self._finish(record)
+            self._finish(record, caller)
             await respond(
                 send,
                 429,
@@ -338,7 +343,7 @@ class Gateway:
             watcher.cancel()
         if outcome is None:
             record.status, record.http_status, record.error = RequestStatus.ERROR, 503, last_error
-            self._finish(record)
+            self._finish(record, caller)
             await respond(
                 send,
                 503,
@@ -361,11 +366,12 @@ class Gateway:
         record.queue_ms = ms(metrics.get("queue_time_ms"))
         record.ttft_ms = ms(metrics.get("time_to_first_token_ms"))
         record.generation_ms = ms(metrics.get("generation_time_ms"))
-        self._finish(record)
+        self._finish(record, caller)
 
-    def _finish(self, record: CompletedRequest) -> None:
+    def _finish(self, record: CompletedRequest, caller: Caller) -> None:
         record.ended_at = timezone.now()
         self.recorder.add(record)
+        request_observe(record, tenant=caller.tenant_slug)
 
 
 async def read_body(receive) -> bytes:
@@ -391,10 +397,11 @@ async def _watch_disconnect(receive, disconnected: asyncio.Event) -> None:
             return
 
 
-async def respond(send, status: int, body: bytes, headers: list | None = None) -> None:
-    await send(
-        {"type": "http.response.start", "status": status, "headers": [JSON, *(headers or [])]}
-    )
+async def respond(
+    send, status: int, body: bytes, headers: list | None = None, content_type: bytes = JSON[1]
+) -> None:
+    start_headers = [(b"content-type", content_type), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": start_headers})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -18,6 +18,7 @@ import logging
 import time
 from pathlib import Path
 
+from serving.gateway.telemetry import DEAD_LETTERED, FLUSH_SECONDS, FLUSHED
 from serving.records import CompletedRequest, RecordSink
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class Recorder:
             return False
         self.flushed += len(batch)
         self.last_flush_seconds = time.perf_counter() - started
+        FLUSH_SECONDS.observe(self.last_flush_seconds)
+        FLUSHED.inc(len(batch))
         return True
 
     def _write(self, batch: list[CompletedRequest]) -> list[CompletedRequest]:
@@ -130,6 +133,7 @@ class Recorder:
         with self._dead_letter_path.open("a") as fh:
             fh.write(line + "\n")
         self.dead_lettered += 1
+        DEAD_LETTERED.inc()
         logger.error(
             "record %s dead-lettered to %s: %s", record.request_id, self._dead_letter_path, exc
         )

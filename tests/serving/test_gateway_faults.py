@@ -9,6 +9,7 @@ import json
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from metering.models import UsageEvent
 from serving.choices import PoolKind
@@ -238,3 +239,29 @@ def test_graceful_stop_flushes_every_record(fleet, fake):
     finally:
         stop_gateway(proc)
     assert UsageEvent.objects.filter(request_id__in=ids).count() == 25
+
+
+def test_gateway_metrics_count_requests_and_tokens_per_tenant(fleet, fake):
+    fleet.add_tenant("a")
+    fleet.add_tenant("b")
+    fleet.add_replica("fake", fake.base_url, "shared")
+    fleet.ready()
+    for _ in range(2):
+        fleet.client("a").chat.completions.create(model=MODEL_NAME, messages=HELLO)
+    with pytest.raises(openai.NotFoundError):
+        fleet.client("b").chat.completions.create(model="no-such-model", messages=HELLO)
+    text = httpx.get(f"{fleet.gateway}/metrics", timeout=5).text
+    a, b = fleet.tenants["a"].slug, fleet.tenants["b"].slug
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    ok = (("model", MODEL_NAME), ("status", "ok"), ("tenant", a))
+    assert samples[("gateway_requests_total", ok)] == 2
+    # A model the client made up never becomes a label (unbounded cardinality).
+    rejected = (("model", "unknown"), ("status", "rejected"), ("tenant", b))
+    assert samples[("gateway_requests_total", rejected)] == 1
+    completion = (("kind", "completion"), ("model", MODEL_NAME), ("tenant", a))
+    assert samples[("gateway_tokens_total", completion)] > 0
+    assert samples[("gateway_request_seconds_count", (("model", MODEL_NAME),))] >= 2

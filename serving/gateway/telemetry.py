@@ -1,0 +1,78 @@
+"""The gateway's Prometheus metrics, served at its own /metrics: requests
+and tokens per tenant, latency histograms, and the record buffer's health.
+
+Labels are bounded: tenant slug, model name, status and token kind; never
+request ids or keys. Each gateway process exposes its own counters (scrape
+them all; Prometheus sums across instances)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from serving.records import CompletedRequest
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 600)
+
+REQUESTS = Counter(
+    "gateway_requests",
+    "Completed requests by tenant, model and outcome.",
+    ["tenant", "model", "status"],
+    registry=REGISTRY,
+)
+TOKENS = Counter(
+    "gateway_tokens",
+    "Tokens metered by tenant, model and kind (prompt, cached, completion).",
+    ["tenant", "model", "kind"],
+    registry=REGISTRY,
+)
+REQUEST_SECONDS = Histogram(
+    "gateway_request_seconds",
+    "End-to-end time of served requests, from receipt to the last byte.",
+    ["model"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+TTFT_SECONDS = Histogram(
+    "gateway_time_to_first_token_seconds",
+    "Time from receipt to the first token.",
+    ["model"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+FLUSH_SECONDS = Histogram(
+    "gateway_record_flush_seconds",
+    "Time to write one flush of completed-request records to the sink.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
+    registry=REGISTRY,
+)
+FLUSHED = Counter("gateway_records_flushed", "Records written to the sink.", registry=REGISTRY)
+DEAD_LETTERED = Counter(
+    "gateway_records_dead_lettered",
+    "Records the sink refused, kept in the dead-letter file.",
+    registry=REGISTRY,
+)
+BACKLOG = Gauge(
+    "gateway_record_backlog", "Records waiting in memory for the sink.", registry=REGISTRY
+)
+
+
+def request_observe(record: CompletedRequest, *, tenant: str) -> None:
+    model = record.model or "unknown"
+    REQUESTS.labels(tenant, model, record.status).inc()
+    if record.prompt_tokens or record.completion_tokens:
+        TOKENS.labels(tenant, model, "prompt").inc(record.prompt_tokens)
+        TOKENS.labels(tenant, model, "cached").inc(record.cached_tokens)
+        TOKENS.labels(tenant, model, "completion").inc(record.completion_tokens)
+    if record.sent_at is not None:  # it reached a replica
+        REQUEST_SECONDS.labels(model).observe(
+            (record.ended_at - record.received_at).total_seconds()
+        )
+        if record.first_token_at is not None:
+            TTFT_SECONDS.labels(model).observe(
+                (record.first_token_at - record.received_at).total_seconds()
+            )
+
+
+def exposition() -> bytes:
+    return generate_latest(REGISTRY)
