@@ -12,11 +12,20 @@ from collections.abc import Iterable, Sequence
 from psycopg import sql
 
 
-def copy_to_staging(raw, *, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> str:
+def copy_to_staging(
+    raw,
+    *,
+    table: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence],
+    types: Sequence[str] | None = None,
+) -> str:
     """COPY `rows` (tuples in `columns` order) into an empty temporary table
     with `table`'s column types; returns its (quoted) name. The staging
     table empties itself at commit, so call this inside a transaction.
-    `raw` is a psycopg cursor (Django's `cursor.cursor`)."""
+    `raw` is a psycopg cursor (Django's `cursor.cursor`). With the columns'
+    PostgreSQL `types`, rows travel in COPY's binary format (about twice as
+    fast: nothing is formatted as text and parsed back)."""
     # Only the copied columns, no constraints; named by the column set so two
     # callers with different columns never share a staging table.
     digest = hashlib.sha1(",".join(columns).encode()).hexdigest()[:8]  # noqa: S324 (a name)
@@ -29,7 +38,10 @@ def copy_to_staging(raw, *, table: str, columns: Sequence[str], rows: Iterable[S
         ).format(staging, cols, sql.Identifier(table))
     )
     raw.execute(sql.SQL("TRUNCATE {}").format(staging))
-    with raw.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(staging, cols)) as copy:
+    binary = sql.SQL(" (FORMAT BINARY)" if types else "")
+    with raw.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(staging, cols, binary)) as copy:
+        if types:
+            copy.set_types(list(types))
         for row in rows:
             copy.write_row(row)
     return staging.as_string(raw.connection)

@@ -46,6 +46,15 @@ class Timeline:
     def __len__(self) -> int:
         return len(self.start_us)
 
+    def subset(self, mask: np.ndarray) -> Timeline:
+        return Timeline(
+            start_us=self.start_us[mask],
+            first_us=self.first_us[mask],
+            end_us=self.end_us[mask],
+            prefill_tokens=self.prefill_tokens[mask],
+            context_tokens=self.context_tokens[mask],
+        )
+
 
 @dataclass(frozen=True)
 class WindowAttribution:
@@ -136,6 +145,6 @@ def apportion(values: np.ndarray, *, total: int) -> np.ndarray:
     elif short < 0:  # float error pushed the floors past the total
         fractional = values - floors
         order = np.argsort(fractional)
-        candidates = order[floors[order] > 0][: -short]
+        candidates = order[floors[order] > 0][:-short]
         floors[candidates] -= 1
     return floors

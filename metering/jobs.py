@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from metering.rollups import usage_rollups_refresh
-from metering.windows import attribution_window_compute, attribution_windows_due
+from metering.windows import (
+    attribution_batches,
+    attribution_windows_compute,
+    attribution_windows_due,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -24,12 +28,12 @@ class MeteringRun:
 def metering_run(*, now: datetime | None = None, progress=None) -> MeteringRun:
     run = MeteringRun()
     due = attribution_windows_due(now=now)
-    for index, window_id in enumerate(due, start=1):
-        outcome = attribution_window_compute(window_id=window_id)
-        run.windows += 1
-        run.still_pending += outcome.still_pending
+    for batch in attribution_batches(due):
+        outcomes = attribution_windows_compute(window_ids=batch)
+        run.windows += len(outcomes)
+        run.still_pending += sum(o.still_pending for o in outcomes)
         if progress is not None:
-            progress(index, len(due))
+            progress(run.windows, len(due))
     run.hours = usage_rollups_refresh()
     logger.info(
         "metering run: %d windows attributed (%d pending again), %d hours rolled up",

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 
 from config.db_copy import copy_to_staging
 from metering.partitions import LEDGER_TABLE, usage_partitions_ensure
-from metering.validation import LEDGER_COLUMNS, EventInvalid, EventValidator
+from metering.validation import LEDGER_COLUMNS, LEDGER_TYPES, EventInvalid, EventValidator
 
 RECEIVED_AT = LEDGER_COLUMNS.index("received_at")
 
@@ -96,39 +96,50 @@ def usage_record_batch(
 def usage_rows_record(*, rows: Sequence[tuple]) -> BatchResult:
     """Record already validated rows (tuples in LEDGER_COLUMNS order)."""
     result = BatchResult()
-    if not rows:
+    # A request id twice in the batch: the first one counts (no sort needed in SQL).
+    unique: dict[str, tuple] = {}
+    for row in rows:
+        unique.setdefault(row[0], row)
+    if not unique:
         return result
-    usage_partitions_ensure(months={row[RECEIVED_AT] for row in rows})
+    usage_partitions_ensure(months={row[RECEIVED_AT] for row in unique.values()})
     with transaction.atomic(), connection.cursor() as cursor, connection.wrap_database_errors:
         raw = cursor.cursor
-        staging = copy_to_staging(raw, table=LEDGER_TABLE, columns=LEDGER_COLUMNS, rows=rows)
+        staging = copy_to_staging(
+            raw,
+            table=LEDGER_TABLE,
+            columns=LEDGER_COLUMNS,
+            rows=unique.values(),
+            types=LEDGER_TYPES,
+        )
         raw.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS _usage_fresh (request_id varchar(128)) "
-            "ON COMMIT DELETE ROWS"
+            "CREATE TEMP TABLE IF NOT EXISTS _usage_fresh (request_id varchar(128), "
+            "replica_id bigint, status varchar(16), began timestamptz, "
+            "received_at timestamptz, ended_at timestamptz) ON COMMIT DELETE ROWS"
         )
         raw.execute("TRUNCATE _usage_fresh")
+        cols = ", ".join(LEDGER_COLUMNS)
+        # Each request id not seen before is claimed (metering_usagekey); only
+        # claimed rows enter the ledger. What they need for the stale marks
+        # lands in _usage_fresh.
         raw.execute(
             f"""
             WITH claimed AS (
                 INSERT INTO metering_usagekey (request_id, received_at)
-                SELECT DISTINCT ON (request_id) request_id, received_at FROM {staging}
-                ORDER BY request_id, ctid
+                SELECT request_id, received_at FROM {staging}
                 ON CONFLICT (request_id) DO NOTHING
                 RETURNING request_id
+            ), inserted AS (
+                INSERT INTO {LEDGER_TABLE} ({cols}, ingested_at)
+                SELECT {", ".join("s." + c for c in LEDGER_COLUMNS)}, now()
+                FROM {staging} s JOIN claimed USING (request_id)
+                RETURNING request_id, replica_id, status, coalesce(sent_at, received_at),
+                          received_at, ended_at
             )
-            INSERT INTO _usage_fresh SELECT request_id FROM claimed
+            INSERT INTO _usage_fresh SELECT * FROM inserted
             """
         )
-        cols = ", ".join(LEDGER_COLUMNS)
-        raw.execute(
-            f"""
-            INSERT INTO {LEDGER_TABLE} ({cols}, ingested_at)
-            SELECT DISTINCT ON (s.request_id) {", ".join("s." + c for c in LEDGER_COLUMNS)}, now()
-            FROM {staging} s JOIN _usage_fresh f USING (request_id)
-            ORDER BY s.request_id, s.ctid
-            """
-        )
-        _mark_stale(raw, staging)
+        _mark_stale(raw)
         raw.execute("SELECT request_id FROM _usage_fresh")
         fresh = {r[0] for r in raw.fetchall()}
     seen: set[str] = set()
@@ -142,29 +153,28 @@ def usage_rows_record(*, rows: Sequence[tuple]) -> BatchResult:
     return result
 
 
-# The hours a request was resident in, from being sent (or received) to its end.
+# Each (replica, hour) a new request was resident in, from being sent (or
+# received) to its end; rejected requests ran nowhere.
 _RESIDENT_HOURS = """
-    SELECT s.replica_id, s.status, h AS hour, s.received_at
-    FROM {staging} s JOIN _usage_fresh f USING (request_id),
-    LATERAL generate_series(
-        date_trunc('hour', coalesce(s.sent_at, s.received_at)),
-        date_trunc('hour', s.ended_at), interval '1 hour') AS h
+    SELECT replica_id, hour FROM (
+        SELECT DISTINCT replica_id, date_trunc('hour', began) AS first_hour,
+               date_trunc('hour', ended_at) AS last_hour
+        FROM _usage_fresh WHERE replica_id IS NOT NULL AND status <> 'rejected'
+    ) spans, LATERAL generate_series(first_hour, last_hour, interval '1 hour') AS hour
+    GROUP BY replica_id, hour
 """
 
 
-def _mark_stale(raw, staging: str) -> None:
+def _mark_stale(raw) -> None:
     """New usage re-opens the attribution windows it falls in and the
     hours whose rollups it changes."""
-    hours = _RESIDENT_HOURS.format(staging=staging)
     raw.execute(
         f"""
         INSERT INTO metering_attributionwindow
             (replica_id, start, "end", status, policy, gpus, capacity_ns,
              attributed_ns, idle_ns, requests, marked_at)
-        SELECT DISTINCT replica_id, hour, hour + interval '1 hour', 'pending', '', 0, 0, 0, 0, 0,
-               now()
-        FROM ({hours}) r
-        WHERE replica_id IS NOT NULL AND status <> 'rejected'
+        SELECT replica_id, hour, hour + interval '1 hour', 'pending', '', 0, 0, 0, 0, 0, now()
+        FROM ({_RESIDENT_HOURS}) resident
         ON CONFLICT (replica_id, start)
         DO UPDATE SET status = 'pending', marked_at = EXCLUDED.marked_at
         """
@@ -172,12 +182,11 @@ def _mark_stale(raw, staging: str) -> None:
     raw.execute(
         f"""
         INSERT INTO metering_dirtyhour (hour, marked_at)
-        SELECT DISTINCT hour, now() FROM (
-            SELECT hour FROM ({hours}) r
+        SELECT hour, now() FROM (
+            SELECT hour FROM ({_RESIDENT_HOURS}) resident
             UNION
-            SELECT date_trunc('hour', s.received_at)
-            FROM {staging} s JOIN _usage_fresh f USING (request_id)
-        ) u
+            SELECT DISTINCT date_trunc('hour', received_at) FROM _usage_fresh
+        ) hours
         ON CONFLICT (hour) DO UPDATE SET marked_at = EXCLUDED.marked_at
         """
     )

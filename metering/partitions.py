@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, date, datetime
 
-from django.db import connection
+from django.db import connection, transaction
 from psycopg import sql
 
 LEDGER_TABLE = "metering_usageevent"
@@ -36,14 +36,22 @@ def usage_partitions_ensure(*, months: Iterable[date | datetime]) -> list[str]:
         end = datetime(end_month.year, end_month.month, 1, tzinfo=UTC)
         with connection.cursor() as cursor:
             cursor.execute("SELECT to_regclass(%s)", [name])
-            if cursor.fetchone()[0] is None:
-                # Two processes may race here: the loser's CREATE fails on the
-                # existing name, which IF NOT EXISTS turns into a notice.
+            if cursor.fetchone()[0] is not None:
+                continue
+        with transaction.atomic(), connection.cursor() as cursor:
+            # Two writers may reach a new month together; IF NOT EXISTS does
+            # not make concurrent CREATEs safe, a lock does.
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [LEDGER_TABLE])
+            # pg_class itself, not to_regclass(): the relation cache may not
+            # have seen the other writer's commit yet.
+            cursor.execute(
+                "SELECT 1 FROM pg_class WHERE relname = %s "
+                "AND relnamespace = current_schema()::regnamespace",
+                [name],
+            )
+            if cursor.fetchone() is None:
                 cursor.execute(
-                    sql.SQL(
-                        "CREATE TABLE IF NOT EXISTS {} PARTITION OF {} "
-                        "FOR VALUES FROM ({}) TO ({})"
-                    ).format(
+                    sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
                         sql.Identifier(name),
                         sql.Identifier(LEDGER_TABLE),
                         sql.Literal(start),
@@ -72,4 +80,3 @@ def usage_partitions_list() -> list[str]:
             [LEDGER_TABLE],
         )
         return [row[0] for row in cursor.fetchall()]
-

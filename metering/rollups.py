@@ -66,7 +66,12 @@ def usage_rollups_refresh() -> list[datetime]:
     return rebuilt
 
 
-def hour_mark_dirty(*, hour: datetime) -> None:
-    DirtyHour.objects.update_or_create(
-        hour=hour_floor(hour), defaults={"marked_at": timezone.now()}
+def hours_mark_dirty(*, hours) -> None:
+    """Mark `hours` for a rollup rebuild (one statement for all of them)."""
+    now = timezone.now()
+    DirtyHour.objects.bulk_create(
+        [DirtyHour(hour=hour_floor(h), marked_at=now) for h in set(hours)],
+        update_conflicts=True,
+        unique_fields=["hour"],
+        update_fields=["marked_at"],
     )

@@ -24,33 +24,35 @@ from serving.choices import RequestStatus
 from serving.models import LoraAdapter, Replica, ServedModel
 from tenants.models import Tenant
 
-# The ledger's columns, in the order rows are copied.
-LEDGER_COLUMNS = (
-    "request_id",
-    "tenant_id",
-    "api_key_id",
-    "model",
-    "served_model_id",
-    "replica_id",
-    "pool_id",
-    "priority",
-    "stream",
-    "prompt_tokens",
-    "cached_tokens",
-    "completion_tokens",
-    "received_at",
-    "sent_at",
-    "first_token_at",
-    "ended_at",
-    "queue_ms",
-    "ttft_ms",
-    "generation_ms",
-    "status",
-    "http_status",
-    "error",
-    "source",
-    "synthetic",
+# The ledger's columns, in the order rows are copied, with their types.
+LEDGER_COLUMN_TYPES = (
+    ("request_id", "varchar"),
+    ("tenant_id", "int8"),
+    ("api_key_id", "int8"),
+    ("model", "varchar"),
+    ("served_model_id", "int8"),
+    ("replica_id", "int8"),
+    ("pool_id", "int8"),
+    ("priority", "int4"),
+    ("stream", "bool"),
+    ("prompt_tokens", "int4"),
+    ("cached_tokens", "int4"),
+    ("completion_tokens", "int4"),
+    ("received_at", "timestamptz"),
+    ("sent_at", "timestamptz"),
+    ("first_token_at", "timestamptz"),
+    ("ended_at", "timestamptz"),
+    ("queue_ms", "numeric"),
+    ("ttft_ms", "numeric"),
+    ("generation_ms", "numeric"),
+    ("status", "varchar"),
+    ("http_status", "int2"),
+    ("error", "varchar"),
+    ("source", "varchar"),
+    ("synthetic", "bool"),
 )
+LEDGER_COLUMNS = tuple(name for name, _ in LEDGER_COLUMN_TYPES)
+LEDGER_TYPES = tuple(kind for _, kind in LEDGER_COLUMN_TYPES)
 MAX_TOKENS = 2**31 - 1
 MAX_MS = Decimal("99999999999.999")
 CLOCK_SKEW = timedelta(minutes=5)  # how far in the future an event may claim to end

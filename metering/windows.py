@@ -14,12 +14,13 @@ import numpy as np
 import pandas as pd
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from metering.attribution import Timeline, attribute_window
 from metering.choices import WindowStatus
 from metering.models import AttributionShare, AttributionWindow
-from metering.rollups import hour_mark_dirty
+from metering.rollups import hours_mark_dirty
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +34,8 @@ SHARE_COLUMNS = (
     "device_ns",
 )
 # Epoch microseconds computed by PostgreSQL (exact: numeric arithmetic).
-_WINDOW_EVENTS = """
-    SELECT request_id, tenant_id, served_model_id, pool_id, priority,
+_EVENTS = """
+    SELECT request_id, tenant_id, served_model_id, pool_id, priority, replica_id,
            (extract(epoch FROM coalesce(sent_at, received_at)) * 1000000)::bigint AS sent_us,
            (extract(epoch FROM first_token_at) * 1000000)::bigint AS first_token_us,
            (extract(epoch FROM ended_at) * 1000000)::bigint AS ended_us,
@@ -43,11 +44,13 @@ _WINDOW_EVENTS = """
            (generation_ms * 1000)::bigint AS generation_us,
            prompt_tokens, cached_tokens, completion_tokens
     FROM metering_usageevent
-    WHERE replica_id = {replica} AND status <> 'rejected'
+    WHERE replica_id IN ({replicas}) AND status <> 'rejected'
       AND received_at >= '{lookback}' AND received_at < '{end}' AND ended_at > '{start}'
 """
 _DTYPES = {"served_model_id": "Int64", "pool_id": "Int64", "first_token_us": "Int64"}
 _DTYPES.update({c: "Int64" for c in ("queue_us", "ttft_us", "generation_us")})
+# Windows attributed together: one read of the ledger and one write for all.
+BATCH_SPAN = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -65,12 +68,12 @@ def _epoch_us(moment: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def window_events_frame(*, replica_id: int, start: datetime, end: datetime) -> pd.DataFrame:
-    """The requests resident on `replica_id` during [start, end), read with
+def events_frame(*, replica_ids: list[int], start: datetime, end: datetime) -> pd.DataFrame:
+    """The requests resident on `replica_ids` during [start, end), read with
     COPY into a DataFrame (no Python object per row)."""
     lookback = start - timedelta(seconds=settings.METERING["MAX_REQUEST_SECONDS"])
-    query = _WINDOW_EVENTS.format(
-        replica=int(replica_id),
+    query = _EVENTS.format(
+        replicas=", ".join(str(int(r)) for r in replica_ids),
         lookback=lookback.isoformat(),
         start=start.isoformat(),
         end=end.isoformat(),
@@ -123,53 +126,112 @@ def timeline_from_events(events: pd.DataFrame) -> Timeline:
 
 
 def attribution_window_compute(*, window_id: int, policy: str | None = None) -> WindowOutcome:
-    """Compute one window and store its shares and totals (replacing any
-    earlier run). Safe to run twice, and concurrently with ingestion."""
-    policy = policy or settings.METERING["ATTRIBUTION_POLICY"]
-    window = AttributionWindow.objects.select_related("replica__model").get(pk=window_id)
-    marked_at = window.marked_at
-    replica = window.replica
-    gpus = replica.gpus.count()
-    if gpus == 0:
-        logger.warning("replica %s holds no GPUs: its windows have no capacity", replica.name)
-    events = window_events_frame(replica_id=replica.pk, start=window.start, end=window.end)
-    result = attribute_window(
-        timeline_from_events(events),
-        window_start_us=_epoch_us(window.start),
-        window_end_us=_epoch_us(window.end),
-        gpus=gpus,
-        policy=policy,
-        weight_bytes=replica.model.weight_bytes,
-        kv_bytes_per_token=replica.model.kv_bytes_per_token,
-    )
-    shares = events[["request_id", "tenant_id", "served_model_id", "pool_id", "priority"]].copy()
-    shares.insert(0, "window_id", window.pk)
-    shares["device_ns"] = result.device_ns
-    shares = shares[shares["device_ns"] > 0]  # resident before the window only
+    """Compute one window (see attribution_windows_compute)."""
+    (outcome,) = attribution_windows_compute(window_ids=[window_id], policy=policy)
+    return outcome
 
-    with transaction.atomic():
-        window = AttributionWindow.objects.select_for_update().get(pk=window_id)
-        still_pending = window.marked_at != marked_at  # usage arrived while we computed
-        AttributionShare.objects.filter(window=window).delete()
-        _copy_shares(shares)
-        window.status = WindowStatus.PENDING if still_pending else WindowStatus.DONE
-        window.policy = policy
-        window.gpus = gpus
-        window.capacity_ns = result.capacity_ns
-        window.attributed_ns = result.attributed_ns
-        window.idle_ns = result.idle_ns
-        window.requests = len(shares)
-        window.computed_at = timezone.now()
-        window.save()
-        hour_mark_dirty(hour=window.start)  # its device-seconds changed
-    return WindowOutcome(
-        window_id=window.pk,
-        requests=len(shares),
-        attributed_ns=result.attributed_ns,
-        idle_ns=result.idle_ns,
-        capacity_ns=result.capacity_ns,
-        still_pending=still_pending,
+
+def attribution_windows_compute(
+    *, window_ids: list[int], policy: str | None = None
+) -> list[WindowOutcome]:
+    """Compute `window_ids` and store their shares and totals, replacing any
+    earlier run: one read of the ledger for all of them, numpy per window,
+    one transaction to write. Safe to run twice, and concurrently with
+    ingestion: a window that new usage marked while it was being computed
+    stays pending for the next run."""
+    policy = policy or settings.METERING["ATTRIBUTION_POLICY"]
+    windows = list(
+        AttributionWindow.objects.filter(pk__in=window_ids)
+        .select_related("replica__model")
+        .annotate(gpu_count=Count("replica__gpus"))
+        .order_by("replica_id", "start")
     )
+    if not windows:
+        return []
+    for gpus, name in {(w.gpu_count, w.replica.name) for w in windows}:
+        if gpus == 0:
+            logger.warning("replica %s holds no GPUs: its windows have no capacity", name)
+    events = events_frame(
+        replica_ids=sorted({w.replica_id for w in windows}),
+        start=min(w.start for w in windows),
+        end=max(w.end for w in windows),
+    )
+    by_replica = {rid: frame for rid, frame in events.groupby("replica_id", sort=False)}
+    timelines = {rid: timeline_from_events(frame) for rid, frame in by_replica.items()}
+    results, share_frames = {}, []
+    for window in windows:
+        frame = by_replica.get(window.replica_id, events.iloc[:0])
+        timeline = timelines.get(window.replica_id)
+        if timeline is None:  # no usage on this replica in the batch: all idle
+            timeline = timeline_from_events(frame)
+        lo, hi = _epoch_us(window.start), _epoch_us(window.end)
+        inside = (timeline.start_us < hi) & (timeline.end_us > lo)
+        result = attribute_window(
+            timeline.subset(inside),
+            window_start_us=lo,
+            window_end_us=hi,
+            gpus=window.gpu_count,
+            policy=policy,
+            weight_bytes=window.replica.model.weight_bytes,
+            kv_bytes_per_token=window.replica.model.kv_bytes_per_token,
+        )
+        shares = frame.loc[inside, list(SHARE_COLUMNS[1:-1])].copy()
+        shares.insert(0, "window_id", window.pk)
+        shares["device_ns"] = result.device_ns
+        shares = shares[shares["device_ns"] > 0]
+        share_frames.append(shares)
+        results[window.pk] = (result, len(shares))
+    return _store(windows, results, pd.concat(share_frames), policy=policy)
+
+
+def _store(windows, results, shares: pd.DataFrame, *, policy: str) -> list[WindowOutcome]:
+    marked = {w.pk: w.marked_at for w in windows}
+    ids = sorted(marked)
+    outcomes = []
+    with transaction.atomic():
+        locked = {  # in id order, as every writer of these rows locks them
+            w.pk: w for w in AttributionWindow.objects.select_for_update().filter(pk__in=ids)
+        }
+        AttributionShare.objects.filter(window_id__in=ids).delete()
+        _copy_shares(shares)
+        now = timezone.now()
+        for window_id in ids:
+            window = locked[window_id]
+            result, requests = results[window_id]
+            still_pending = window.marked_at != marked[window_id]
+            window.status = WindowStatus.PENDING if still_pending else WindowStatus.DONE
+            window.policy = policy
+            window.gpus = next(w.gpu_count for w in windows if w.pk == window_id)
+            window.capacity_ns = result.capacity_ns
+            window.attributed_ns = result.attributed_ns
+            window.idle_ns = result.idle_ns
+            window.requests = requests
+            window.computed_at = now
+            outcomes.append(
+                WindowOutcome(
+                    window_id=window_id,
+                    requests=requests,
+                    attributed_ns=result.attributed_ns,
+                    idle_ns=result.idle_ns,
+                    capacity_ns=result.capacity_ns,
+                    still_pending=still_pending,
+                )
+            )
+        AttributionWindow.objects.bulk_update(
+            locked.values(),
+            [
+                "status",
+                "policy",
+                "gpus",
+                "capacity_ns",
+                "attributed_ns",
+                "idle_ns",
+                "requests",
+                "computed_at",
+            ],
+        )
+        hours_mark_dirty(hours={w.start for w in locked.values()})  # device-seconds changed
+    return outcomes
 
 
 def _copy_shares(shares: pd.DataFrame) -> None:
@@ -177,10 +239,26 @@ def _copy_shares(shares: pd.DataFrame) -> None:
         return
     csv = shares.to_csv(index=False, header=False, columns=list(SHARE_COLUMNS)).encode()
     columns = ", ".join(SHARE_COLUMNS)
-    with connection.cursor() as cursor, connection.wrap_database_errors, cursor.cursor.copy(
-        f"COPY metering_attributionshare ({columns}) FROM STDIN WITH (FORMAT csv)"
-    ) as copy:
+    sql = f"COPY metering_attributionshare ({columns}) FROM STDIN WITH (FORMAT csv)"
+    with (
+        connection.cursor() as cursor,
+        connection.wrap_database_errors,
+        cursor.cursor.copy(sql) as copy,
+    ):
         copy.write(csv)
+
+
+def attribution_batches(window_ids: list[int]) -> list[list[int]]:
+    """Due windows in batches spanning at most BATCH_SPAN (bounded memory)."""
+    rows = AttributionWindow.objects.filter(pk__in=window_ids).order_by("start")
+    batches: list[list[int]] = []
+    batch_start = None
+    for pk, start in rows.values_list("pk", "start"):
+        if batch_start is None or start - batch_start >= BATCH_SPAN:
+            batches.append([])
+            batch_start = start
+        batches[-1].append(pk)
+    return batches
 
 
 def attribution_windows_due(*, now: datetime | None = None) -> list[int]:

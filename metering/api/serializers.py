@@ -62,9 +62,7 @@ class UsageQueryIn(serializers.Serializer):
     start = serializers.DateTimeField(
         input_formats=["iso-8601", "%Y-%m-%d"], help_text="Inclusive; a date or ISO timestamp."
     )
-    end = serializers.DateTimeField(
-        input_formats=["iso-8601", "%Y-%m-%d"], help_text="Exclusive."
-    )
+    end = serializers.DateTimeField(input_formats=["iso-8601", "%Y-%m-%d"], help_text="Exclusive.")
     group_by = serializers.ChoiceField(choices=["hour", "day", "month"], default="day")
     model = serializers.CharField(required=False, max_length=200)
     tenant = serializers.SlugField(

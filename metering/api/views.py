@@ -86,7 +86,7 @@ class UsageEventIngestView(APIView):
         summary="Report usage events (up to 1,000) from another serving tier",
         description=(
             "Authenticated by a platform service key (`Authorization: Bearer gls_...`, "
-            "created with `manage.py service_key_create`). The body is `{\"events\": [...]}`, "
+            'created with `manage.py service_key_create`). The body is `{"events": [...]}`, '
             "a JSON array, or NDJSON (`Content-Type: application/x-ndjson`). Idempotent: an "
             "event whose request_id was recorded before is a `duplicate`, not an error. "
             "All-or-nothing: if any event is invalid the answer is 400, every bad event is "
@@ -257,9 +257,7 @@ class UsageExportView(DownloadView):
         tenant = _usage_scope(request, params)
         query = _query(params)
         if params["format"] == "csv":
-            rows = (
-                _usage_row(r) for r in usage_summary(tenant=tenant, query=query).iterator(2000)
-            )
+            rows = (_usage_row(r) for r in usage_summary(tenant=tenant, query=query).iterator(2000))
             name = f"usage-{query.start:%Y%m%d}-{query.end:%Y%m%d}.csv"
             return csv_response(rows, columns=USAGE_CSV_COLUMNS, filename=name)
         try:

@@ -130,3 +130,37 @@ def test_timings_a_little_outside_the_request_are_pulled_inside(ledger):
     event = ledger.event("skew", first_token_at=T0 + timedelta(seconds=1, milliseconds=3))
     usage_record_batch(events=[event], source=API)
     assert UsageEvent.objects.get().first_token_at == T0 + timedelta(seconds=1)
+
+
+def test_two_writers_creating_the_same_month_both_succeed(transactional_db):
+    """Two gateways flushing at a month's first second create its partition
+    at once: neither may fail (IF NOT EXISTS alone is not enough)."""
+    import threading
+    from datetime import date
+
+    from django.db import connection
+
+    from metering.partitions import usage_partitions_ensure
+
+    month, errors, barrier = date(2031, 3, 1), [], threading.Barrier(4)
+
+    def create():
+        try:
+            barrier.wait()
+            usage_partitions_ensure(months=[month])
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == []
+        assert partition_name(month) in usage_partitions_list()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {partition_name(month)}")
