@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 
@@ -15,6 +16,10 @@ from serving.models import Pool, Replica, ServedModel
 from tenants.models import Tenant
 
 SECONDS = {"max_digits": 24, "decimal_places": 9}
+
+
+# A column copied from the ledger into derived rows: no constraint, no index.
+COPIED = {"db_constraint": False, "db_index": False}
 
 
 def ns_to_seconds(ns: int) -> Decimal:
@@ -127,32 +132,50 @@ class AttributionWindow(models.Model):
 
 
 class AttributionShare(models.Model):
-    """The device-seconds one request used inside one window (a request that
-    spans windows has one row in each). Replaced whole when its window is
-    recomputed."""
+    """The device-seconds a window gave one tenant's requests for one model
+    in one pool at one priority: what rollups read. Replaced whole when its
+    window is recomputed. The columns copied from the (validated) ledger
+    carry no foreign-key constraints: derived rows, written in bulk."""
 
     window = models.ForeignKey(AttributionWindow, on_delete=models.CASCADE, related_name="shares")
-    request_id = models.CharField(max_length=128)
-    tenant = models.ForeignKey(Tenant, on_delete=models.DO_NOTHING, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.DO_NOTHING, related_name="+", **COPIED)
     served_model = models.ForeignKey(
-        ServedModel, null=True, on_delete=models.DO_NOTHING, related_name="+"
+        ServedModel, null=True, on_delete=models.DO_NOTHING, related_name="+", **COPIED
     )
-    pool = models.ForeignKey(Pool, null=True, on_delete=models.DO_NOTHING, related_name="+")
+    pool = models.ForeignKey(
+        Pool, null=True, on_delete=models.DO_NOTHING, related_name="+", **COPIED
+    )
     priority = models.IntegerField(default=0)
+    requests = models.PositiveIntegerField()
     device_ns = models.BigIntegerField(help_text="Device-nanoseconds.")
 
-    class Meta:
-        indexes = [
-            models.Index(fields=["window"], name="share_window"),
-            models.Index(fields=["request_id"], name="share_request"),
-        ]
-
     def __str__(self) -> str:
-        return f"{self.request_id}: {self.device_seconds} device-s"
+        return f"window {self.window_id}, tenant {self.tenant_id}: {self.device_seconds} device-s"
 
     @property
     def device_seconds(self) -> Decimal:
         return ns_to_seconds(self.device_ns)
+
+
+class RequestShares(models.Model):
+    """Every request's device-nanoseconds in one window, as two parallel
+    arrays (a row per window rather than per request: a day of a busy fleet
+    is millions of requests). A request that spans windows appears in each.
+    Read them through metering.selectors.request_device_seconds."""
+
+    window = models.OneToOneField(
+        AttributionWindow, on_delete=models.CASCADE, related_name="request_shares"
+    )
+    request_ids = ArrayField(models.CharField(max_length=128))
+    device_ns = ArrayField(models.BigIntegerField())
+
+    def __str__(self) -> str:
+        return f"window {self.window_id}: {len(self.request_ids)} requests"
+
+    def as_seconds(self) -> dict[str, Decimal]:
+        return {
+            r: ns_to_seconds(ns) for r, ns in zip(self.request_ids, self.device_ns, strict=True)
+        }
 
 
 class UsageRollup(models.Model):

@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
 
+from django.conf import settings
 from django.db.models import Q, Sum
 from django.utils import timezone
 
 from metering.models import ReconciliationGap, UsageEvent
 from serving.models import Replica, ReplicaMetricSample
+
+MAX_REQUEST = timedelta(seconds=settings.METERING["MAX_REQUEST_SECONDS"])
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ def reconciliation_compute(
             Q(replica_id=replica.pk)
             & Q(ended_at__gt=delta.first_at, ended_at__lte=delta.last_at)
             # bounds the partitions scanned: no request outlives MAX_REQUEST_SECONDS
-            & Q(received_at__gte=delta.first_at - timedelta(hours=6))
+            & Q(received_at__gte=delta.first_at - MAX_REQUEST)
             & ~Q(status="rejected")
         ).aggregate(prompt=Sum("prompt_tokens"), generation=Sum("completion_tokens"))
         metered = {k: v or 0 for k, v in sums.items()}

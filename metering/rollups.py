@@ -13,32 +13,36 @@ from django.utils import timezone
 
 from metering.models import DirtyHour
 
-_ROLLUP_HOUR = """
+# Every hour in %(hours)s at once: one pass over the ledger's time range.
+_ROLLUP_HOURS = """
 INSERT INTO metering_usagerollup
     (hour, tenant_id, served_model_id, pool_id, replica_id, priority,
      prompt_tokens, cached_tokens, completion_tokens,
      requests_ok, requests_aborted, requests_error, requests_rejected,
      device_seconds, synthetic)
-SELECT %(hour)s, tenant_id, served_model_id, pool_id, replica_id, priority,
+SELECT hour, tenant_id, served_model_id, pool_id, replica_id, priority,
        sum(prompt_tokens), sum(cached_tokens), sum(completion_tokens),
        sum(ok), sum(aborted), sum(error), sum(rejected),
        sum(device_ns)::numeric / 1000000000, bool_or(synthetic)
 FROM (
-    SELECT tenant_id, served_model_id, pool_id, replica_id, priority,
+    SELECT date_trunc('hour', received_at) AS hour,
+           tenant_id, served_model_id, pool_id, replica_id, priority,
            prompt_tokens, cached_tokens, completion_tokens,
            (status = 'ok')::int AS ok, (status = 'aborted')::int AS aborted,
            (status = 'error')::int AS error, (status = 'rejected')::int AS rejected,
            0::bigint AS device_ns, synthetic
     FROM metering_usageevent
-    WHERE received_at >= %(hour)s AND received_at < %(next)s
+    WHERE received_at >= %(first)s AND received_at < %(last)s
+      AND date_trunc('hour', received_at) = ANY(%(hours)s)
     UNION ALL
-    SELECT s.tenant_id, s.served_model_id, s.pool_id, w.replica_id, s.priority,
-           0, 0, 0, 0, 0, 0, 0, s.device_ns, false
-    FROM metering_attributionshare s
-    JOIN metering_attributionwindow w ON w.id = s.window_id
-    WHERE w.start >= %(hour)s AND w.start < %(next)s
+    SELECT date_trunc('hour', w.start), s.tenant_id, s.served_model_id, s.pool_id,
+           w.replica_id, s.priority, 0, 0, 0, 0, 0, 0, 0, s.device_ns, false
+    FROM metering_attributionwindow w
+    JOIN metering_attributionshare s ON s.window_id = w.id
+    WHERE w.start >= %(first)s AND w.start < %(last)s
+      AND date_trunc('hour', w.start) = ANY(%(hours)s)
 ) usage
-GROUP BY tenant_id, served_model_id, pool_id, replica_id, priority
+GROUP BY hour, tenant_id, served_model_id, pool_id, replica_id, priority
 """
 
 
@@ -46,24 +50,34 @@ def hour_floor(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
-def usage_rollup_hour(*, hour: datetime) -> int:
-    """Rebuild the rollups of `hour`; returns the rows written."""
-    hour = hour_floor(hour)
+def usage_rollup_hours(*, hours: list[datetime]) -> int:
+    """Rebuild the rollups of `hours` (delete and insert, one transaction);
+    returns the rows written."""
+    hours = sorted({hour_floor(h) for h in hours})
+    if not hours:
+        return 0
+    params = {"hours": hours, "first": hours[0], "last": hours[-1] + timedelta(hours=1)}
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("DELETE FROM metering_usagerollup WHERE hour = %s", [hour])
-        cursor.execute(_ROLLUP_HOUR, {"hour": hour, "next": hour + timedelta(hours=1)})
+        cursor.execute("DELETE FROM metering_usagerollup WHERE hour = ANY(%s)", [hours])
+        cursor.execute(_ROLLUP_HOURS, params)
         return cursor.rowcount
 
 
-def usage_rollups_refresh() -> list[datetime]:
-    """Rebuild every hour marked dirty; an hour marked again while it was
-    being rebuilt stays dirty for the next run. Returns the hours rebuilt."""
-    rebuilt = []
-    for hour, marked_at in DirtyHour.objects.order_by("hour").values_list("hour", "marked_at"):
-        usage_rollup_hour(hour=hour)
-        DirtyHour.objects.filter(hour=hour, marked_at=marked_at).delete()
-        rebuilt.append(hour)
-    return rebuilt
+def usage_rollup_hour(*, hour: datetime) -> int:
+    return usage_rollup_hours(hours=[hour])
+
+
+def usage_rollups_refresh(*, batch_hours: int = 48) -> list[datetime]:
+    """Rebuild every hour marked dirty, a couple of days at a time; an hour
+    marked again while it was being rebuilt stays dirty for the next run.
+    Returns the hours rebuilt."""
+    dirty = list(DirtyHour.objects.order_by("hour").values_list("hour", "marked_at"))
+    for start in range(0, len(dirty), batch_hours):
+        batch = dirty[start : start + batch_hours]
+        usage_rollup_hours(hours=[hour for hour, _ in batch])
+        for hour, marked_at in batch:
+            DirtyHour.objects.filter(hour=hour, marked_at=marked_at).delete()
+    return [hour for hour, _ in dirty]
 
 
 def hours_mark_dirty(*, hours) -> None:

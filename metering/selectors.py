@@ -9,11 +9,12 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 from django.db.models import F, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, TruncDay, TruncHour, TruncMonth
 
-from metering.models import UsageRollup
+from metering.models import RequestShares, UsageEvent, UsageRollup
 from tenants.models import Tenant
 
 TRUNCATE = {"hour": TruncHour, "day": TruncDay, "month": TruncMonth}
@@ -128,3 +129,23 @@ def usage_detail_rows(*, tenant: Tenant | None, query: UsageQuery) -> Iterator[d
         .order_by("period", "tenant__slug", "served_model__name", "pool__name", "replica__name")
     )
     return rows.iterator(chunk_size=2000)
+
+
+def request_device_seconds(*, tenant: Tenant | None, request_id: str) -> dict[datetime, Decimal]:
+    """The device-seconds attributed to one request, per window it was
+    resident in (empty until its windows are attributed). A tenant's read of
+    another tenant's request finds nothing."""
+    events = UsageEvent.objects.filter(request_id=request_id)
+    if tenant is not None:
+        events = events.filter(tenant=tenant)
+    event = events.values("replica_id", "received_at", "ended_at").first()
+    if event is None or event["replica_id"] is None:
+        return {}
+    lookback = event["received_at"] - timedelta(hours=1)
+    rows = RequestShares.objects.filter(
+        window__replica_id=event["replica_id"],
+        window__start__gte=lookback,
+        window__start__lte=event["ended_at"],
+        request_ids__contains=[request_id],
+    ).select_related("window")
+    return {row.window.start: row.as_seconds()[request_id] for row in rows}

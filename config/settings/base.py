@@ -209,7 +209,7 @@ METERING = {
     # How long the ingestion path trusts its cached list of tenants and replicas.
     "DIRECTORY_SECONDS": env.float("METERING_DIRECTORY_SECONDS", default=5.0),
     # Longer requests are refused; bounds how far back attribution looks.
-    "MAX_REQUEST_SECONDS": env.int("METERING_MAX_REQUEST_SECONDS", default=6 * 3600),
+    "MAX_REQUEST_SECONDS": env.int("METERING_MAX_REQUEST_SECONDS", default=3600),
     # equal | roofline (see DESIGN.md, Attribution)
     "ATTRIBUTION_POLICY": env("METERING_ATTRIBUTION_POLICY", default="roofline"),
     # A window is attributed once it has been closed this long (late records).

@@ -12,7 +12,13 @@ import pytest
 from metering.choices import EventSource
 from metering.jobs import metering_run
 from metering.ledger import usage_record_batch
-from metering.models import AttributionShare, AttributionWindow, DirtyHour, UsageRollup
+from metering.models import (
+    AttributionShare,
+    AttributionWindow,
+    DirtyHour,
+    RequestShares,
+    UsageRollup,
+)
 from metering.rollups import usage_rollup_hour
 from metering.windows import attribution_conservation_check, attribution_window_compute
 from tests.metering.conftest import T0
@@ -27,7 +33,9 @@ def record(ledger, *events):
 
 
 def shares(window) -> dict[str, Decimal]:
-    return {s.request_id: s.device_seconds for s in AttributionShare.objects.filter(window=window)}
+    """Each request's device-seconds in `window`."""
+    stored = RequestShares.objects.filter(window=window).first()
+    return stored.as_seconds() if stored else {}
 
 
 def test_a_tenant_alone_gets_exactly_its_resident_time(ledger):
@@ -84,9 +92,13 @@ def test_rerunning_a_window_gives_the_same_rows(ledger):
     metering_run(now=AFTER)
     window = AttributionWindow.objects.get()
     before = shares(window)
+    groups = list(AttributionShare.objects.values_list("tenant_id", "requests", "device_ns"))
     attribution_window_compute(window_id=window.pk)
     assert shares(window) == before
-    assert AttributionShare.objects.count() == 2
+    assert (
+        list(AttributionShare.objects.values_list("tenant_id", "requests", "device_ns")) == groups
+    )
+    assert RequestShares.objects.count() == 1
 
 
 def test_the_check_reports_a_broken_window(ledger):
@@ -95,6 +107,7 @@ def test_the_check_reports_a_broken_window(ledger):
     AttributionShare.objects.update(device_ns=1)
     (found,) = attribution_conservation_check(since=T0 - timedelta(days=1))
     assert found.shares_ns == 1 and found.attributed_ns == 900_000_000
+    assert found.requests_ns == 900_000_000
 
 
 def test_windows_not_yet_closed_wait(ledger):
@@ -158,3 +171,33 @@ def test_conservation_holds_for_a_busy_hour(ledger, policy):
     assert outcome.attributed_ns + outcome.idle_ns == HOUR_NS
     total = sum(s.device_ns for s in AttributionShare.objects.filter(window=window))
     assert total == outcome.attributed_ns
+    per_request = RequestShares.objects.get(window=window)
+    assert len(per_request.request_ids) == 200 and sum(per_request.device_ns) == total
+    by_tenant = {
+        s.tenant_id: (s.requests, s.device_ns)
+        for s in AttributionShare.objects.filter(window=window)
+    }
+    assert by_tenant[ledger.a.pk][0] == by_tenant[ledger.b.pk][0] == 100
+
+
+def test_request_ids_with_commas_and_quotes_survive_attribution(ledger):
+    odd = 'edge,7f"3a\\b\tc{d}'
+    record(ledger, ledger.event(odd))
+    metering_run(now=AFTER)
+    assert shares(AttributionWindow.objects.get()) == {odd: Decimal("0.900000000")}
+
+
+def test_a_requests_device_seconds_per_window_for_its_tenant_only(ledger):
+    from metering.selectors import request_device_seconds
+
+    at = T0 + timedelta(minutes=59, seconds=30)
+    event = ledger.event(
+        "span", at=at, ended_at=at + timedelta(seconds=60), generation_ms=Decimal("59700")
+    )
+    record(ledger, event)
+    metering_run(now=AFTER)
+    assert request_device_seconds(tenant=ledger.a, request_id="span") == {
+        T0: Decimal("29.900000000"),
+        T0 + timedelta(hours=1): Decimal("30.000000000"),
+    }
+    assert request_device_seconds(tenant=ledger.b, request_id="span") == {}
