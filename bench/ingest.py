@@ -22,7 +22,6 @@ import multiprocessing
 import os
 import random
 import resource
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -39,7 +38,7 @@ from django.db import connection  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench.common import report_write  # noqa: E402
-from config.processes import ManagedProcess  # noqa: E402
+from config.processes import ManagedProcess, uvicorn_argv  # noqa: E402
 from metering.choices import EventSource  # noqa: E402
 from metering.ledger import usage_record_batch, usage_rows_record, usage_rows_validate  # noqa: E402
 from serving.models import Pool, Replica  # noqa: E402
@@ -211,21 +210,7 @@ def through_api(batch_events, *, workers: int, concurrency: int) -> float:
     port = free_port()
     web = ManagedProcess(
         name="web",
-        argv=[
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "config.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--no-access-log",
-            "--log-level",
-            "warning",
-        ],
+        argv=uvicorn_argv("config.asgi:application", host="127.0.0.1", port=port, workers=workers),
         ready_url=f"http://127.0.0.1:{port}/healthz",
     )
     _key, secret = service_key_create(name="bench ingest")

@@ -14,6 +14,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+def uvicorn_argv(app: str, *, host: str, port: int, workers: int = 1) -> list[str]:
+    """The command line of a uvicorn server for `app` on loopback."""
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        app,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+
+
 @dataclass
 class ManagedProcess:
     name: str

@@ -71,29 +71,48 @@ class Membership(models.Model):
         return f"{self.user} @ {self.tenant} ({self.role})"
 
 
-class ApiKey(models.Model):
-    """A tenant's credential. The secret is shown once at creation; only an
-    HMAC of it is kept. `prefix` is the public part used to find the row and
-    to tell keys apart on screen."""
+class HashedKey(models.Model):
+    """What every credential has: a public prefix that finds the row and
+    tells keys apart on screen, and only an HMAC of the secret (shown once,
+    at creation)."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    KIND = ""  # the key's leading characters, e.g. "glk_"
+
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     secret_hash = models.CharField(max_length=64, editable=False)
-    scopes = ArrayField(models.CharField(max_length=32, choices=Scope.choices))
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.display_prefix} ({self.name})"
+
+    @property
+    def display_prefix(self) -> str:
+        return f"{self.KIND}{self.prefix}…"
+
+
+class ApiKey(HashedKey):
+    """A tenant's credential, with scopes and an optional expiry."""
+
+    KIND = "glk_"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    scopes = ArrayField(models.CharField(max_length=32, choices=Scope.choices))
+    expires_at = models.DateTimeField(null=True, blank=True)
     revoked_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(HashedKey.Meta):
         indexes = [models.Index(fields=["tenant", "-created_at"], name="apikey_tenant_created")]
         constraints = [
             models.CheckConstraint(condition=Q(name__length__gt=0), name="apikey_name_not_empty"),
@@ -103,33 +122,16 @@ class ApiKey(models.Model):
             ),
         ]
 
-    def __str__(self) -> str:
-        return f"{self.display_prefix} ({self.name})"
 
-    @property
-    def display_prefix(self) -> str:
-        from tenants.keys import KEY_PREFIX
-
-        return f"{KEY_PREFIX}{self.prefix}…"
-
-
-class ServiceKey(models.Model):
+class ServiceKey(HashedKey):
     """A platform credential for machines, not tenants: another serving tier
-    reporting usage for many tenants. Hashed like an ApiKey, shown once."""
+    reporting usage for many tenants."""
 
-    name = models.CharField(max_length=100)
-    prefix = models.CharField(max_length=16, unique=True, editable=False)
-    secret_hash = models.CharField(max_length=64, editable=False)
+    KIND = "gls_"
+
     scopes = ArrayField(models.CharField(max_length=32, choices=ServiceScope.choices))
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
 
-    class Meta:
-        ordering = ["-created_at"]
+    class Meta(HashedKey.Meta):
         constraints = [
             models.CheckConstraint(
                 condition=Q(name__length__gt=0), name="servicekey_name_not_empty"
@@ -139,15 +141,6 @@ class ServiceKey(models.Model):
                 name="servicekey_scopes_known",
             ),
         ]
-
-    def __str__(self) -> str:
-        return f"{self.display_prefix} ({self.name})"
-
-    @property
-    def display_prefix(self) -> str:
-        from tenants.keys import SERVICE_KEY_PREFIX
-
-        return f"{SERVICE_KEY_PREFIX}{self.prefix}…"
 
 
 class TenantPolicy(models.Model):

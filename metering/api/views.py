@@ -213,13 +213,18 @@ def _usage_scope(request, params: dict) -> Tenant | None:
     return principal.tenant
 
 
-def _query(params: dict) -> UsageQuery:
-    return UsageQuery(
+def _usage_request(request, parameters) -> tuple[dict, Tenant | None, UsageQuery]:
+    """Validated query parameters, whose rows the caller may read, and the query."""
+    query_in = parameters(data=request.query_params)
+    query_in.is_valid(raise_exception=True)
+    params = query_in.validated_data
+    query = UsageQuery(
         start=params["start"],
         end=params["end"],
         group_by=params["group_by"],
         model=params.get("model"),
     )
+    return params, _usage_scope(request, params), query
 
 
 def _usage_row(row: dict) -> dict:
@@ -251,11 +256,7 @@ class UsageExportView(DownloadView):
         tags=["usage"],
     )
     def get(self, request):
-        query_in = UsageQueryIn(data=request.query_params)
-        query_in.is_valid(raise_exception=True)
-        params = query_in.validated_data
-        tenant = _usage_scope(request, params)
-        query = _query(params)
+        params, tenant, query = _usage_request(request, UsageQueryIn)
         if params["format"] == "csv":
             rows = (_usage_row(r) for r in usage_summary(tenant=tenant, query=query).iterator(2000))
             name = f"usage-{query.start:%Y%m%d}-{query.end:%Y%m%d}.csv"
@@ -284,11 +285,7 @@ class FocusExportView(DownloadView):
         tags=["usage"],
     )
     def get(self, request):
-        query_in = FocusQueryIn(data=request.query_params)
-        query_in.is_valid(raise_exception=True)
-        params = query_in.validated_data
-        tenant = _usage_scope(request, params)
-        query = _query(params)
+        params, tenant, query = _usage_request(request, FocusQueryIn)
         rows = focus_rows(tenant=tenant, query=query)
         name = f"focus-{query.start:%Y%m%d}-{query.end:%Y%m%d}"
         if params["format"] == "parquet":

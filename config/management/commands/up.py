@@ -7,7 +7,6 @@ started, by process id, and the embedded database."""
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from contextlib import contextmanager
 
@@ -17,7 +16,7 @@ from django.core.management.base import BaseCommand
 from django.db import connection
 
 from config.embedded_postgres import embedded_postgres_stop
-from config.processes import ManagedProcess, url_answers
+from config.processes import ManagedProcess, url_answers, uvicorn_argv
 from tenants.demo import DEMO_TENANTS, FINANCE_USERNAME
 
 
@@ -56,17 +55,7 @@ class Command(BaseCommand):
             with self.step("web server"):
                 web = ManagedProcess(
                     name="web",
-                    argv=[
-                        sys.executable,
-                        "-m",
-                        "uvicorn",
-                        "config.asgi:application",
-                        "--host",
-                        host,
-                        "--port",
-                        str(port),
-                        "--no-access-log",
-                    ],
+                    argv=uvicorn_argv("config.asgi:application", host=host, port=port),
                     log_path=log_dir / "web.log",
                     ready_url=f"{base_url}/healthz",
                 )
