@@ -230,16 +230,31 @@ def through_api(batch_events, *, workers: int, concurrency: int) -> float:
 def _attribute(queue) -> None:
     """In a fresh (spawned) process, so its peak memory is attribution's own."""
     django.setup()
+    import threading
+
+    import psutil
+
     from metering.jobs import metering_run as run_metering
 
+    # Sampled: ru_maxrss would carry the parent's high-water mark over exec.
+    me, peak, done = psutil.Process(), [0], threading.Event()
+
+    def sample():
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], me.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     bar = tqdm(desc="attribution", leave=False)
     started = time.perf_counter()
     run = run_metering(
         now=EPOCH + timedelta(days=2), progress=lambda done, total: bar.update(done - bar.n)
     )
     seconds = time.perf_counter() - started
+    done.set()
+    sampler.join()
     bar.close()
-    queue.put((seconds, run.windows, len(run.hours), peak_rss_mib()))
+    queue.put((seconds, run.windows, len(run.hours), peak[0] / 2**20))
 
 
 def _attribute_in_fresh_process() -> tuple[float, int, int, float]:

@@ -10,6 +10,7 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import groupby
 
 import numpy as np
 import pandas as pd
@@ -153,10 +154,11 @@ def attribution_windows_compute(
     *, window_ids: list[int], policy: str | None = None
 ) -> list[WindowOutcome]:
     """Compute `window_ids` and store their shares and totals, replacing any
-    earlier run: one read of the ledger for all of them, numpy per window,
-    one transaction to write. Safe to run twice, and concurrently with
-    ingestion: a window that new usage marked while it was being computed
-    stays pending for the next run."""
+    earlier run. Replica by replica: one read of the ledger for all of a
+    replica's windows, numpy per window, one transaction to write (memory
+    stays bounded by one replica's usage). Safe to run twice, and
+    concurrently with ingestion: a window that new usage marked while it
+    was being computed stays pending for the next run."""
     policy = policy or settings.METERING["ATTRIBUTION_POLICY"]
     windows = list(
         AttributionWindow.objects.filter(pk__in=window_ids)
@@ -164,24 +166,24 @@ def attribution_windows_compute(
         .annotate(gpu_count=Count("replica__gpus"))
         .order_by("replica_id", "start")
     )
-    if not windows:
-        return []
-    for gpus, name in {(w.gpu_count, w.replica.name) for w in windows}:
-        if gpus == 0:
-            logger.warning("replica %s holds no GPUs: its windows have no capacity", name)
-    events = events_frame(
-        replica_ids=sorted({w.replica_id for w in windows}),
+    outcomes: list[WindowOutcome] = []
+    for _replica_id, group in groupby(windows, key=lambda w: w.replica_id):
+        outcomes += _compute_replica(list(group), policy=policy)
+    return outcomes
+
+
+def _compute_replica(windows: list[AttributionWindow], *, policy: str) -> list[WindowOutcome]:
+    replica = windows[0].replica
+    if windows[0].gpu_count == 0:
+        logger.warning("replica %s holds no GPUs: its windows have no capacity", replica.name)
+    frame = events_frame(
+        replica_ids=[replica.pk],
         start=min(w.start for w in windows),
         end=max(w.end for w in windows),
     )
-    by_replica = {rid: frame for rid, frame in events.groupby("replica_id", sort=False)}
-    timelines = {rid: timeline_from_events(frame) for rid, frame in by_replica.items()}
+    timeline = timeline_from_events(frame)
     results, residents, vectors = {}, [], []
     for window in windows:
-        frame = by_replica.get(window.replica_id, events.iloc[:0])
-        timeline = timelines.get(window.replica_id)
-        if timeline is None:  # no usage on this replica in the batch: all idle
-            timeline = timeline_from_events(frame)
         lo, hi = _epoch_us(window.start), _epoch_us(window.end)
         inside = (timeline.start_us < hi) & (timeline.end_us > lo)
         result = attribute_window(
@@ -190,8 +192,8 @@ def attribution_windows_compute(
             window_end_us=hi,
             gpus=window.gpu_count,
             policy=policy,
-            weight_bytes=window.replica.model.weight_bytes,
-            kv_bytes_per_token=window.replica.model.kv_bytes_per_token,
+            weight_bytes=replica.model.weight_bytes,
+            kv_bytes_per_token=replica.model.kv_bytes_per_token,
         )
         used = result.device_ns > 0  # resident only before the window: nothing here
         resident = frame.loc[inside].loc[used, ["request_id", *GROUP_COLUMNS]]
