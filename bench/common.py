@@ -111,7 +111,8 @@ def machine() -> str:
 
 
 def report_write(*, name: str, title: str, command: str, body: str) -> None:
-    """Replace this benchmark's section in docs/benchmarks.md."""
+    """Print the table and replace this benchmark's section in docs/benchmarks.md."""
+    print("\n" + body.strip(), flush=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     section = (
         f"<!-- bench:{name} -->\n## {title}\n\n`{command}` — {stamp}\n\n"

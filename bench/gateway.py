@@ -328,7 +328,6 @@ def main() -> None:
         "Targets (issue #3): throughput >= 0.9x direct, added p50 ≤ 2 ms, p99 ≤ 10 ms.",
     ]
     table = "\n".join(lines)
-    print("\n" + table)
     report_write(
         name="gateway",
         title="Gateway overhead (bench/gateway.py)",

@@ -413,8 +413,6 @@ def main() -> None:
         "Targets (issue #4): 50,000 events/s through the service, 20,000 through the API, "
         "1 M events attributed in 10 s."
     )
-    print()
-    print(body)
     report_write(
         name="ingest",
         title="Usage ingestion and attribution (bench/ingest.py)",
