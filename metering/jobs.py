@@ -8,6 +8,8 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.db import connection
+
 from metering.rollups import usage_rollups_refresh
 from metering.windows import (
     attribution_batches,
@@ -23,9 +25,26 @@ class MeteringRun:
     windows: int = 0
     still_pending: int = 0
     hours: list[datetime] = field(default_factory=list)
+    skipped: bool = False
 
 
 def metering_run(*, now: datetime | None = None, progress=None) -> MeteringRun:
+    """One pass of the pipeline. A run still going when the next is due (a
+    backlog after an outage) makes the next one a no-op rather than a
+    second worker redoing the same windows."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext('metering_run'))")
+        if not cursor.fetchone()[0]:
+            logger.info("metering run skipped: another run is in progress")
+            return MeteringRun(skipped=True)
+    try:
+        return _metering_run(now=now, progress=progress)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(hashtext('metering_run'))")
+
+
+def _metering_run(*, now: datetime | None, progress) -> MeteringRun:
     run = MeteringRun()
     due = attribution_windows_due(now=now)
     for batch in attribution_batches(due):

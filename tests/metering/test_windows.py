@@ -201,3 +201,23 @@ def test_a_requests_device_seconds_per_window_for_its_tenant_only(ledger):
         T0 + timedelta(hours=1): Decimal("30.000000000"),
     }
     assert request_device_seconds(tenant=ledger.b, request_id="span") == {}
+
+
+def test_a_run_while_another_holds_the_lock_is_skipped(ledger):
+    """Beat fires every minute; a long run must not be doubled by the next."""
+    import psycopg
+    from django.db import connection
+
+    record(ledger, ledger.event("x"))
+    s = connection.settings_dict
+    connection.ensure_connection()
+    other = psycopg.connect(
+        host=s["HOST"], port=s["PORT"], user=s["USER"], dbname=s["NAME"], autocommit=True
+    )
+    try:
+        other.execute("SELECT pg_advisory_lock(hashtext('metering_run'))")
+        assert metering_run(now=AFTER).skipped
+        other.execute("SELECT pg_advisory_unlock(hashtext('metering_run'))")
+        assert metering_run(now=AFTER).windows == 1
+    finally:
+        other.close()
