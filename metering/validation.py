@@ -19,9 +19,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from metering.choices import EventSource
 from serving.choices import RequestStatus
-from serving.models import LoraAdapter, Replica, ServedModel
+from serving.models import LoraAdapter, Pool, Replica, ServedModel
 from tenants.models import Tenant
 
 # The ledger's columns, in the order rows are copied, with their types.
@@ -73,7 +72,7 @@ class Directory:
     """What events may refer to, loaded from the database and kept a few
     seconds; a name it does not know makes it reload once before refusing."""
 
-    tenants_by_id: dict[int, int] = field(default_factory=dict)  # id -> id (active or not)
+    tenants_by_id: dict[int, int] = field(default_factory=dict)  # every tenant, active or not
     tenants_by_slug: dict[str, int] = field(default_factory=dict)
     replicas_by_id: dict[int, tuple[int, int]] = field(default_factory=dict)  # (pool, model)
     replicas_by_name: dict[str, int] = field(default_factory=dict)
@@ -94,8 +93,6 @@ class Directory:
             d.replicas_by_id[pk] = (pool_id, model_id)
             d.replicas_by_name[name] = pk
             d.pools.add(pool_id)
-        from serving.models import Pool
-
         d.pools.update(Pool.objects.values_list("pk", flat=True))
         d.models = dict(ServedModel.objects.values_list("name", "pk"))
         for name, tenant_id, base_id in LoraAdapter.objects.values_list(
@@ -316,5 +313,3 @@ def _millis(get, name: str) -> Decimal | None:
         raise EventInvalid(name, "must be between 0 and 99999999999.999")
     return ms.quantize(Decimal("0.001"))
 
-
-__all__ = ["LEDGER_COLUMNS", "EventInvalid", "EventSource", "EventValidator"]
