@@ -80,7 +80,8 @@ def attribute_window(
     n_req = len(timeline)
     capacity_ns = (window_end_us - window_start_us) * gpus * NS_PER_US
     if policy == AttributionPolicy.ROOFLINE and weight_bytes and kv_bytes_per_token is not None:
-        a, b = float(weight_bytes), float(kv_bytes_per_token)  # ok-float: weights; totals are exact integers
+        # ok-float: relative weights only; the totals are exact integers (apportion)
+        a, b = float(weight_bytes), float(kv_bytes_per_token)  # ok-float
     else:
         a, b = 1.0, 0.0  # equal shares (also roofline without the model's byte counts)
 
