@@ -28,7 +28,12 @@ def _broker(kind: str, tmp_path: Path) -> tuple[str, dict, dict]:
         return url, {}, {"REDIS_URL": url}
     folder = str(tmp_path / "broker")
     os.makedirs(folder, exist_ok=True)
-    options = {"data_folder_in": folder, "data_folder_out": folder, "store_processed": False}
+    options = {
+        "data_folder_in": folder,
+        "data_folder_out": folder,
+        "control_folder": os.path.join(folder, "control"),
+        "store_processed": False,
+    }
     return "filesystem://", options, {"REDIS_URL": "", "CELERY_BROKER_DIR": folder}
 
 
