@@ -22,6 +22,7 @@ from metering.partitions import LEDGER_TABLE, usage_partitions_ensure
 from metering.validation import LEDGER_COLUMNS, LEDGER_TYPES, EventInvalid, EventValidator
 
 RECEIVED_AT = LEDGER_COLUMNS.index("received_at")
+ACCEPTED, DUPLICATE = "accepted", "duplicate"
 
 
 @dataclass(frozen=True)
@@ -47,16 +48,26 @@ class BatchRejected(Exception):
 
 @dataclass
 class BatchResult:
-    accepted: list[str] = field(default_factory=list)
-    duplicates: list[str] = field(default_factory=list)
+    """What became of each row, in the order given: "accepted" or "duplicate"."""
+
+    request_ids: list[str] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> list[str]:
+        return [r for r, s in zip(self.request_ids, self.statuses, strict=True) if s == ACCEPTED]
+
+    @property
+    def duplicates(self) -> list[str]:
+        return [r for r, s in zip(self.request_ids, self.statuses, strict=True) if s == DUPLICATE]
 
     @property
     def accepted_count(self) -> int:
-        return len(self.accepted)
+        return self.statuses.count(ACCEPTED)
 
     @property
     def duplicate_count(self) -> int:
-        return len(self.duplicates)
+        return self.statuses.count(DUPLICATE)
 
 
 def usage_rows_validate(
@@ -142,14 +153,12 @@ def usage_rows_record(*, rows: Sequence[tuple]) -> BatchResult:
         _mark_stale(raw)
         raw.execute("SELECT request_id FROM _usage_fresh")
         fresh = {r[0] for r in raw.fetchall()}
-    seen: set[str] = set()
     for row in rows:
         request_id = row[0]
-        if request_id in fresh and request_id not in seen:
-            result.accepted.append(request_id)
-        else:
-            result.duplicates.append(request_id)
-        seen.add(request_id)
+        result.request_ids.append(request_id)
+        # Only the first row of an id claimed in this batch is the accepted one.
+        result.statuses.append(ACCEPTED if request_id in fresh else DUPLICATE)
+        fresh.discard(request_id)
     return result
 
 

@@ -21,6 +21,10 @@ def _next_month(month: date) -> date:
     return date(month.year + (month.month == 12), month.month % 12 + 1, 1)
 
 
+def _previous_month(month: date) -> date:
+    return date(month.year - (month.month == 1), (month.month - 2) % 12 + 1, 1)
+
+
 def partition_name(month: date) -> str:
     return f"{LEDGER_TABLE}_y{month.year:04d}m{month.month:02d}"
 
@@ -65,8 +69,7 @@ def usage_partitions_ensure(*, months: Iterable[date | datetime]) -> list[str]:
 def usage_partitions_ensure_ahead(*, now: datetime, months_ahead: int = 3) -> list[str]:
     """This month, the previous one (late usage) and `months_ahead` more."""
     month = month_start(now)
-    previous = month_start(datetime(month.year - (month.month == 1), (month.month - 2) % 12 + 1, 1))
-    months = [previous, month]
+    months = [_previous_month(month), month]
     for _ in range(months_ahead):
         months.append(_next_month(months[-1]))
     return usage_partitions_ensure(months=months)

@@ -63,10 +63,6 @@ def usage_rollup_hours(*, hours: list[datetime]) -> int:
         return cursor.rowcount
 
 
-def usage_rollup_hour(*, hour: datetime) -> int:
-    return usage_rollup_hours(hours=[hour])
-
-
 def usage_rollups_refresh(*, batch_hours: int = 48) -> list[datetime]:
     """Rebuild every hour marked dirty, a couple of days at a time; an hour
     marked again while it was being rebuilt stays dirty for the next run.

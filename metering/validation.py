@@ -312,4 +312,3 @@ def _millis(get, name: str) -> Decimal | None:
     if not ms.is_finite() or ms < 0 or ms > MAX_MS:
         raise EventInvalid(name, "must be between 0 and 99999999999.999")
     return ms.quantize(Decimal("0.001"))
-

@@ -1,6 +1,6 @@
-"""Attribution jobs: read one replica's requests for a window from the
-ledger, split its device time (metering.attribution), and store the shares
-and the window's totals. Re-running a window replaces its results; usage
+"""Attribution jobs: read a replica's requests for its pending windows from
+the ledger, split its device time (metering.attribution), and store the
+shares and each window's totals. Re-running a window replaces its results; usage
 that arrives while it runs leaves it pending for the next run."""
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ _EVENT_COLUMNS = {
     "served_model_id": "served_model_id",
     "pool_id": "pool_id",
     "priority": "priority",
-    "replica_id": "replica_id",
     "sent_us": _epoch_us_sql("coalesce(sent_at, received_at)"),
     "first_token_us": _epoch_us_sql("first_token_at"),
     "ended_us": _epoch_us_sql("ended_at"),
@@ -61,13 +60,14 @@ _EVENTS = (
     + ", ".join(f"coalesce(({expr})::text, '')" for expr in _EVENT_COLUMNS.values())
     + """), E'\n')
     FROM metering_usageevent
-    WHERE replica_id IN ({replicas}) AND status <> 'rejected'
+    WHERE replica_id = {replica} AND status <> 'rejected'
       AND received_at >= '{lookback}' AND received_at < '{end}' AND ended_at > '{start}'
 """
 )
 _DTYPES = {"served_model_id": "Int64", "pool_id": "Int64", "first_token_us": "Int64"}
 _DTYPES.update({c: "Int64" for c in ("queue_us", "ttft_us", "generation_us")})
-# Windows attributed together: one read of the ledger and one write for all.
+# The longest span of windows attributed together (per replica: one read of
+# the ledger, one transaction to write), which bounds memory.
 BATCH_SPAN = timedelta(hours=24)
 
 
@@ -86,12 +86,12 @@ def _epoch_us(moment: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def events_frame(*, replica_ids: list[int], start: datetime, end: datetime) -> pd.DataFrame:
-    """The requests resident on `replica_ids` during [start, end), read with
-    COPY into a DataFrame (no Python object per row)."""
+def events_frame(*, replica_id: int, start: datetime, end: datetime) -> pd.DataFrame:
+    """The requests resident on `replica_id` during [start, end), as a
+    DataFrame (no Python object per row)."""
     lookback = start - timedelta(seconds=settings.METERING["MAX_REQUEST_SECONDS"])
     query = _EVENTS.format(
-        replicas=", ".join(str(int(r)) for r in replica_ids),
+        replica=int(replica_id),
         lookback=lookback.isoformat(),
         start=start.isoformat(),
         end=end.isoformat(),
@@ -177,7 +177,7 @@ def _compute_replica(windows: list[AttributionWindow], *, policy: str) -> list[W
     if windows[0].gpu_count == 0:
         logger.warning("replica %s holds no GPUs: its windows have no capacity", replica.name)
     frame = events_frame(
-        replica_ids=[replica.pk],
+        replica_id=replica.pk,
         start=min(w.start for w in windows),
         end=max(w.end for w in windows),
     )

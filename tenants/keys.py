@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-KEY_PREFIX = "glk_"  # a tenant's API key (tenants.models.ApiKey.KIND)
-SERVICE_KEY_PREFIX = "gls_"  # a platform service key (ServiceKey.KIND)
+KEY_PREFIX = "glk_"  # a tenant's API key
+SERVICE_KEY_PREFIX = "gls_"  # a platform service key (usage ingestion)
 _ALPHABET = string.ascii_letters + string.digits
 PREFIX_LENGTH = 10
 SECRET_LENGTH = 43

@@ -10,6 +10,7 @@ from django.db.models import Q
 from django.db.models.functions import Length
 
 from tenants.choices import PriorityClass, Role, Scope, ServiceScope, TenantStatus, Tier
+from tenants.keys import KEY_PREFIX, SERVICE_KEY_PREFIX
 
 models.CharField.register_lookup(Length)
 
@@ -103,7 +104,7 @@ class HashedKey(models.Model):
 class ApiKey(HashedKey):
     """A tenant's credential, with scopes and an optional expiry."""
 
-    KIND = "glk_"
+    KIND = KEY_PREFIX
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     scopes = ArrayField(models.CharField(max_length=32, choices=Scope.choices))
@@ -127,7 +128,7 @@ class ServiceKey(HashedKey):
     """A platform credential for machines, not tenants: another serving tier
     reporting usage for many tenants."""
 
-    KIND = "gls_"
+    KIND = SERVICE_KEY_PREFIX
 
     scopes = ArrayField(models.CharField(max_length=32, choices=ServiceScope.choices))
 

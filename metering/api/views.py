@@ -115,16 +115,12 @@ class UsageEventIngestView(APIView):
             result = usage_record_batch(events=events, source=EventSource.API)
         except BatchRejected as rejected:
             return _rejected_response(events, rejected)
-        accepted = iter(result.accepted)
-        next_accepted = next(accepted, None)
-        results = []
-        for index, event in enumerate(events):
-            request_id = event["request_id"]
-            if request_id == next_accepted:
-                results.append({"index": index, "request_id": request_id, "status": "accepted"})
-                next_accepted = next(accepted, None)
-            else:
-                results.append({"index": index, "request_id": request_id, "status": "duplicate"})
+        results = [
+            {"index": index, "request_id": request_id, "status": item_status}
+            for index, (request_id, item_status) in enumerate(
+                zip(result.request_ids, result.statuses, strict=True)
+            )
+        ]
         body = {
             "accepted": result.accepted_count,
             "duplicates": result.duplicate_count,

@@ -48,6 +48,17 @@ def test_a_resent_event_with_another_time_is_still_a_duplicate(ledger):
     assert UsageEvent.objects.count() == 1
 
 
+def test_partitions_ahead_span_the_year_boundary(db):
+    from datetime import UTC, datetime
+
+    from metering.partitions import usage_partitions_ensure_ahead
+
+    usage_partitions_ensure_ahead(now=datetime(2027, 1, 15, tzinfo=UTC), months_ahead=2)
+    names = set(usage_partitions_list())
+    for month in ("y2026m12", "y2027m01", "y2027m02", "y2027m03"):
+        assert f"metering_usageevent_{month}" in names
+
+
 def test_partitions_are_monthly_and_created_on_demand(ledger):
     usage_record_batch(
         events=[ledger.event("oct"), ledger.event("nov", at=T0 + timedelta(days=31))], source=API

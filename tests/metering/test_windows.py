@@ -19,7 +19,7 @@ from metering.models import (
     RequestShares,
     UsageRollup,
 )
-from metering.rollups import usage_rollup_hour
+from metering.rollups import usage_rollup_hours
 from metering.windows import attribution_conservation_check, attribution_window_compute
 from tests.metering.conftest import T0
 
@@ -149,7 +149,7 @@ def test_rollups_sum_tokens_requests_and_device_seconds_per_tenant(ledger):
     assert served.device_seconds == Decimal("0.900000000")
     assert (rejected.replica_id, rejected.requests_rejected) == (None, 1)
     # Rebuilding the hour writes the same rows again, never twice.
-    usage_rollup_hour(hour=T0)
+    usage_rollup_hours(hours=[T0])
     assert UsageRollup.objects.count() == 3
 
 
