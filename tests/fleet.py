@@ -206,12 +206,25 @@ class Fleet:
         wait_for_fleet(self.gateway, replicas=len(self.replicas))
 
 
+def wait_for_records_written(gateway_url: str, *, timeout: float = 30) -> None:
+    """Until the gateway holds no unwritten record, twice in a row: the
+    test database is emptied between tests (TRUNCATE), which must not race
+    a flush of the test's last records into the ledger's tables."""
+    deadline, idle = time.monotonic() + timeout, 0
+    while idle < 2:
+        assert time.monotonic() < deadline, "the gateway never finished writing its records"
+        backlog = httpx.get(f"{gateway_url}/healthz", timeout=5).json()["record_backlog"]
+        idle = idle + 1 if backlog == 0 else 0
+        time.sleep(0.15)
+
+
 @pytest.fixture
-def fleet(gateway, transactional_db) -> Fleet:
+def fleet(gateway, transactional_db):
     model = served_model_ensure(
         name=MODEL_NAME,
         chars_per_token=Decimal(1),
         max_context_tokens=2048,
         config=model_config(),
     )
-    return Fleet(gateway=gateway, model=model)
+    yield Fleet(gateway=gateway, model=model)
+    wait_for_records_written(gateway)

@@ -47,10 +47,12 @@ class Recorder:
         self.flushed = 0
         self.dropped = 0
         self.last_flush_seconds = 0.0
+        self._writing = 0
 
     @property
     def backlog(self) -> int:
-        return len(self._pending)
+        """Records not yet durable: waiting, or in the write under way."""
+        return len(self._pending) + self._writing
 
     def add(self, record: CompletedRequest) -> None:
         self._pending.append(record)
@@ -89,11 +91,14 @@ class Recorder:
     async def _flush(self) -> bool:
         batch, self._pending = self._pending, []
         started = time.perf_counter()
+        self._writing = len(batch)
         try:
             kept = await asyncio.to_thread(self._write, batch)
         except Exception:
             logger.exception("record sink failed; %d records kept for retry", len(batch))
             kept = batch
+        finally:
+            self._writing = 0
         if kept:
             self._pending[:0] = kept
             return False
