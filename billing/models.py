@@ -1,1 +1,218 @@
-"""Models arrive with the issue that builds this app."""
+"""The cost side of billing: dated cost rates, what-if scenarios, allocation
+runs, and their results per pool-hour and per (hour, tenant, pool, model).
+Rows with no scenario are the booked results; a scenario's rows sit apart
+and never touch them."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+
+from billing.choices import CostComponent, RateBasis, RunStatus
+from billing.money import COST
+from serving.choices import IdleCostPolicy, PoolKind
+from serving.models import Pool, ServedModel
+from tenants.models import Tenant
+
+SECONDS = {"max_digits": 20, "decimal_places": 6}
+
+
+class CostScenario(models.Model):
+    """A named what-if: a past period re-allocated under other rates (its
+    own CostRate rows replace the booked ones of the same component) and/or
+    another idle-cost policy for every shared pool."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=500, blank=True, default="")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    idle_cost_policy = models.CharField(
+        max_length=16, choices=IdleCostPolicy.choices, blank=True, default=""
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(end__gt=F("start")), name="scenario_end_after")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class CostRate(models.Model):
+    """One dated rate: from `effective_from` until `effective_to` (open when
+    empty), for one pool or every pool, and for energy optionally only in
+    the UTC hours [hour_from, hour_to) of each day. A change is a new row;
+    a row already in effect is never edited, so re-running an old period
+    prices it as it was priced then."""
+
+    component = models.CharField(max_length=16, choices=CostComponent.choices)
+    basis = models.CharField(max_length=16, choices=RateBasis.choices)
+    amount = models.DecimalField(max_digits=24, decimal_places=9, validators=[MinValueValidator(0)])
+    currency = models.CharField(max_length=3, default="USD")
+    pool = models.ForeignKey(
+        Pool, null=True, blank=True, on_delete=models.PROTECT, related_name="cost_rates"
+    )
+    hour_from = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(23)])
+    hour_to = models.PositiveSmallIntegerField(default=24, validators=[MaxValueValidator(24)])
+    effective_from = models.DateTimeField()
+    effective_to = models.DateTimeField(null=True, blank=True)
+    scenario = models.ForeignKey(
+        CostScenario, null=True, blank=True, on_delete=models.CASCADE, related_name="rates"
+    )
+    note = models.CharField(max_length=300, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["component", "pool_id", "-effective_from"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gte=0), name="rate_amount_nonnegative"),
+            models.CheckConstraint(
+                condition=Q(effective_to__isnull=True) | Q(effective_to__gt=F("effective_from")),
+                name="rate_period_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(hour_from__lt=F("hour_to"), hour_to__lte=24),
+                name="rate_hours_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["component", "effective_from"], name="rate_component")]
+
+    def __str__(self) -> str:
+        scope = self.pool.name if self.pool_id else "all pools"
+        since = f"{self.effective_from:%Y-%m-%d}"
+        return f"{self.component} {self.amount} {self.basis} ({scope}) from {since}"
+
+
+class AllocationRun(models.Model):
+    """One allocation of [start, end), booked or for a scenario: its status
+    and progress (hours written of hours to do) for a person to watch. Each
+    day is replaced in one transaction, so a run that dies leaves every day
+    either as it was or as it should be, and re-running completes it."""
+
+    scenario = models.ForeignKey(
+        CostScenario, null=True, blank=True, on_delete=models.CASCADE, related_name="runs"
+    )
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    hours_total = models.PositiveIntegerField(default=0)
+    hours_done = models.PositiveIntegerField(default=0)
+    warnings = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True, default="")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(end__gt=F("start")), name="run_end_after"),
+            models.CheckConstraint(condition=Q(status__in=RunStatus.values), name="run_status"),
+        ]
+
+    def __str__(self) -> str:
+        what = self.scenario.name if self.scenario_id else "booked"
+        return f"{what} {self.start:%Y-%m-%d %H:00} .. {self.end:%Y-%m-%d %H:00} ({self.status})"
+
+    @property
+    def progress(self) -> float:
+        return self.hours_done / self.hours_total if self.hours_total else 0.0
+
+
+class PoolHourCost(models.Model):
+    """What one pool's GPUs cost in one hour, how busy they were, and how
+    much of the cost was allocated to tenants: allocated + unallocated =
+    total, exactly. A row with no pool holds GPUs no replica holds."""
+
+    scenario = models.ForeignKey(
+        CostScenario, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    hour = models.DateTimeField()
+    pool = models.ForeignKey(Pool, null=True, on_delete=models.PROTECT, related_name="+")
+    pool_kind = models.CharField(max_length=16, choices=PoolKind.choices, blank=True)
+    gpus = models.PositiveIntegerField()
+    fully_depreciated_gpus = models.PositiveIntegerField(default=0)
+    capacity_seconds = models.DecimalField(**SECONDS)
+    busy_seconds = models.DecimalField(**SECONDS)
+    capital = models.DecimalField(**COST)
+    energy = models.DecimalField(**COST)
+    other_opex = models.DecimalField(**COST)
+    total = models.DecimalField(**COST)
+    allocated = models.DecimalField(**COST)
+    unallocated = models.DecimalField(**COST)
+
+    class Meta:
+        ordering = ["-hour", "pool_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scenario", "hour", "pool"], name="poolhour_unique", nulls_distinct=False
+            ),
+            models.CheckConstraint(
+                condition=Q(total=F("allocated") + F("unallocated")), name="poolhour_conserved"
+            ),
+        ]
+        indexes = [models.Index(fields=["hour"], name="poolhour_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.pool_id} @ {self.hour:%Y-%m-%d %H:00}: {self.total}"
+
+
+class CostAllocation(models.Model):
+    """The cost one tenant carries for one model in one pool and hour, by
+    component: capital (depreciation or lease), energy and other opex of
+    the device-seconds it used, and `idle` (its share of capacity nobody
+    used: its own reservation or dedicated GPUs, or a shared pool's idle
+    time spread pro rata). A row with no model carries idle cost of a
+    tenant that used nothing that hour."""
+
+    scenario = models.ForeignKey(
+        CostScenario, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    hour = models.DateTimeField()
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="+")
+    pool_kind = models.CharField(max_length=16, choices=PoolKind.choices)
+    served_model = models.ForeignKey(
+        ServedModel, null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    device_seconds = models.DecimalField(**SECONDS)
+    capital = models.DecimalField(**COST)
+    energy = models.DecimalField(**COST)
+    other_opex = models.DecimalField(**COST)
+    idle = models.DecimalField(**COST)
+    total = models.DecimalField(**COST)
+
+    class Meta:
+        ordering = ["-hour", "tenant_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scenario", "hour", "tenant", "pool", "served_model"],
+                name="allocation_unique",
+                nulls_distinct=False,
+            ),
+            models.CheckConstraint(
+                condition=Q(total=F("capital") + F("energy") + F("other_opex") + F("idle")),
+                name="allocation_total",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "hour"], name="allocation_tenant_hour"),
+            models.Index(fields=["hour"], name="allocation_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.pool_id} @ {self.hour:%Y-%m-%d %H:00}: {self.total}"

@@ -1,0 +1,92 @@
+"""A small costed fleet with round numbers: an owned GPU costs exactly $1
+an hour to depreciate (capex 8,760 over 12 months of 2026), draws 100 W
+idle and 400 W busy; rates are whatever each test books."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from billing.allocation_run import allocation_run_create, allocation_run_execute
+from billing.models import AllocationRun
+from billing.rates import cost_rate_create
+from metering.models import UsageRollup
+from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel
+from tenants.models import Tenant
+from tests.factories import make_tenant
+
+H0 = datetime(2026, 10, 5, 12, tzinfo=UTC)
+
+
+@dataclass
+class World:
+    sku: GpuSku
+    node: Node
+    model: ServedModel
+    a: Tenant
+    b: Tenant
+
+    def pool(self, name: str, kind: str = "shared", owner=None, policy="spread") -> Pool:
+        return Pool.objects.create(name=name, kind=kind, owner=owner, idle_cost_policy=policy)
+
+    def gpu(self, serial: str, *, in_service=date(2026, 1, 1), months=12, capex="8760", **kw):
+        if "lease_rate_per_hour" in kw:
+            return Gpu.objects.create(
+                serial=serial, sku=self.sku, node=self.node, in_service_date=in_service, **kw
+            )
+        return Gpu.objects.create(
+            serial=serial,
+            sku=self.sku,
+            node=self.node,
+            in_service_date=in_service,
+            capex=Decimal(capex),
+            useful_life_months=months,
+            **kw,
+        )
+
+    def replica(self, name: str, pool: Pool, gpus: list[Gpu]) -> Replica:
+        replica = Replica.objects.create(
+            name=name, base_url=f"http://127.0.0.1/{name}", model=self.model, pool=pool
+        )
+        replica.gpus.set(gpus)
+        return replica
+
+    def use(self, tenant: Tenant, replica: Replica, seconds, *, hour=H0, model=None):
+        UsageRollup.objects.create(
+            hour=hour,
+            tenant=tenant,
+            served_model=model or self.model,
+            pool=replica.pool,
+            replica=replica,
+            device_seconds=Decimal(str(seconds)),
+            requests_ok=1,
+        )
+
+    def reserve(self, tenant: Tenant, pool: Pool, gpus: int, start=H0 - timedelta(days=1)):
+        return Reservation.objects.create(
+            tenant=tenant, pool=pool, gpu_count=gpus, start=start, end=start + timedelta(days=30)
+        )
+
+    def rate(self, component: str, amount: str, basis: str, **kw):
+        kw.setdefault("effective_from", datetime(2026, 1, 1, tzinfo=UTC))
+        return cost_rate_create(component=component, basis=basis, amount=Decimal(amount), **kw)
+
+    def allocate(self, start=H0, end=None, scenario=None) -> AllocationRun:
+        run = allocation_run_create(
+            start=start, end=end or start + timedelta(hours=1), scenario=scenario
+        )
+        return allocation_run_execute(run_id=run.pk)
+
+
+@pytest.fixture
+def world(db) -> World:
+    return World(
+        sku=GpuSku.objects.create(name="T-100", power_idle_watts=100, power_busy_watts=400),
+        node=Node.objects.create(name="node-1", site="lab"),
+        model=ServedModel.objects.create(name="tiny"),
+        a=make_tenant(name="Alpha"),
+        b=make_tenant(name="Bravo"),
+    )
