@@ -24,6 +24,8 @@ from billing.apportion import apportion_groups, group_sum, rounded_totals
 COMPONENTS = ("capital", "energy", "other_opex")
 NO_OWNER = -1
 NO_MODEL = -1
+USAGE_TYPES = {"ph": np.int64, "tenant": np.int64, "model": np.int64, "seconds": np.float64}
+RESERVATION_TYPES = {"ph": np.int64, "tenant": np.int64, "seconds": np.float64}
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ def allocate(
     """`usage`: one row per (ph, tenant, model) with `seconds` (float) of
     device time; `reservations`: (ph, tenant, seconds) reserved GPU-seconds.
     Returns (ph, tenant, model, capital, energy, other_opex, idle) int64."""
+    usage = usage.astype(USAGE_TYPES)[list(USAGE_TYPES)]
+    reservations = reservations.astype(RESERVATION_TYPES)[list(RESERVATION_TYPES)]
     slices = _slices(pool_hours, reservations)
     entries = _entries(pool_hours, slices, usage)
     n_slices = len(slices)
@@ -163,7 +167,6 @@ def _split_cost(pool_hours: PoolHours, slices: pd.DataFrame, component: str) -> 
 
 def _entries(pool_hours: PoolHours, slices: pd.DataFrame, usage: pd.DataFrame) -> pd.DataFrame:
     """Each use placed in the slice(s) it ran in, as `x` device-seconds."""
-    usage = usage[["ph", "tenant", "model", "seconds"]]
     slices = slices.assign(slice=np.arange(len(slices)))
     reserved = pool_hours.reserved[usage["ph"].to_numpy()]
 

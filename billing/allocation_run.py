@@ -65,6 +65,15 @@ def allocation_run_execute(*, run_id: int, progress: Progress | None = None) -> 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(hashtext(%s))", [key])
     try:
+        # Holding the book's lock, no other run of it is alive: one still
+        # marked running lost its worker.
+        AllocationRun.objects.filter(scenario_id=run.scenario_id, status=RunStatus.RUNNING).exclude(
+            pk=run.pk
+        ).update(
+            status=RunStatus.FAILED,
+            error="abandoned: its worker stopped before finishing (re-run to complete)",
+            finished_at=timezone.now(),
+        )
         AllocationRun.objects.filter(pk=run.pk).update(
             status=RunStatus.RUNNING,
             started_at=timezone.now(),

@@ -10,4 +10,9 @@ BEAT_SCHEDULE = {
     "metering-partitions": {"task": "metering.partitions_ensure", "schedule": 6 * 3600.0},
     "metering-conservation": {"task": "metering.conservation_check", "schedule": 3600.0},
     "metering-reconcile": {"task": "metering.reconcile", "schedule": crontab(minute=10)},
+    # After the last hour of yesterday is rolled up (metering runs every minute).
+    "billing-allocation-daily": {
+        "task": "billing.allocation_daily",
+        "schedule": crontab(hour=0, minute=30),
+    },
 }

@@ -83,6 +83,10 @@ class World:
 
 @pytest.fixture
 def world(db) -> World:
+    return make_world()
+
+
+def make_world() -> World:
     return World(
         sku=GpuSku.objects.create(name="T-100", power_idle_watts=100, power_busy_watts=400),
         node=Node.objects.create(name="node-1", site="lab"),

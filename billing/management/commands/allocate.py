@@ -1,0 +1,48 @@
+from datetime import UTC, datetime, timedelta
+
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from billing.allocation_run import allocation_run_create, allocation_run_execute
+from billing.models import CostScenario
+
+
+def _day(value: str) -> datetime:
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+
+
+class Command(BaseCommand):
+    help = (
+        "Allocate GPU cost over [--start, --end) (UTC dates or hours; default: yesterday), "
+        "booked or for --scenario, with a progress bar. Safe to re-run."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--start", type=_day)
+        parser.add_argument("--end", type=_day)
+        parser.add_argument("--scenario", help="a scenario's name (default: the booked results)")
+        parser.add_argument("--queue", action="store_true", help="hand it to a Celery worker")
+
+    def handle(self, *args, start=None, end=None, scenario=None, queue=False, **options):
+        today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        start = start or today - timedelta(days=1)
+        end = end or start + timedelta(days=1)
+        chosen = None
+        if scenario:
+            chosen = CostScenario.objects.filter(name=scenario).first()
+            if chosen is None:
+                raise CommandError(f"no scenario named {scenario!r}")
+        run = allocation_run_create(start=start, end=end, scenario=chosen)
+        if queue:
+            from billing.tasks import allocation_run_task
+
+            allocation_run_task.delay(run.pk)
+            self.stdout.write(f"run {run.pk} queued: {run}")
+            return
+        with tqdm(total=run.hours_total, desc="hours allocated", unit="h") as bar:
+            run = allocation_run_execute(
+                run_id=run.pk, progress=lambda done, total: bar.update(done - bar.n)
+            )
+        for warning in run.warnings:
+            self.stderr.write(f"warning: {warning}")
+        self.stdout.write(f"run {run.pk}: {run.status}, {run.hours_done} hours")

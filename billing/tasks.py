@@ -1,0 +1,32 @@
+"""Celery tasks for cost allocation: thin, safe to run twice."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from billing.allocation_run import allocation_run_create, allocation_run_execute
+
+
+@shared_task(
+    name="billing.allocation_run",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    time_limit=3600,
+    soft_time_limit=3540,
+    ignore_result=True,
+)
+def allocation_run_task(run_id: int) -> str:
+    """Compute one queued run. Acknowledged only when done, so a worker
+    killed mid-run hands it to the next worker, which rewrites it whole."""
+    return allocation_run_execute(run_id=run_id).status
+
+
+@shared_task(name="billing.allocation_daily", time_limit=3600, ignore_result=True)
+def allocation_daily_task() -> int:
+    """Daily: book yesterday (UTC)."""
+    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    run = allocation_run_create(start=today - timedelta(days=1), end=today)
+    return allocation_run_execute(run_id=run.pk).pk
