@@ -69,16 +69,24 @@ def cost_rate_create(
     )
     with transaction.atomic():
         _lock_rates()
-        _validate(rate)
-        superseded = [r for r in _overlapping(rate) if _supersedes(rate, r)]
-        clashes = [r for r in _overlapping(rate) if r not in superseded]
-        if clashes:
-            raise ValidationError({"effective_from": _clash_message(clashes[0])})
+        superseded = cost_rate_check(rate)
         for old in superseded:
             old.effective_to = rate.effective_from
             old.save(update_fields=["effective_to"])
         rate.save()
     return rate
+
+
+def cost_rate_check(rate: CostRate, *, now: datetime | None = None) -> list[CostRate]:
+    """Raise what is wrong with a new or edited rate, naming the field;
+    return the open rates it would close."""
+    _validate(rate, now=now)
+    overlapping = _overlapping(rate)
+    superseded = [r for r in overlapping if rate.pk is None and _supersedes(rate, r)]
+    clashes = [r for r in overlapping if r not in superseded]
+    if clashes:
+        raise ValidationError({"effective_from": _clash_message(clashes[0])})
+    return superseded
 
 
 def cost_rate_update(*, rate: CostRate, now: datetime | None = None, **changes) -> CostRate:
@@ -97,10 +105,7 @@ def cost_rate_update(*, rate: CostRate, now: datetime | None = None, **changes) 
             )
         for name, value in changes.items():
             setattr(rate, name, value)
-        _validate(rate, now=now)
-        clashes = [r for r in _overlapping(rate)]
-        if clashes:
-            raise ValidationError({"effective_from": _clash_message(clashes[0])})
+        cost_rate_check(rate, now=now)
         rate.save()
     return rate
 

@@ -6,4 +6,5 @@ urlpatterns = [
     path("", include("tenants.api.urls")),
     path("", include("serving.api.urls")),
     path("", include("metering.api.urls")),
+    path("", include("billing.api.urls")),
 ]

@@ -1,0 +1,130 @@
+"""Finance staff's admin for costs. Rates are written through the rate
+service (overlaps refused, a change closes the rate it replaces; a rate in
+effect is read-only); runs and results are read-only records."""
+
+import copy
+
+from django import forms
+from django.contrib import admin
+from django.forms.models import construct_instance
+from django.utils import timezone
+
+from billing.models import AllocationRun, CostAllocation, CostRate, CostScenario, PoolHourCost
+from billing.rates import EDITABLE, cost_rate_check, cost_rate_create, cost_rate_update
+
+
+class CostRateForm(forms.ModelForm):
+    class Meta:
+        model = CostRate
+        fields = [
+            "component",
+            "basis",
+            "amount",
+            "currency",
+            "pool",
+            "hour_from",
+            "hour_to",
+            "effective_from",
+            "effective_to",
+            "scenario",
+            "note",
+        ]
+
+    def clean(self):
+        cleaned = super().clean()
+        if not self.errors:
+            candidate = construct_instance(self, copy.copy(self.instance))
+            now = timezone.now() if candidate.pk else None
+            cost_rate_check(candidate, now=now)  # a ValidationError lands on its field
+        return cleaned
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(CostRate)
+class CostRateAdmin(admin.ModelAdmin):
+    form = CostRateForm
+    list_display = [
+        "component",
+        "basis",
+        "amount",
+        "currency",
+        "pool",
+        "hour_from",
+        "hour_to",
+        "effective_from",
+        "effective_to",
+        "scenario",
+    ]
+    list_filter = ["component", "pool", "scenario"]
+    date_hierarchy = "effective_from"
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and obj.effective_from <= timezone.now():
+            return [f.name for f in CostRate._meta.fields]
+        return ["created_by", "created_at"]
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            cost_rate_update(rate=obj, **{k: getattr(obj, k) for k in EDITABLE})
+        else:
+            obj.pk = cost_rate_create(**form.cleaned_data, user=request.user).pk
+
+
+@admin.register(CostScenario)
+class CostScenarioAdmin(admin.ModelAdmin):
+    list_display = ["name", "start", "end", "idle_cost_policy", "created_at"]
+    search_fields = ["name"]
+
+
+@admin.register(AllocationRun)
+class AllocationRunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "scenario", "start", "end", "status", "progress_percent", "created_at"]
+    list_filter = ["status", "scenario"]
+
+    @admin.display(description="progress")
+    def progress_percent(self, run: AllocationRun) -> str:
+        return f"{run.hours_done}/{run.hours_total} h ({run.progress:.0%})"
+
+
+@admin.register(PoolHourCost)
+class PoolHourCostAdmin(ReadOnlyAdmin):
+    list_display = [
+        "hour",
+        "pool",
+        "gpus",
+        "busy_seconds",
+        "capacity_seconds",
+        "total",
+        "allocated",
+        "unallocated",
+        "scenario",
+    ]
+    list_filter = ["pool", "pool_kind", "scenario"]
+    date_hierarchy = "hour"
+
+
+@admin.register(CostAllocation)
+class CostAllocationAdmin(ReadOnlyAdmin):
+    list_display = [
+        "hour",
+        "tenant",
+        "pool",
+        "served_model",
+        "device_seconds",
+        "capital",
+        "energy",
+        "other_opex",
+        "idle",
+        "total",
+        "scenario",
+    ]
+    list_filter = ["pool_kind", "pool", "scenario"]
+    search_fields = ["tenant__slug"]
+    date_hierarchy = "hour"

@@ -1,0 +1,19 @@
+from django.urls import path
+
+from billing.api import views
+
+urlpatterns = [
+    path("costs/rates", views.CostRateListView.as_view(), name="cost-rates"),
+    path("costs/rates/<int:pk>", views.CostRateDetailView.as_view(), name="cost-rate"),
+    path("costs/runs", views.AllocationRunListView.as_view(), name="cost-runs"),
+    path("costs/runs/<int:pk>", views.AllocationRunDetailView.as_view(), name="cost-run"),
+    path("costs/allocations", views.AllocationSummaryView.as_view(), name="cost-allocations"),
+    path("costs/per-million-tokens", views.CostPerTokenView.as_view(), name="cost-per-mtok"),
+    path("costs/utilization", views.UtilizationView.as_view(), name="cost-utilization"),
+    path("costs/scenarios", views.ScenarioListView.as_view(), name="cost-scenarios"),
+    path(
+        "costs/scenarios/<int:pk>/compare",
+        views.ScenarioCompareView.as_view(),
+        name="cost-scenario-compare",
+    ),
+]

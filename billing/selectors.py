@@ -1,0 +1,119 @@
+"""Reads of allocation results for finance staff: cost by period and any of
+tier, pool, tenant and model; cost per million tokens; utilization per
+pool-hour. Booked results unless a scenario is named."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.db.models import F, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncMonth
+
+from billing.models import CostAllocation, CostScenario, PoolHourCost
+from metering.models import UsageRollup
+
+COST_COLUMNS = ("capital", "energy", "other_opex", "idle", "total")
+GROUP_KEYS = {
+    "tier": F("pool_kind"),
+    "pool": F("pool__name"),
+    "tenant": F("tenant__slug"),
+    "model": F("served_model__name"),
+    "hour": F("hour"),
+    "day": TruncDay("hour"),
+    "month": TruncMonth("hour"),
+}
+PER_MILLION = Decimal(1_000_000)
+NINE_PLACES = Decimal("0.000000001")
+
+
+def cost_allocation_summary(
+    *, start: datetime, end: datetime, group_by: list[str], scenario: CostScenario | None = None
+) -> list[dict]:
+    """Allocated cost by component and device-seconds, per group."""
+    rows = (
+        CostAllocation.objects.filter(scenario=scenario, hour__gte=start, hour__lt=end)
+        .annotate(**{f"g_{key}": GROUP_KEYS[key] for key in group_by})
+        .values(*(f"g_{key}" for key in group_by))
+        .annotate(
+            device_seconds=Sum("device_seconds"),
+            **{column: Sum(column) for column in COST_COLUMNS},
+        )
+        .order_by(*(f"g_{key}" for key in group_by))
+    )
+    return [{**{key: row.pop(f"g_{key}") for key in group_by}, **row} for row in rows]
+
+
+def unallocated_summary(
+    *, start: datetime, end: datetime, group_by: str, scenario: CostScenario | None = None
+) -> list[dict]:
+    """Cost no tenant carries (platform idle, spare GPUs), per tier or pool."""
+    key = {"tier": F("pool_kind"), "pool": F("pool__name")}[group_by]
+    rows = (
+        PoolHourCost.objects.filter(scenario=scenario, hour__gte=start, hour__lt=end)
+        .annotate(g=key)
+        .values("g")
+        .annotate(unallocated=Sum("unallocated"), total=Sum("total"))
+        .order_by("g")
+    )
+    return [
+        {group_by: row["g"] or "", **{k: row[k] for k in ("unallocated", "total")}} for row in rows
+    ]
+
+
+def cost_per_million_tokens(
+    *, start: datetime, end: datetime, scenario: CostScenario | None = None
+) -> list[dict]:
+    """Per model and pool: the cost allocated to its use (idle share
+    included) over the tokens it processed, input and output together."""
+    period = {"hour__gte": start, "hour__lt": end}
+    cost = {
+        (r["served_model__name"], r["pool__name"]): r["total"]
+        for r in CostAllocation.objects.filter(
+            scenario=scenario, served_model__isnull=False, **period
+        )
+        .values("served_model__name", "pool__name")
+        .annotate(total=Sum("total"))
+    }
+    tokens = {
+        (r["served_model__name"], r["pool__name"]): r
+        for r in UsageRollup.objects.filter(
+            served_model__isnull=False, pool__isnull=False, **period
+        )
+        .values("served_model__name", "pool__name")
+        .annotate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+    }
+    out = []
+    for model, pool in sorted(set(cost) | set(tokens)):
+        used = tokens.get((model, pool), {})
+        n = (used.get("prompt") or 0) + (used.get("completion") or 0)
+        total = cost.get((model, pool), Decimal(0))
+        out.append(
+            {
+                "model": model,
+                "pool": pool,
+                "cost": total,
+                "prompt_tokens": used.get("prompt") or 0,
+                "completion_tokens": used.get("completion") or 0,
+                "cost_per_million_tokens": (total * PER_MILLION / n).quantize(NINE_PLACES)
+                if n
+                else None,
+            }
+        )
+    return out
+
+
+def pool_utilization(
+    *,
+    start: datetime,
+    end: datetime,
+    pool_id: int | None = None,
+    scenario: CostScenario | None = None,
+) -> QuerySet:
+    """Per pool and hour: GPUs, busy and available device-seconds, cost."""
+    rows = PoolHourCost.objects.filter(
+        scenario=scenario, hour__gte=start, hour__lt=end, pool__isnull=False
+    )
+    if pool_id is not None:
+        rows = rows.filter(pool_id=pool_id)
+    return rows.select_related("pool").order_by("hour", "pool__name")
