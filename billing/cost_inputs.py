@@ -9,10 +9,10 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import numpy as np
 import pandas as pd
-from django.db import connection
 
 from billing.cost_model import HOUR, FleetArrays
 from billing.money import to_nano
+from config.db_frames import query_frame
 from serving.models import Gpu, Pool, Replica, Reservation
 
 US = 1_000_000
@@ -92,59 +92,73 @@ def _add_months(day: date, months: int) -> date:
     raise AssertionError("unreachable")
 
 
-def replica_busy_seconds(*, start: datetime, end: datetime) -> pd.DataFrame:
-    """(hour epoch, replica_id, seconds) of attributed device time."""
-    return _frame(
+def usage_rollups(*, start: datetime, end: datetime) -> pd.DataFrame:
+    """The hourly rollups with device time in [start, end), as read: (hour
+    epoch, replica_id, pool_id, tenant, model, device_us), -1 for a missing
+    replica, pool or model. One scan, no sort; pandas groups them (faster
+    here than PostgreSQL's sort-based GROUP BY on two cores)."""
+    return query_frame(
         """
-        SELECT extract(epoch FROM hour)::bigint, replica_id, sum(device_seconds)::float8
+        SELECT extract(epoch FROM hour)::bigint AS hour,
+               coalesce(replica_id, -1) AS replica_id, coalesce(pool_id, -1) AS pool_id,
+               tenant_id AS tenant, coalesce(served_model_id, -1) AS model,
+               (device_seconds * 1000000)::bigint AS device_us
         FROM metering_usagerollup
-        WHERE hour >= %s AND hour < %s AND replica_id IS NOT NULL
-        GROUP BY 1, 2 HAVING sum(device_seconds) > 0
-        """,
-        [start, end],
-        {"hour": np.int64, "replica_id": np.int64, "seconds": np.float64},
-    )
-
-
-def pool_usage(*, start: datetime, end: datetime) -> pd.DataFrame:
-    """(hour epoch, pool_id, tenant_id, model_id or -1, seconds, device_us)
-    of device time used in each pool."""
-    return _frame(
-        """
-        SELECT extract(epoch FROM hour)::bigint, pool_id, tenant_id,
-               coalesce(served_model_id, -1), sum(device_seconds)::float8,
-               (sum(device_seconds) * 1000000)::bigint
-        FROM metering_usagerollup
-        WHERE hour >= %s AND hour < %s AND pool_id IS NOT NULL
-        GROUP BY 1, 2, 3, 4 HAVING sum(device_seconds) > 0
+        WHERE hour >= %s AND hour < %s AND device_seconds > 0
         """,
         [start, end],
         {
             "hour": np.int64,
+            "replica_id": np.int64,
             "pool_id": np.int64,
             "tenant": np.int64,
             "model": np.int64,
-            "seconds": np.float64,
             "device_us": np.int64,
         },
     )
 
 
-def reservation_seconds(*, start: datetime, end: datetime, hours: np.ndarray) -> pd.DataFrame:
+def replica_busy_seconds(rollups: pd.DataFrame) -> pd.DataFrame:
+    """(hour, replica_id, seconds) of attributed device time."""
+    held = rollups[rollups["replica_id"] >= 0]
+    busy = held.groupby(["hour", "replica_id"], as_index=False, sort=False)["device_us"].sum()
+    return busy.assign(seconds=busy["device_us"] / US).drop(columns="device_us")
+
+
+def pool_usage(rollups: pd.DataFrame) -> pd.DataFrame:
+    """(hour, pool_id, tenant, model, seconds, device_us) of device time
+    used in each pool."""
+    pooled = rollups[rollups["pool_id"] >= 0]
+    keys = ["hour", "pool_id", "tenant", "model"]
+    used = pooled.groupby(keys, as_index=False, sort=False)["device_us"].sum()
+    return used.assign(seconds=used["device_us"] / US)
+
+
+def reservations_overlapping(*, start: datetime, end: datetime) -> pd.DataFrame:
+    """(pool_id, tenant, start, end epoch seconds, gpus) of reservations in force."""
+    rows = Reservation.objects.filter(start__lt=end, end__gt=start).values_list(
+        "pool_id", "tenant_id", "start", "end", "gpu_count"
+    )
+    return pd.DataFrame(
+        [(p, t, int(s.timestamp()), int(e.timestamp()), n) for p, t, s, e, n in rows],
+        columns=["pool_id", "tenant", "start", "end", "gpus"],
+    )
+
+
+def reservation_seconds(reservations: pd.DataFrame, *, hours: np.ndarray) -> pd.DataFrame:
     """(hour epoch, pool_id, tenant, seconds): reserved GPU-seconds of each
-    reservation in each hour it overlaps (partial hours pro rata)."""
+    reservation in each of `hours` it overlaps (partial hours pro rata)."""
     parts = []
-    for reservation in Reservation.objects.filter(start__lt=end, end__gt=start):
-        r_start, r_end = reservation.start.timestamp(), reservation.end.timestamp()
-        overlap = np.clip(np.minimum(hours + HOUR, r_end) - np.maximum(hours, r_start), 0, None)
+    for r in reservations.itertuples(index=False):
+        overlap = np.clip(np.minimum(hours + HOUR, r.end) - np.maximum(hours, r.start), 0, None)
         hit = overlap > 0
         parts.append(
             pd.DataFrame(
                 {
                     "hour": hours[hit],
-                    "pool_id": reservation.pool_id,
-                    "tenant": reservation.tenant_id,
-                    "seconds": overlap[hit] * reservation.gpu_count,
+                    "pool_id": r.pool_id,
+                    "tenant": r.tenant,
+                    "seconds": overlap[hit] * r.gpus,
                 }
             )
         )
@@ -157,9 +171,3 @@ def reservation_seconds(*, start: datetime, end: datetime, hours: np.ndarray) ->
 
 def pools_by_id() -> dict[int, Pool]:
     return {pool.pk: pool for pool in Pool.objects.all()}
-
-
-def _frame(query: str, params: list, dtypes: dict) -> pd.DataFrame:
-    with connection.cursor() as cursor:
-        cursor.execute(query, params)
-        return pd.DataFrame(cursor.fetchall(), columns=list(dtypes)).astype(dtypes)

@@ -8,6 +8,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from billing.allocation_run import allocation_run_create, allocation_run_execute
+from billing.checks import allocation_conservation_check
 
 
 @shared_task(
@@ -30,3 +31,9 @@ def allocation_daily_task() -> int:
     today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
     run = allocation_run_create(start=today - timedelta(days=1), end=today)
     return allocation_run_execute(run_id=run.pk).pk
+
+
+@shared_task(name="billing.allocation_check", time_limit=600, ignore_result=True)
+def allocation_check_task() -> int:
+    """Daily, after the allocation: pool-hours whose rows do not add up."""
+    return len(allocation_conservation_check())

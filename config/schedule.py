@@ -15,4 +15,8 @@ BEAT_SCHEDULE = {
         "task": "billing.allocation_daily",
         "schedule": crontab(hour=0, minute=30),
     },
+    "billing-allocation-check": {
+        "task": "billing.allocation_check",
+        "schedule": crontab(hour=1, minute=30),
+    },
 }

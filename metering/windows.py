@@ -5,7 +5,6 @@ that arrives while it runs leaves it pending for the next run."""
 
 from __future__ import annotations
 
-import io
 import logging
 import re
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from config.db_frames import query_frame
 from metering.attribution import Timeline, attribute_window
 from metering.choices import WindowStatus
 from metering.models import AttributionShare, AttributionWindow, RequestShares
@@ -38,7 +38,7 @@ def _epoch_us_sql(column: str) -> str:
 
 
 _EVENT_COLUMNS = {
-    "request_id": "'\"' || replace(request_id, '\"', '\"\"') || '\"'",  # a quoted CSV field
+    "request_id": "request_id",
     "tenant_id": "tenant_id",
     "served_model_id": "served_model_id",
     "pool_id": "pool_id",
@@ -53,19 +53,18 @@ _EVENT_COLUMNS = {
     "cached_tokens": "cached_tokens",
     "completion_tokens": "completion_tokens",
 }
-# One CSV text value for the whole result: a single message from the server
-# instead of a million (psycopg would spend seconds on per-row messages).
 _EVENTS = (
-    "SELECT string_agg(concat_ws(',', "
-    + ", ".join(f"coalesce(({expr})::text, '')" for expr in _EVENT_COLUMNS.values())
-    + """), E'\n')
+    "SELECT "
+    + ", ".join(f"{expr} AS {name}" for name, expr in _EVENT_COLUMNS.items())
+    + """
     FROM metering_usageevent
-    WHERE replica_id = {replica} AND status <> 'rejected'
-      AND received_at >= '{lookback}' AND received_at < '{end}' AND ended_at > '{start}'
+    WHERE replica_id = %s AND status <> 'rejected'
+      AND received_at >= %s AND received_at < %s AND ended_at > %s
 """
 )
-_DTYPES = {"served_model_id": "Int64", "pool_id": "Int64", "first_token_us": "Int64"}
-_DTYPES.update({c: "Int64" for c in ("queue_us", "ttft_us", "generation_us")})
+_DTYPES = {name: "int64" for name in _EVENT_COLUMNS} | {"request_id": str}
+_DTYPES |= {c: "Int64" for c in ("served_model_id", "pool_id", "first_token_us")}
+_DTYPES |= {c: "Int64" for c in ("queue_us", "ttft_us", "generation_us")}
 # The longest span of windows attributed together (per replica: one read of
 # the ledger, one transaction to write), which bounds memory.
 BATCH_SPAN = timedelta(hours=24)
@@ -90,24 +89,7 @@ def events_frame(*, replica_id: int, start: datetime, end: datetime) -> pd.DataF
     """The requests resident on `replica_id` during [start, end), as a
     DataFrame (no Python object per row)."""
     lookback = start - timedelta(seconds=settings.METERING["MAX_REQUEST_SECONDS"])
-    query = _EVENTS.format(
-        replica=int(replica_id),
-        lookback=lookback.isoformat(),
-        start=start.isoformat(),
-        end=end.isoformat(),
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(query)
-        text = cursor.fetchone()[0] or ""
-    if not text:
-        return pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "int64")) for c in _EVENT_COLUMNS})
-    return pd.read_csv(
-        io.StringIO(text),
-        names=list(_EVENT_COLUMNS),
-        dtype=_DTYPES | {"request_id": str},
-        keep_default_na=False,
-        na_values={c: [""] for c in _DTYPES},
-    )
+    return query_frame(_EVENTS, [int(replica_id), lookback, end, start], _DTYPES)
 
 
 def timeline_from_events(events: pd.DataFrame) -> Timeline:

@@ -271,7 +271,7 @@ class FocusExportView(DownloadView):
     permission_classes = [scope_required("usage:read")]
 
     @extend_schema(
-        summary="FOCUS 1.2 cost-and-usage export (CSV, or Parquet when pyarrow is installed)",
+        summary="FOCUS 1.2 cost-and-usage export (CSV or Parquet)",
         parameters=[FocusQueryIn],
         responses={
             (200, "text/csv"): OpenApiTypes.BINARY,
@@ -290,15 +290,11 @@ class FocusExportView(DownloadView):
 
 
 def _parquet_response(rows, *, filename: str) -> HttpResponse:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise exceptions.ValidationError(
-            {"format": ["parquet needs pyarrow installed on the server; use format=csv"]}
-        ) from None
     import io
     from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     amount = pa.decimal128(38, 9)
     numeric = {"ConsumedQuantity", "BilledCost", "EffectiveCost", "ListCost"}

@@ -150,3 +150,33 @@ class TestConservationThroughTheJob(TestCase):
             if pool_hour.pool_kind == "dedicated":
                 assert pool_hour.unallocated == 0
         assert PoolHourCost.objects.count() == 3 * len(shape)
+
+
+def test_the_check_finds_rows_that_no_longer_add_up(world):
+    from decimal import Decimal
+
+    from billing.checks import allocation_conservation_check
+
+    pool = world.pool("shared")
+    replica = world.replica("r1", pool, [world.gpu("g1")])
+    world.use(world.a, replica, 1800)
+    world.use(world.b, replica, 600)
+    world.allocate()
+    since = H0 - timedelta(days=1)
+    assert allocation_conservation_check(since=since) == []
+
+    row = CostAllocation.objects.get(tenant=world.a)
+    CostAllocation.objects.filter(pk=row.pk).update(
+        idle=row.idle + Decimal("0.01"), total=row.total + Decimal("0.01")
+    )
+    duplicate = CostAllocation.objects.get(tenant=world.b)
+    duplicate.pk = None
+    duplicate.save()
+
+    problems = [b.problem for b in allocation_conservation_check(since=since)]
+    assert len(problems) == 2
+    assert any(p.startswith("rows sum to") for p in problems)
+    assert any(p.startswith("2 rows for tenant") for p in problems)
+
+    world.allocate()  # a re-run repairs the hour
+    assert allocation_conservation_check(since=since) == []

@@ -1,0 +1,114 @@
+"""Writing an allocation's results, a day at a time, each day replaced in
+one transaction. Rows go through COPY as CSV that Arrow's C++ writer
+formats from the integers the computation holds (nano-units, microseconds,
+epoch seconds): exact decimal text, and no Python object per row."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+from django.db import connection, transaction
+
+from billing.models import CostAllocation, PoolHourCost
+
+HOUR = 3600
+MONEY = ("capital", "energy", "other_opex", "total", "allocated", "unallocated", "idle")
+
+
+def decimal_text(values: pd.Series, places: int) -> pa.Array:
+    """Non-negative integers of 10^-places units as exact decimal strings."""
+    digits = pc.utf8_lpad(pc.cast(pa.array(values, pa.int64()), pa.string()), places + 1, "0")
+    return pc.binary_join_element_wise(
+        pc.utf8_slice_codeunits(digits, 0, -places),
+        pc.utf8_slice_codeunits(digits, -places),
+        ".",
+    )
+
+
+def _hours(values: pd.Series) -> pa.Array:
+    return pa.array(values, pa.int64()).cast(pa.timestamp("s", tz="UTC"))
+
+
+def _ids(values: pd.Series, *, missing: int) -> pa.Array:
+    """Ids with `missing` (0 or -1) written as NULL."""
+    return pa.array(values, pa.int64(), mask=(values == missing).to_numpy())
+
+
+def pool_hour_table(frame: pd.DataFrame, *, scenario_id: int | None) -> pa.Table:
+    columns = {
+        "scenario_id": pa.array([scenario_id] * len(frame), pa.int64()),
+        "hour": _hours(frame["hour"]),
+        "pool_id": _ids(frame["pool_id"], missing=0),
+        "pool_kind": pa.array(frame["pool_kind"], pa.string()),
+        "gpus": pa.array(frame["gpus"], pa.int64()),
+        "fully_depreciated_gpus": pa.array(frame["fully_depreciated_gpus"], pa.int64()),
+        "capacity_seconds": decimal_text(frame["capacity_us"], 6),
+        "busy_seconds": decimal_text(frame["busy_us"], 6),
+    }
+    columns |= {c: decimal_text(frame[c], 9) for c in MONEY if c in frame}
+    return pa.table(columns)
+
+
+def allocation_table(frame: pd.DataFrame, *, scenario_id: int | None) -> pa.Table:
+    total = frame["capital"] + frame["energy"] + frame["other_opex"] + frame["idle"]
+    columns = {
+        "scenario_id": pa.array([scenario_id] * len(frame), pa.int64()),
+        "hour": _hours(frame["hour"]),
+        "tenant_id": pa.array(frame["tenant"], pa.int64()),
+        "pool_id": pa.array(frame["pool_id"], pa.int64()),
+        "pool_kind": pa.array(frame["pool_kind"], pa.string()),
+        "served_model_id": _ids(frame["model"], missing=-1),
+        "device_seconds": decimal_text(frame["device_us"], 6),
+        **{c: decimal_text(frame[c], 9) for c in ("capital", "energy", "other_opex", "idle")},
+        "total": decimal_text(total, 9),
+    }
+    return pa.table(columns)
+
+
+def allocation_day_replace(
+    *,
+    scenario_id: int | None,
+    first_hour: int,
+    last_hour: int,
+    pool_hours: pa.Table,
+    rows: pa.Table,
+    then: Callable[[], object] = lambda: None,
+) -> None:
+    """Replace one day of a book (booked: scenario None) with the day's rows
+    of `pool_hours` and `rows` (tables from the two functions above), all
+    or nothing; `then` runs in the same transaction (the run's progress)."""
+    start = datetime.fromtimestamp(first_hour, UTC)
+    end = datetime.fromtimestamp(last_hour + HOUR, UTC)
+    book = {"scenario_id": scenario_id}
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Not flushed at commit: the run's final status commit is synchronous
+        # and flushes every day before it (the WAL is one sequence); a crash
+        # before then leaves the run unfinished, to re-run.
+        cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        PoolHourCost.objects.filter(**book, hour__gte=start, hour__lt=end).delete()
+        CostAllocation.objects.filter(**book, hour__gte=start, hour__lt=end).delete()
+        for model, table in ((PoolHourCost, pool_hours), (CostAllocation, rows)):
+            hours = table["hour"]
+            day = table.filter(
+                pc.and_(
+                    pc.greater_equal(hours, pa.scalar(start)),
+                    pc.less(hours, pa.scalar(end)),
+                )
+            )
+            _copy_csv(cursor.cursor, model._meta.db_table, day)
+        then()
+
+
+def _copy_csv(raw, table: str, rows: pa.Table) -> None:
+    if rows.num_rows == 0:
+        return
+    sink = pa.BufferOutputStream()
+    pa_csv.write_csv(rows, sink, pa_csv.WriteOptions(include_header=False))
+    columns = ", ".join(rows.column_names)
+    with raw.copy(f"COPY {table} ({columns}) FROM STDIN WITH (FORMAT csv)") as copy:
+        copy.write(sink.getvalue().to_pybytes())
