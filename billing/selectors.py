@@ -117,3 +117,32 @@ def pool_utilization(
     if pool_id is not None:
         rows = rows.filter(pool_id=pool_id)
     return rows.select_related("pool").order_by("hour", "pool__name")
+
+
+def pool_utilization_summary(
+    *, start: datetime, end: datetime, scenario: CostScenario | None = None
+) -> list[dict]:
+    """Per pool over a period: busy / available device-seconds and cost."""
+    rows = (
+        PoolHourCost.objects.filter(
+            scenario=scenario, hour__gte=start, hour__lt=end, pool__isnull=False
+        )
+        .values("pool__name", "pool_kind")
+        .annotate(
+            busy=Sum("busy_seconds"),
+            capacity=Sum("capacity_seconds"),
+            total=Sum("total"),
+            unallocated=Sum("unallocated"),
+        )
+        .order_by("pool__name")
+    )
+    return [
+        {
+            "pool": r["pool__name"],
+            "tier": r["pool_kind"],
+            "utilization": float(r["busy"] / r["capacity"]) if r["capacity"] else 0.0,
+            "total": r["total"],
+            "unallocated": r["unallocated"],
+        }
+        for r in rows
+    ]

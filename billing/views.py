@@ -1,0 +1,49 @@
+"""The finance dashboard's cost page: allocation runs with their progress
+(refreshing itself while one is going), cost by tier split into what
+tenants carry and what stays unallocated, and utilization by pool."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import render
+from django.utils import timezone
+
+from billing.choices import RunStatus
+from billing.models import AllocationRun
+from billing.selectors import pool_utilization_summary, unallocated_summary
+from tenants.access import principal_for_session
+
+PERIODS = {"7": 7, "30": 30, "90": 90}
+
+
+@login_required
+def costs(request):
+    if not principal_for_session(request).is_finance:
+        raise PermissionDenied
+    days = PERIODS.get(request.GET.get("days", "7"), 7)
+    end = timezone.now().replace(minute=0, second=0, microsecond=0)
+    start = end - timedelta(days=days)
+    tiers = unallocated_summary(start=start, end=end, group_by="tier")
+    widest = max((row["total"] for row in tiers), default=0) or 1
+    for row in tiers:
+        row["allocated"] = row["total"] - row["unallocated"]
+        row["allocated_pct"] = float(row["allocated"] / widest * 100)
+        row["unallocated_pct"] = float(row["unallocated"] / widest * 100)
+    pools = pool_utilization_summary(start=start, end=end)
+    for row in pools:
+        row["pct"] = row["utilization"] * 100
+    runs = list(AllocationRun.objects.select_related("scenario")[:20])
+    context = {
+        "days": days,
+        "periods": PERIODS,
+        "start": start,
+        "end": end,
+        "tiers": tiers,
+        "pools": pools,
+        "runs": runs,
+        "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
+    }
+    return render(request, "billing/costs.html", context)
