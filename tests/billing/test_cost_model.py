@@ -170,3 +170,15 @@ def test_rate_input_errors_name_the_field(world):
             world.rate(fields.pop("component"), fields.pop("amount"), fields.pop("basis"), **fields)
         assert field in err.value.message_dict, (fields, err.value)
     assert CostRate.objects.count() == 1
+
+
+def test_the_demo_rates_seed_once_and_price_a_whole_day(world):
+    from billing.demo import DEMO_RATES, cost_rates_demo_seed
+
+    assert cost_rates_demo_seed() == len(DEMO_RATES)
+    assert cost_rates_demo_seed() == 0
+    pool = world.pool("shared")
+    world.replica("r1", pool, [world.gpu("g1")])
+    start = datetime(2026, 10, 5, tzinfo=UTC)
+    run = world.allocate(start=start, end=start + timedelta(days=1))
+    assert run.warnings == []  # every hour has a tariff and a PUE
