@@ -14,10 +14,14 @@ from django.db import connection
 NULLABLE = ("Int64", "Float64", "boolean")
 
 
-def query_frame(query: str, params: Sequence | None, dtypes: Mapping[str, object]) -> pd.DataFrame:
+def query_frame(
+    query: str, params: Sequence | None, dtypes: Mapping[str, object], *, raw=None
+) -> pd.DataFrame:
     """Run `query`, whose columns are named as `dtypes`' keys, and return its
     rows typed as `dtypes` says. A `str` column is quoted as a CSV field; a
-    nullable extension type ("Int64") reads NULL as missing."""
+    nullable extension type ("Int64") reads NULL as missing. `raw`: a psycopg
+    connection to use instead of Django's (from another thread: psycopg
+    serialises statements on a connection, and it is the same session)."""
     fields = ", ".join(
         f"""'"' || replace(q.{name}::text, '"', '""') || '"'"""
         if dtype is str
@@ -25,7 +29,7 @@ def query_frame(query: str, params: Sequence | None, dtypes: Mapping[str, object
         for name, dtype in dtypes.items()
     )
     wrapped = f"SELECT string_agg(concat_ws(',', {fields}), E'\\n') FROM ({query}) AS q"  # noqa: S608
-    with connection.cursor() as cursor:
+    with raw.cursor() if raw is not None else connection.cursor() as cursor:
         cursor.execute(wrapped, params)
         text = cursor.fetchone()[0] or ""
     nullable = [name for name, dtype in dtypes.items() if dtype in NULLABLE]
