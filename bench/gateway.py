@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -85,6 +86,15 @@ def run(label, url, *, model, tokens, stream, requests, concurrency, headers=Non
             stream=stream,
         )
     )
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of a process and of its children onto `cpus`."""
+    root = psutil.Process(pid)
+    for process in [root, *root.children(recursive=True)]:
+        for thread in process.threads():
+            with contextlib.suppress(OSError):  # the thread ended meanwhile
+                os.sched_setaffinity(thread.id, cpus)
 
 
 def row(r: LoadResult) -> str:
@@ -221,6 +231,37 @@ def main() -> None:
                     )
                 )
 
+        # As in production, where the gateway runs on other hosts than the
+        # GPUs: vLLM alone on the last core; the load generator and the
+        # gateway on the others (both arms alike).
+        isolated = []
+        everything = set(range(os.cpu_count() or 1))
+        if len(everything) >= 2:
+            vllm_cpus, rest = {max(everything)}, everything - {max(everything)}
+            pin(vllm.pid, vllm_cpus)
+            pin(gateway.pid, rest)
+            pin(os.getpid(), rest)
+            time.sleep(1)
+            for stream in (False, True):
+                kind = "stream" if stream else "non-stream"
+                for label, url, headers in (
+                    ("direct to vLLM", direct_url, None),
+                    ("through gateway", gw_url, auth),
+                ):
+                    say(f"{label}, {kind}, vLLM on its own core: {args.requests} requests …")
+                    isolated.append(
+                        run(
+                            f"{label}, {kind}, vLLM on its own core",
+                            url,
+                            stream=stream,
+                            requests=args.requests,
+                            headers=headers,
+                            **common,
+                        )
+                    )
+            for pid in (vllm.pid, gateway.pid, os.getpid()):
+                pin(pid, everything)
+
         say("one request at a time (the hop's own latency, no CPU contention) …")
         serial = []
         for label, url, headers in (
@@ -306,12 +347,23 @@ def main() -> None:
         header,
         *map(row, results),
         "",
+        "With vLLM pinned to its own core and the gateway and load generator to the "
+        "other (the production layout, where the gateway never shares vLLM's cores):",
+        "",
+        header,
+        *map(row, isolated),
+        "",
         *map(row, serial),
         "",
         "| comparison | throughput ratio | added TTFT p50 / p99 | added e2e p50 / p99 |",
         "|---|---|---|---|",
         compare(results[0], results[1]),
         compare(results[2], results[3]),
+        *(
+            [compare(isolated[0], isolated[1]), compare(isolated[2], isolated[3])]
+            if isolated
+            else []
+        ),
         compare(serial[0], serial[1]),
         compare(serial[2], serial[3]),
         "",

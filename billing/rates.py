@@ -205,7 +205,8 @@ def rate_arrays(
     def amounts(component: str) -> np.ndarray:
         """The amount in force per cell, NaN where none is."""
         rows = [r for r in rates if r.component == component]
-        values = np.array([float(r.amount) for r in rows] + [np.nan])
+        # Rates enter the vectorised model as floats; each GPU-hour is rounded once to 1e-9.
+        values = np.array([float(r.amount) for r in rows] + [np.nan])  # ok-float
         return values[_winning_rows(rows, scopes, hours)]
 
     tariff = amounts(CostComponent.ENERGY)
@@ -220,7 +221,7 @@ def rate_arrays(
         chosen = _winning_rows(rows, scopes, hours)
         for i, rate in enumerate(rows):
             cells = chosen == i
-            nano = float(rate.amount) * NANO
+            nano = float(rate.amount) * NANO  # ok-float: as above
             if rate.basis == RateBasis.PER_GPU_HOUR:
                 per_gpu_hour[cells] += nano
             elif rate.basis == RateBasis.PER_GPU_MONTH:

@@ -140,7 +140,7 @@ def pool_utilization_summary(
         {
             "pool": r["pool__name"],
             "tier": r["pool_kind"],
-            "utilization": float(r["busy"] / r["capacity"]) if r["capacity"] else 0.0,
+            "utilization": float(r["busy"] / r["capacity"] if r["capacity"] else 0),  # ok-float
             "total": r["total"],
             "unallocated": r["unallocated"],
         }

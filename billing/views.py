@@ -30,8 +30,9 @@ def costs(request):
     widest = max((row["total"] for row in tiers), default=0) or 1
     for row in tiers:
         row["allocated"] = row["total"] - row["unallocated"]
-        row["allocated_pct"] = float(row["allocated"] / widest * 100)
-        row["unallocated_pct"] = float(row["unallocated"] / widest * 100)
+        # ok-float: bar widths in percent
+        row["allocated_pct"] = float(row["allocated"] / widest * 100)  # ok-float
+        row["unallocated_pct"] = float(row["unallocated"] / widest * 100)  # ok-float
     pools = pool_utilization_summary(start=start, end=end)
     for row in pools:
         row["pct"] = row["utilization"] * 100

@@ -115,7 +115,7 @@ class AllocationRunIn(serializers.Serializer):
 
 
 class AllocationRunOut(serializers.ModelSerializer):
-    progress = serializers.FloatField(help_text="Hours written / hours to write (0..1).")
+    progress = serializers.FloatField(help_text="Hours written / hours to write.")  # ok-float
 
     class Meta:
         model = AllocationRun
@@ -226,7 +226,8 @@ class UtilizationOut(serializers.Serializer):
     unallocated = serializers.DecimalField(max_digits=28, decimal_places=9)
 
     def get_utilization(self, row) -> float:
-        return float(row.busy_seconds / row.capacity_seconds) if row.capacity_seconds else 0.0
+        ratio = row.busy_seconds / row.capacity_seconds if row.capacity_seconds else 0
+        return float(ratio)  # ok-float: a ratio, not money
 
 
 class CompareRowOut(serializers.Serializer):
