@@ -31,7 +31,7 @@ django.setup()
 import numpy as np  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
-from bench.common import report_write  # noqa: E402
+from bench.common import PeakRss, report_write  # noqa: E402
 from billing.models import AllocationRun, CostAllocation, CostRate, PoolHourCost  # noqa: E402
 from billing.rates import cost_rate_create  # noqa: E402
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel  # noqa: E402
@@ -195,33 +195,21 @@ def rollups_write(replicas: list[Replica], *, days: int, rng: np.random.Generato
 def _allocate(queue, days: int) -> None:
     """In a fresh (spawned) process, so its peak memory is allocation's own."""
     django.setup()
-    import threading
-
-    import psutil
-
     from billing.allocation_period import allocation_compute
     from billing.allocation_run import allocation_run_create, allocation_run_execute
 
-    me, peak, done = psutil.Process(), [0], threading.Event()
-
-    def sample():
-        while not done.wait(0.02):
-            peak[0] = max(peak[0], me.memory_info().rss)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     end = EPOCH + timedelta(days=days)
-    started = time.perf_counter()
-    run = allocation_run_create(start=EPOCH, end=end)
-    run = allocation_run_execute(run_id=run.pk)
-    total = time.perf_counter() - started
-    run_rss, peak[0] = peak[0], 0
-    # The compute alone, again (reads + vectorised maths, no writes).
-    started = time.perf_counter()
-    result = allocation_compute(start=EPOCH, end=end)
-    compute = time.perf_counter() - started
-    done.set()
-    sampler.join()
+    with PeakRss() as rss:
+        started = time.perf_counter()
+        run = allocation_run_create(start=EPOCH, end=end)
+        run = allocation_run_execute(run_id=run.pk)
+        total = time.perf_counter() - started
+        run_rss = rss.take()
+        # The compute alone, again (reads + vectorised maths, no writes).
+        started = time.perf_counter()
+        result = allocation_compute(start=EPOCH, end=end)
+        compute = time.perf_counter() - started
+        compute_rss = rss.take()
     queue.put(
         (
             total,
@@ -229,8 +217,8 @@ def _allocate(queue, days: int) -> None:
             run.status,
             len(result.pool_hours),
             len(result.rows),
-            run_rss / 2**20,
-            peak[0] / 2**20,
+            run_rss,
+            compute_rss,
         )
     )
 

@@ -132,5 +132,37 @@ def report_write(*, name: str, title: str, command: str, body: str) -> None:
     REPORT.write_text(text)
 
 
+class PeakRss:
+    """This process's peak resident memory, sampled every 20 ms while in
+    use (ru_maxrss would carry a parent's high-water mark over exec).
+    `take()` returns the peak so far in MiB and starts a new one."""
+
+    def __init__(self) -> None:
+        import threading
+
+        import psutil
+
+        self._me = psutil.Process()
+        self._peak = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.02):
+            self._peak = max(self._peak, self._me.memory_info().rss)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def take(self) -> float:
+        peak, self._peak = self._peak, 0
+        return peak / 2**20
+
+
 def median(values: list[float]) -> float:  # ok-float: timings
     return statistics.median(values) if values else float("nan")

@@ -37,7 +37,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from bench.common import report_write  # noqa: E402
+from bench.common import PeakRss, report_write  # noqa: E402
 from config.processes import ManagedProcess, uvicorn_argv  # noqa: E402
 from metering.choices import EventSource  # noqa: E402
 from metering.ledger import usage_record_batch, usage_rows_record, usage_rows_validate  # noqa: E402
@@ -230,31 +230,17 @@ def through_api(batch_events, *, workers: int, concurrency: int) -> float:
 def _attribute(queue) -> None:
     """In a fresh (spawned) process, so its peak memory is attribution's own."""
     django.setup()
-    import threading
-
-    import psutil
-
     from metering.jobs import metering_run as run_metering
 
-    # Sampled: ru_maxrss would carry the parent's high-water mark over exec.
-    me, peak, done = psutil.Process(), [0], threading.Event()
-
-    def sample():
-        while not done.wait(0.02):
-            peak[0] = max(peak[0], me.memory_info().rss)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    bar = tqdm(desc="attribution", leave=False)
-    started = time.perf_counter()
-    run = run_metering(
-        now=EPOCH + timedelta(days=2), progress=lambda done, total: bar.update(done - bar.n)
-    )
-    seconds = time.perf_counter() - started
-    done.set()
-    sampler.join()
-    bar.close()
-    queue.put((seconds, run.windows, len(run.hours), peak[0] / 2**20))
+    with PeakRss() as rss:
+        bar = tqdm(desc="attribution", leave=False)
+        started = time.perf_counter()
+        run = run_metering(
+            now=EPOCH + timedelta(days=2), progress=lambda done, total: bar.update(done - bar.n)
+        )
+        seconds = time.perf_counter() - started
+        bar.close()
+    queue.put((seconds, run.windows, len(run.hours), rss.take()))
 
 
 def _attribute_in_fresh_process() -> tuple[float, int, int, float]:

@@ -16,19 +16,7 @@ from billing.rates import EDITABLE, cost_rate_check, cost_rate_create, cost_rate
 class CostRateForm(forms.ModelForm):
     class Meta:
         model = CostRate
-        fields = [
-            "component",
-            "basis",
-            "amount",
-            "currency",
-            "pool",
-            "hour_from",
-            "hour_to",
-            "effective_from",
-            "effective_to",
-            "scenario",
-            "note",
-        ]
+        fields = CostRate.INPUT_FIELDS
 
     def clean(self):
         cleaned = super().clean()
@@ -50,18 +38,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(CostRate)
 class CostRateAdmin(admin.ModelAdmin):
     form = CostRateForm
-    list_display = [
-        "component",
-        "basis",
-        "amount",
-        "currency",
-        "pool",
-        "hour_from",
-        "hour_to",
-        "effective_from",
-        "effective_to",
-        "scenario",
-    ]
+    list_display = CostRate.INPUT_FIELDS[:-1]
     list_filter = ["component", "pool", "scenario"]
     date_hierarchy = "effective_from"
 

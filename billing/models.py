@@ -78,6 +78,21 @@ class CostRate(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
 
+    # What a person sets (the rest is bookkeeping): admin, API and listings.
+    INPUT_FIELDS = (
+        "component",
+        "basis",
+        "amount",
+        "currency",
+        "pool",
+        "hour_from",
+        "hour_to",
+        "effective_from",
+        "effective_to",
+        "scenario",
+        "note",
+    )
+
     class Meta:
         ordering = ["component", "pool_id", "-effective_from"]
         constraints = [

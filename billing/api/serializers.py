@@ -89,21 +89,7 @@ class CostRateUpdateIn(serializers.Serializer):
 class CostRateOut(serializers.ModelSerializer):
     class Meta:
         model = CostRate
-        fields = [
-            "id",
-            "component",
-            "basis",
-            "amount",
-            "currency",
-            "pool",
-            "hour_from",
-            "hour_to",
-            "effective_from",
-            "effective_to",
-            "scenario",
-            "note",
-            "created_at",
-        ]
+        fields = ["id", *CostRate.INPUT_FIELDS, "created_at"]
 
 
 class AllocationRunIn(serializers.Serializer):
