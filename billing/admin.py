@@ -9,7 +9,19 @@ from django.contrib import admin
 from django.forms.models import construct_instance
 from django.utils import timezone
 
-from billing.models import AllocationRun, CostAllocation, CostRate, CostScenario, PoolHourCost
+from billing.models import (
+    AllocationRun,
+    CostAllocation,
+    CostRate,
+    CostScenario,
+    CreditGrant,
+    ModelPrice,
+    Plan,
+    PoolHourCost,
+    PriceBook,
+    Subscription,
+    VolumeTier,
+)
 from billing.rates import EDITABLE, cost_rate_check, cost_rate_create, cost_rate_update
 
 
@@ -105,3 +117,50 @@ class CostAllocationAdmin(ReadOnlyAdmin):
     list_filter = ["pool_kind", "pool", "scenario"]
     search_fields = ["tenant__slug"]
     date_hierarchy = "hour"
+
+
+class ModelPriceInline(admin.TabularInline):
+    model = ModelPrice
+    extra = 0
+
+
+@admin.register(PriceBook)
+class PriceBookAdmin(admin.ModelAdmin):
+    list_display = ["name", "version", "tier", "currency", "effective_from", "effective_to"]
+    list_filter = ["name", "tier"]
+    inlines = [ModelPriceInline]
+
+
+class VolumeTierInline(admin.TabularInline):
+    model = VolumeTier
+    extra = 0
+
+
+@admin.register(ModelPrice)
+class ModelPriceAdmin(admin.ModelAdmin):
+    list_display = [
+        "book",
+        "served_model",
+        "input_per_mtok",
+        "cached_input_per_mtok",
+        "output_per_mtok",
+        "per_gpu_second",
+    ]
+    list_filter = ["book"]
+    inlines = [VolumeTierInline]
+
+
+@admin.register(Plan)
+class PlanAdmin(admin.ModelAdmin):
+    list_display = ["name", "currency", "minimum_commit", "discount_percent"]
+
+
+@admin.register(Subscription)
+class SubscriptionAdmin(admin.ModelAdmin):
+    list_display = ["tenant", "plan", "anchor_day", "start", "end"]
+    list_filter = ["plan"]
+
+
+@admin.register(CreditGrant)
+class CreditGrantAdmin(admin.ModelAdmin):
+    list_display = ["tenant", "amount", "currency", "granted_at", "expires_at", "priority"]

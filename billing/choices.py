@@ -47,3 +47,12 @@ class RunStatus(models.TextChoices):
     RUNNING = "running", "Running"
     DONE = "done", "Done"
     FAILED = "failed", "Failed"
+
+
+class TokenKind(models.TextChoices):
+    """What a token price applies to. Input excludes the cached part of the
+    prompt, which has its own (usually lower) price."""
+
+    INPUT = "input", "Input tokens"
+    CACHED_INPUT = "cached_input", "Cached input tokens"
+    OUTPUT = "output", "Output tokens"

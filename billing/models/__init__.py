@@ -1,0 +1,18 @@
+"""Billing's models: the cost side (rates, allocation runs and results) and
+the price side (price books, plans, subscriptions, credits)."""
+
+from billing.models.costs import (  # noqa: F401
+    AllocationRun,
+    CostAllocation,
+    CostRate,
+    CostScenario,
+    PoolHourCost,
+)
+from billing.models.prices import (  # noqa: F401
+    CreditGrant,
+    ModelPrice,
+    Plan,
+    PriceBook,
+    Subscription,
+    VolumeTier,
+)

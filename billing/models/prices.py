@@ -1,0 +1,155 @@
+"""The price side: what tenants pay. Price books are versioned and dated per
+tier; each prices models per million tokens (optionally graduated by the
+month's volume) and per GPU-second, and sets the reservation and dedicated
+fees. A plan adds a monthly commitment and a discount; a subscription ties
+a tenant to a plan; credit grants are prepaid money with an expiry."""
+
+from __future__ import annotations
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import F, Q
+
+from billing.choices import TokenKind
+from serving.models import ServedModel
+from tenants.choices import Tier
+from tenants.models import Tenant
+
+PRICE = {"max_digits": 24, "decimal_places": 9, "validators": [MinValueValidator(0)]}
+AMOUNT = {"max_digits": 20, "decimal_places": 4, "validators": [MinValueValidator(0)]}
+
+
+class PriceBook(models.Model):
+    """One version of a named price book, in force over [effective_from,
+    effective_to) for one tier (or every tier when blank). A new version is
+    a new row; a version in force is never edited."""
+
+    name = models.CharField(max_length=100)
+    version = models.PositiveIntegerField(default=1)
+    tier = models.CharField(max_length=16, choices=Tier.choices, blank=True, default="")
+    currency = models.CharField(max_length=3, default="USD")
+    effective_from = models.DateTimeField()
+    effective_to = models.DateTimeField(null=True, blank=True)
+    reservation_per_gpu_hour = models.DecimalField(**PRICE, default=0)
+    dedicated_per_gpu_month = models.DecimalField(**PRICE, default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "version"], name="pricebook_version"),
+            models.CheckConstraint(
+                condition=Q(effective_to__isnull=True) | Q(effective_to__gt=F("effective_from")),
+                name="pricebook_period",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version} ({self.tier or 'all tiers'})"
+
+
+class ModelPrice(models.Model):
+    """A model's prices in a book: per million input, cached-input and
+    output tokens, and optionally per GPU-second of attributed device time."""
+
+    book = models.ForeignKey(PriceBook, on_delete=models.CASCADE, related_name="prices")
+    served_model = models.ForeignKey(ServedModel, on_delete=models.PROTECT, related_name="+")
+    input_per_mtok = models.DecimalField(**PRICE)
+    cached_input_per_mtok = models.DecimalField(**PRICE)
+    output_per_mtok = models.DecimalField(**PRICE)
+    per_gpu_second = models.DecimalField(**PRICE, null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["book", "served_model"], name="modelprice_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.book}: {self.served_model}"
+
+    def per_mtok(self, kind: str):
+        return getattr(self, f"{kind}_per_mtok")
+
+
+class VolumeTier(models.Model):
+    """Graduated pricing of one token kind: the month's tokens from
+    `from_tokens` up to the next tier's start cost `per_mtok`. When a kind
+    has tiers they replace the model's flat price for it; the first tier
+    starts at 0."""
+
+    model_price = models.ForeignKey(ModelPrice, on_delete=models.CASCADE, related_name="tiers")
+    kind = models.CharField(max_length=16, choices=TokenKind.choices)
+    from_tokens = models.BigIntegerField(validators=[MinValueValidator(0)])
+    per_mtok = models.DecimalField(**PRICE)
+
+    class Meta:
+        ordering = ["kind", "from_tokens"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model_price", "kind", "from_tokens"], name="volumetier_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} from {self.from_tokens:,}: {self.per_mtok}/M"
+
+
+class Plan(models.Model):
+    """Commercial terms: a monthly minimum commitment (a true-up line tops
+    the month up to it) and a discount on usage."""
+
+    name = models.CharField(max_length=100, unique=True)
+    currency = models.CharField(max_length=3, default="USD")
+    minimum_commit = models.DecimalField(**AMOUNT, default=0)
+    discount_percent = models.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        default=0,
+        validators=[MinValueValidator(0), MaxValueValidator(100)],
+    )
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Subscription(models.Model):
+    """A tenant on a plan from `start` (until `end`), billed monthly from
+    its anchor day."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="subscriptions")
+    plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="subscriptions")
+    anchor_day = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(28)]
+    )
+    start = models.DateTimeField()
+    end = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tenant", "-start"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(anchor_day__gte=1, anchor_day__lte=28), name="subscription_anchor"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} on {self.plan}"
+
+
+class CreditGrant(models.Model):
+    """Prepaid money in a tenant's wallet; applied to invoices soonest
+    expiry first, then by priority."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="credit_grants")
+    amount = models.DecimalField(**AMOUNT)
+    currency = models.CharField(max_length=3, default="USD")
+    granted_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    priority = models.PositiveSmallIntegerField(default=0)
+    note = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ["tenant", "expires_at", "priority"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}: {self.amount} {self.currency}"
