@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from billing.apportion import apportion_groups, group_sum, rounded_totals
+from metering.apportion import apportion_groups, group_sum, rounded_totals
 
 COMPONENTS = ("capital", "energy", "other_opex")
 NO_OWNER = -1

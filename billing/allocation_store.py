@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from billing.models import CostAllocation, PoolHourCost
 
 HOUR = 3600
-MONEY = ("capital", "energy", "other_opex", "total", "allocated", "unallocated", "idle")
+POOL_HOUR_MONEY = ("capital", "energy", "other_opex", "total", "allocated", "unallocated")
 
 
 def decimal_text(values: pd.Series, places: int) -> pa.Array:
@@ -50,7 +50,7 @@ def pool_hour_table(frame: pd.DataFrame, *, scenario_id: int | None) -> pa.Table
         "capacity_seconds": decimal_text(frame["capacity_us"], 6),
         "busy_seconds": decimal_text(frame["busy_us"], 6),
     }
-    columns |= {c: decimal_text(frame[c], 9) for c in MONEY if c in frame}
+    columns |= {c: decimal_text(frame[c], 9) for c in POOL_HOUR_MONEY}
     return pa.table(columns)
 
 

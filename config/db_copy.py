@@ -38,24 +38,10 @@ def copy_to_staging(
         ).format(staging, cols, sql.Identifier(table))
     )
     raw.execute(sql.SQL("TRUNCATE {}").format(staging))
-    copy_rows(raw, table=staging, columns=columns, rows=rows, types=types)
-    return staging.as_string(raw.connection)
-
-
-def copy_rows(
-    raw,
-    *,
-    table: str | sql.Identifier,
-    columns: Sequence[str],
-    rows: Iterable[Sequence],
-    types: Sequence[str] | None = None,
-) -> None:
-    """COPY `rows` straight into `table` (binary when `types` are given)."""
-    name = table if isinstance(table, sql.Identifier) else sql.Identifier(table)
-    cols = sql.SQL(", ").join(map(sql.Identifier, columns))
     binary = sql.SQL(" (FORMAT BINARY)" if types else "")
-    with raw.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(name, cols, binary)) as copy:
+    with raw.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(staging, cols, binary)) as copy:
         if types:
             copy.set_types(list(types))
         for row in rows:
             copy.write_row(row)
+    return staging.as_string(raw.connection)

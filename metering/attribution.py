@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from metering.apportion import apportion
 from metering.choices import AttributionPolicy
 
 NS_PER_US = 1000
@@ -126,26 +127,3 @@ def attribute_window(
 
     device_ns = apportion(request_us * NS_PER_US, total=capacity_ns - idle_ns)
     return WindowAttribution(device_ns=device_ns, idle_ns=idle_ns, capacity_ns=capacity_ns)
-
-
-def apportion(values: np.ndarray, *, total: int) -> np.ndarray:
-    """Round non-negative `values` to integers that sum to exactly `total`
-    (largest remainder), each moved by less than one unit."""
-    if len(values) == 0:
-        return np.zeros(0, dtype=np.int64)
-    values = np.maximum(values, 0.0)
-    floors = np.floor(values).astype(np.int64)
-    short = total - int(floors.sum())
-    if abs(short) >= len(values):  # never expected; keeps the sum exact regardless
-        floors += short // len(values)
-        short = total - int(floors.sum())
-    if short > 0:
-        remainders = values - floors
-        take = np.argpartition(-remainders, min(short, len(values)) - 1)[:short]
-        floors[take] += 1
-    elif short < 0:  # float error pushed the floors past the total
-        fractional = values - floors
-        order = np.argsort(fractional)
-        candidates = order[floors[order] > 0][:-short]
-        floors[candidates] -= 1
-    return floors

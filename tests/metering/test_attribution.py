@@ -7,7 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metering.attribution import Timeline, apportion, attribute_window
+from metering.apportion import apportion
+from metering.attribution import Timeline, attribute_window
 
 S = 1_000_000  # microseconds per second
 
