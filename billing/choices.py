@@ -56,3 +56,41 @@ class TokenKind(models.TextChoices):
     INPUT = "input", "Input tokens"
     CACHED_INPUT = "cached_input", "Cached input tokens"
     OUTPUT = "output", "Output tokens"
+
+
+class InvoiceStatus(models.TextChoices):
+    """An invoice's life: a draft may be rebuilt; a finalized one never
+    changes again, except to move on to paid, void or uncollectible."""
+
+    DRAFT = "draft", "Draft"
+    FINALIZED = "finalized", "Finalized (open)"
+    PAID = "paid", "Paid"
+    VOID = "void", "Void"
+    UNCOLLECTIBLE = "uncollectible", "Uncollectible"
+
+
+# Where each status may go next (the webhook and the finance API both obey it).
+INVOICE_TRANSITIONS = {
+    InvoiceStatus.DRAFT: {InvoiceStatus.FINALIZED},
+    InvoiceStatus.FINALIZED: {InvoiceStatus.PAID, InvoiceStatus.VOID, InvoiceStatus.UNCOLLECTIBLE},
+    InvoiceStatus.UNCOLLECTIBLE: {InvoiceStatus.PAID, InvoiceStatus.VOID},
+    InvoiceStatus.PAID: set(),
+    InvoiceStatus.VOID: set(),
+}
+
+
+class LineKind(models.TextChoices):
+    TOKENS = "tokens", "Tokens"
+    GPU_SECONDS = "gpu_seconds", "GPU-seconds"
+    RESERVATION = "reservation", "Reserved GPUs"
+    DEDICATED = "dedicated", "Dedicated GPUs"
+    DISCOUNT = "discount", "Discount"
+    COMMIT_TRUE_UP = "commit_true_up", "Minimum commitment true-up"
+    CREDIT = "credit", "Prepaid credit applied"
+
+
+class StripeSync(models.TextChoices):
+    NOT_SYNCED = "not_synced", "Not synced (Stripe not configured)"
+    PENDING = "pending", "Waiting to sync"
+    SYNCED = "synced", "Synced"
+    FAILED = "failed", "Sync failed (will retry)"

@@ -19,3 +19,34 @@ def to_nano(amount: Decimal) -> int:
 
 def from_nano(nano: int) -> Decimal:
     return (Decimal(int(nano)) / NANO).quantize(NANO_PLACES)
+
+
+# ISO 4217 minor units where they are not 2 (Stripe's zero-decimal list).
+MINOR_EXPONENT = {
+    "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "JPY": 0, "KMF": 0, "KRW": 0, "MGA": 0,
+    "PYG": 0, "RWF": 0, "UGX": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
+    "BHD": 3, "JOD": 3, "KWD": 3, "OMR": 3, "TND": 3,
+}  # fmt: skip
+# The one rounding of an invoice line (invariant 1): half to even, so that
+# over many lines rounding neither favours the platform nor the tenant.
+LINE_ROUNDING = ROUND_HALF_EVEN
+
+
+def minor_exponent(currency: str) -> int:
+    return MINOR_EXPONENT.get(currency.upper(), 2)
+
+
+def to_minor(amount: Decimal, currency: str) -> int:
+    """An exact amount as integer minor units of `currency`, rounded once."""
+    scale = Decimal(10) ** minor_exponent(currency)
+    return int((Decimal(amount) * scale).quantize(Decimal(1), rounding=LINE_ROUNDING))
+
+
+def from_minor(minor: int, currency: str) -> Decimal:
+    exponent = minor_exponent(currency)
+    return Decimal(int(minor)).scaleb(-exponent).quantize(Decimal(1).scaleb(-exponent))
+
+
+def money_format(minor: int, currency: str) -> str:
+    """'1,234.50 USD' — for pages and PDFs, never for arithmetic."""
+    return f"{from_minor(minor, currency):,} {currency.upper()}"

@@ -16,7 +16,8 @@ from decimal import Decimal
 from django.db.models import Q, Sum
 
 from billing.choices import TokenKind
-from billing.models import ModelPrice, PriceBook, Subscription
+from billing.models import ModelPrice, PriceBook
+from billing.periods import subscription_at
 from metering.models import UsageRollup
 from serving.choices import PoolKind
 from serving.models import Gpu, Reservation
@@ -41,9 +42,16 @@ class Charge:
     book: str | None = None
 
 
-def charges_rate(*, tenant: Tenant, start: datetime, end: datetime) -> list[Charge]:
+def charges_rate(
+    *, tenant: Tenant, start: datetime, end: datetime, warnings: list[str] | None = None
+) -> list[Charge]:
+    """The period's charges; what could not be priced is appended to
+    `warnings` (usage of a model no book in force prices is not billed)."""
     books = _books(tenant=tenant, start=start, end=end)
-    usage = _charges_usage(tenant=tenant, start=start, end=end, books=books)
+    unpriced: set[str] = set()
+    usage = _charges_usage(tenant=tenant, start=start, end=end, books=books, unpriced=unpriced)
+    if warnings is not None:
+        warnings.extend(f"usage of {name} has no price: not billed" for name in sorted(unpriced))
     fees = _charges_reservations(tenant=tenant, start=start, end=end, books=books)
     fees += _charges_dedicated(tenant=tenant, start=start, end=end, books=books)
     return usage + fees + _charges_plan(tenant=tenant, start=start, usage=usage, fees=fees)
@@ -89,7 +97,7 @@ def _books(*, tenant: Tenant, start: datetime, end: datetime) -> Books:
     return Books(books, prices)
 
 
-def _charges_usage(*, tenant, start, end, books: Books) -> list[Charge]:
+def _charges_usage(*, tenant, start, end, books: Books, unpriced: set[str]) -> list[Charge]:
     rows = (
         UsageRollup.objects.filter(
             tenant=tenant, hour__gte=start, hour__lt=end, served_model__isnull=False
@@ -109,7 +117,8 @@ def _charges_usage(*, tenant, start, end, books: Books) -> list[Charge]:
         book = books.at(row["hour"])
         price = books.price(book, row["served_model_id"]) if book else None
         if price is None:
-            continue  # an unpriced model is free (the invoice run lists it as a warning)
+            unpriced.add(row["served_model__name"])
+            continue
         counts = {
             TokenKind.INPUT: row["prompt"] - row["cached"],
             TokenKind.CACHED_INPUT: row["cached"],
@@ -213,13 +222,7 @@ def _charges_dedicated(*, tenant, start, end, books: Books) -> list[Charge]:
 
 
 def _charges_plan(*, tenant, start, usage: list[Charge], fees: list[Charge]) -> list[Charge]:
-    subscription = (
-        Subscription.objects.filter(tenant=tenant, start__lte=start)
-        .filter(Q(end__isnull=True) | Q(end__gt=start))
-        .select_related("plan")
-        .order_by("-start")
-        .first()
-    )
+    subscription = subscription_at(tenant=tenant, moment=start)
     if subscription is None:
         return []
     plan = subscription.plan

@@ -1,5 +1,5 @@
 """Billing's models: the cost side (rates, allocation runs and results) and
-the price side (price books, plans, subscriptions, credits)."""
+the price side (price books, plans, subscriptions, credits) and invoices."""
 
 from billing.models.costs import (  # noqa: F401
     AllocationRun,
@@ -7,6 +7,14 @@ from billing.models.costs import (  # noqa: F401
     CostRate,
     CostScenario,
     PoolHourCost,
+)
+from billing.models.invoices import (  # noqa: F401
+    CreditApplication,
+    CreditNote,
+    Invoice,
+    InvoiceLine,
+    InvoiceRun,
+    Issuer,
 )
 from billing.models.prices import (  # noqa: F401
     CreditGrant,

@@ -118,6 +118,14 @@ class Subscription(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="subscriptions")
     plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="subscriptions")
+    issuer = models.ForeignKey(
+        "billing.Issuer",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="subscriptions",
+        help_text="Empty: the default issuer.",
+    )
     anchor_day = models.PositiveSmallIntegerField(
         default=1, validators=[MinValueValidator(1), MaxValueValidator(28)]
     )

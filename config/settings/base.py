@@ -216,6 +216,19 @@ METERING = {
     "ATTRIBUTION_GRACE_SECONDS": env.int("METERING_ATTRIBUTION_GRACE_SECONDS", default=120),
     "INGEST_MAX_EVENTS": env.int("METERING_INGEST_MAX_EVENTS", default=1000),
 }
+
+# --- Billing: invoices and Stripe (billing/) ---
+BILLING = {
+    # Days from finalization to the due date.
+    "NET_DAYS": env.int("BILLING_NET_DAYS", default=30),
+    # How many earlier invoiced periods each invoice checks for late usage.
+    "LATE_USAGE_PERIODS": env.int("BILLING_LATE_USAGE_PERIODS", default=3),
+}
+# Without a key invoices stay local and show "not synced".
+STRIPE_API_KEY = env("STRIPE_API_KEY", default="")
+STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="")
+# A different API base (tests: the fake Stripe server on loopback).
+STRIPE_API_BASE = env("STRIPE_API_BASE", default="")
 VLLM_VENV = Path(env("VLLM_VENV", default=str(BASE_DIR / ".venv-vllm")))
 
 from config.schedule import BEAT_SCHEDULE  # noqa: E402

@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 
 from billing.allocation_run import allocation_run_create, allocation_run_execute
-from billing.models import AllocationRun
+from billing.models import AllocationRun, ModelPrice, PriceBook
 from billing.rates import cost_rate_create
 from metering.models import UsageRollup
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel
@@ -19,6 +19,8 @@ from tenants.models import Tenant
 from tests.factories import make_tenant
 
 H0 = datetime(2026, 10, 5, 12, tzinfo=UTC)
+OCT = datetime(2026, 10, 1, tzinfo=UTC)
+NOV = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 @dataclass
@@ -73,6 +75,40 @@ class World:
     def rate(self, component: str, amount: str, basis: str, **kw):
         kw.setdefault("effective_from", datetime(2026, 1, 1, tzinfo=UTC))
         return cost_rate_create(component=component, basis=basis, amount=Decimal(amount), **kw)
+
+    def price(self, *, version=1, since=OCT, until=None, tier="", **prices) -> ModelPrice:
+        """A price book version pricing the world's model ($1 / $0.25 / $4
+        per million input / cached / output tokens unless told)."""
+        book = PriceBook.objects.create(
+            name="list",
+            version=version,
+            tier=tier,
+            effective_from=since,
+            effective_to=until,
+            reservation_per_gpu_hour=prices.pop("reservation", 0),
+            dedicated_per_gpu_month=prices.pop("dedicated", 0),
+        )
+        values = {
+            "input_per_mtok": Decimal("1"),
+            "cached_input_per_mtok": Decimal("0.25"),
+            "output_per_mtok": Decimal("4"),
+        } | prices
+        return ModelPrice.objects.create(book=book, served_model=self.model, **values)
+
+    def tokens(self, tenant, *, hour, prompt=0, cached=0, completion=0, seconds=0):
+        """An hour of token usage (on a pool of its own, so hours never clash)."""
+        pool = self.pool(f"p-{hour:%m%d%H}-{tenant.pk}-{UsageRollup.objects.count()}")
+        UsageRollup.objects.create(
+            hour=hour,
+            tenant=tenant,
+            served_model=self.model,
+            pool=pool,
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            completion_tokens=completion,
+            device_seconds=Decimal(seconds),
+            requests_ok=1,
+        )
 
     def allocate(self, start=H0, end=None, scenario=None) -> AllocationRun:
         run = allocation_run_create(

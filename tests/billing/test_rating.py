@@ -7,46 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from billing.models import ModelPrice, Plan, PriceBook, Subscription, VolumeTier
+from billing.models import Plan, Subscription, VolumeTier
 from billing.rating import charges_rate
-from metering.models import UsageRollup
 
 D = Decimal
-OCT = datetime(2026, 10, 1, tzinfo=UTC)
-NOV = datetime(2026, 11, 1, tzinfo=UTC)
-
-
-def _book(world, *, version=1, since=OCT, until=None, tier="", **prices):
-    book = PriceBook.objects.create(
-        name="list",
-        version=version,
-        tier=tier,
-        effective_from=since,
-        effective_to=until,
-        reservation_per_gpu_hour=prices.pop("reservation", 0),
-        dedicated_per_gpu_month=prices.pop("dedicated", 0),
-    )
-    values = {
-        "input_per_mtok": D("1"),
-        "cached_input_per_mtok": D("0.25"),
-        "output_per_mtok": D("4"),
-    } | prices
-    return ModelPrice.objects.create(book=book, served_model=world.model, **values)
-
-
-def _use(world, tenant, *, hour, prompt=0, cached=0, completion=0, seconds=0):
-    pool = world.pool(f"p-{hour:%d%H}-{tenant.pk}")
-    UsageRollup.objects.create(
-        hour=hour,
-        tenant=tenant,
-        served_model=world.model,
-        pool=pool,
-        prompt_tokens=prompt,
-        cached_tokens=cached,
-        completion_tokens=completion,
-        device_seconds=D(seconds),
-        requests_ok=1,
-    )
+from tests.billing.conftest import NOV, OCT
 
 
 def _total(charges) -> Decimal:
@@ -54,16 +19,15 @@ def _total(charges) -> Decimal:
 
 
 def test_flat_prices_with_cached_tokens(world):
-    _book(world)
-    _use(
-        world,
+    world.price()
+    world.tokens(
         world.a,
         hour=OCT + timedelta(hours=5),
         prompt=1_500_000,
         cached=500_000,
         completion=250_000,
     )
-    _use(world, world.b, hour=OCT + timedelta(hours=5), prompt=9_000_000)  # not Alpha's
+    world.tokens(world.b, hour=OCT + timedelta(hours=5), prompt=9_000_000)  # not Alpha's
 
     charges = {c.token_kind: c for c in charges_rate(tenant=world.a, start=OCT, end=NOV)}
 
@@ -75,13 +39,13 @@ def test_flat_prices_with_cached_tokens(world):
 
 
 def test_graduated_output_tiers_count_the_month_volume(world):
-    price = _book(world)
+    price = world.price()
     for start, per_mtok in ((0, "4"), (1_000_000, "3"), (5_000_000, "2")):
         VolumeTier.objects.create(
             model_price=price, kind="output", from_tokens=start, per_mtok=D(per_mtok)
         )
-    _use(world, world.a, hour=OCT + timedelta(hours=1), completion=800_000)
-    _use(world, world.a, hour=OCT + timedelta(days=3), completion=4_700_000)
+    world.tokens(world.a, hour=OCT + timedelta(hours=1), completion=800_000)
+    world.tokens(world.a, hour=OCT + timedelta(days=3), completion=4_700_000)
 
     output = [
         c for c in charges_rate(tenant=world.a, start=OCT, end=NOV) if c.token_kind == "output"
@@ -97,10 +61,10 @@ def test_graduated_output_tiers_count_the_month_volume(world):
 
 
 def test_a_price_change_mid_month_prices_each_hour_by_its_book(world):
-    _book(world, version=1, until=datetime(2026, 10, 15, tzinfo=UTC))
-    _book(world, version=2, since=datetime(2026, 10, 15, tzinfo=UTC), output_per_mtok=D("2"))
-    _use(world, world.a, hour=datetime(2026, 10, 10, tzinfo=UTC), completion=1_000_000)
-    _use(world, world.a, hour=datetime(2026, 10, 20, tzinfo=UTC), completion=1_000_000)
+    world.price(version=1, until=datetime(2026, 10, 15, tzinfo=UTC))
+    world.price(version=2, since=datetime(2026, 10, 15, tzinfo=UTC), output_per_mtok=D("2"))
+    world.tokens(world.a, hour=datetime(2026, 10, 10, tzinfo=UTC), completion=1_000_000)
+    world.tokens(world.a, hour=datetime(2026, 10, 20, tzinfo=UTC), completion=1_000_000)
 
     output = [
         c for c in charges_rate(tenant=world.a, start=OCT, end=NOV) if c.token_kind == "output"
@@ -110,8 +74,8 @@ def test_a_price_change_mid_month_prices_each_hour_by_its_book(world):
 
 
 def test_gpu_seconds_reservations_and_dedicated_gpus(world):
-    _book(world, per_gpu_second=D("0.0002"), reservation=D("1.5"), dedicated=D("720"))
-    _use(world, world.a, hour=OCT + timedelta(hours=2), seconds=1800)
+    world.price(per_gpu_second=D("0.0002"), reservation=D("1.5"), dedicated=D("720"))
+    world.tokens(world.a, hour=OCT + timedelta(hours=2), seconds=1800)
     reserved = world.pool("res-a", kind="reserved", owner=world.a)
     world.reserve(world.a, reserved, 2, start=NOV - timedelta(hours=10))  # 10 h in October
     dedicated = world.pool("ded-a", kind="dedicated", owner=world.a)
@@ -127,17 +91,17 @@ def test_gpu_seconds_reservations_and_dedicated_gpus(world):
 
 
 def test_a_plan_discounts_usage_and_tops_up_to_its_commitment(world):
-    _book(world, output_per_mtok=D("10"))
+    world.price(output_per_mtok=D("10"))
     plan = Plan.objects.create(name="Growth", minimum_commit=D("100"), discount_percent=D("10"))
     Subscription.objects.create(tenant=world.a, plan=plan, start=OCT - timedelta(days=40))
-    _use(world, world.a, hour=OCT + timedelta(hours=1), completion=5_000_000)  # $50
+    world.tokens(world.a, hour=OCT + timedelta(hours=1), completion=5_000_000)  # $50
 
     charges = {c.kind: c for c in charges_rate(tenant=world.a, start=OCT, end=NOV)}
     assert charges["discount"].amount == D("-5")
     assert charges["commit_true_up"].amount == D("55")
     assert _total(charges.values()) == D("100")
 
-    _use(world, world.a, hour=OCT + timedelta(hours=2), completion=15_000_000)  # $150 more
+    world.tokens(world.a, hour=OCT + timedelta(hours=2), completion=15_000_000)  # $150 more
     charges = charges_rate(tenant=world.a, start=OCT, end=NOV)
     assert "commit_true_up" not in {c.kind for c in charges}
     assert _total(charges) == D("180")  # $200 less 10%

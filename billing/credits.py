@@ -1,0 +1,73 @@
+"""The prepaid credit wallet. A grant's balance is its amount less what
+non-void invoices spent of it (applications are ledger rows, never edited;
+voiding an invoice gives its credit back by not counting it).
+
+Order of use: the grant that expires first, then the higher priority
+(lower number), then the oldest. A grant is usable on an invoice when it
+is in the invoice's currency, was granted before the period ended and had
+not expired when the period began."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import F, Sum
+
+from billing.choices import InvoiceStatus
+from billing.models import CreditApplication, CreditGrant, Invoice
+from billing.money import to_minor
+from tenants.models import Tenant
+
+
+@dataclass(frozen=True)
+class Balance:
+    grant: CreditGrant
+    remaining_minor: int
+
+
+def wallet_balances(*, tenant: Tenant, lock: bool = False) -> list[Balance]:
+    """Every grant of the tenant with what is left of it, in the order of use."""
+    grants = CreditGrant.objects.filter(tenant=tenant).order_by(
+        F("expires_at").asc(nulls_last=True), "priority", "granted_at", "pk"
+    )
+    if lock:
+        grants = grants.select_for_update()
+    grants = list(grants)
+    spent = dict(
+        CreditApplication.objects.filter(grant__in=grants)
+        .exclude(invoice__status=InvoiceStatus.VOID)
+        .values("grant_id")
+        .annotate(spent=Sum("amount_minor"))
+        .values_list("grant_id", "spent")
+    )
+    return [
+        Balance(g, to_minor(g.amount, g.currency) - spent.get(g.pk, 0))
+        for g in grants
+        if to_minor(g.amount, g.currency) > spent.get(g.pk, 0)
+    ]
+
+
+def credits_plan(*, invoice: Invoice, balances: list[Balance], due_minor: int):
+    """(grant, minor units) to apply to `invoice`, at most what it owes."""
+    plan = []
+    for balance in balances:
+        if due_minor <= 0:
+            break
+        grant = balance.grant
+        usable = (
+            grant.currency == invoice.currency
+            and grant.granted_at < invoice.period_end
+            and (grant.expires_at is None or grant.expires_at > invoice.period_start)
+        )
+        if usable:
+            take = min(balance.remaining_minor, due_minor)
+            plan.append((grant, take))
+            due_minor -= take
+    return plan
+
+
+def wallet_total_minor(*, tenant: Tenant, currency: str) -> int:
+    return sum(
+        b.remaining_minor for b in wallet_balances(tenant=tenant) if b.grant.currency == currency
+    )
+

@@ -1,0 +1,137 @@
+"""Late usage: records that arrive after their period was invoiced. A
+closed period's invoice never changes (invariant 4); instead the next
+invoice rates the earlier period again and bills the difference from what
+was billed for it, line by line, as late-usage lines.
+
+Which periods to look at: the tenant's last few finalized periods
+(settings.BILLING["LATE_USAGE_PERIODS"]). Rating again is skipped when the
+period's usage fingerprint (token and device-second totals) is what it was
+when last billed: price books in force are never edited, so the same usage
+rates the same."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.db.models import Count, Sum
+
+from billing.choices import InvoiceStatus, LineKind
+from billing.invoice_lines import LineDraft, LineKey, line_difference, lines_from_charges
+from billing.models import Invoice, InvoiceLine
+from billing.rating import charges_rate
+from metering.models import UsageRollup
+from tenants.models import Tenant
+
+Fingerprint = dict[str, int | str]
+
+
+def usage_fingerprint(*, tenant: Tenant, start: datetime, end: datetime) -> Fingerprint:
+    totals = UsageRollup.objects.filter(tenant=tenant, hour__gte=start, hour__lt=end).aggregate(
+        prompt=Sum("prompt_tokens"),
+        cached=Sum("cached_tokens"),
+        completion=Sum("completion_tokens"),
+        device_seconds=Sum("device_seconds"),
+        rows=Count("pk"),
+    )
+    return {
+        "prompt": totals["prompt"] or 0,
+        "cached": totals["cached"] or 0,
+        "completion": totals["completion"] or 0,
+        "device_seconds": str((totals["device_seconds"] or Decimal(0)).normalize()),
+        "rows": totals["rows"],
+    }
+
+
+def late_usage_lines(
+    *, tenant: Tenant, before: datetime, currency: str, building: Invoice | None
+) -> tuple[list[LineDraft], dict[str, Fingerprint]]:
+    """Late-usage lines for the invoice being built (of a period starting at
+    `before`), and the fingerprints of the periods looked at."""
+    others = Invoice.objects.filter(tenant=tenant).exclude(status=InvoiceStatus.VOID)
+    if building is not None and building.pk:
+        others = others.exclude(pk=building.pk)
+    earlier = (
+        others.filter(period_end__lte=before, currency=currency)
+        .exclude(status=InvoiceStatus.DRAFT)
+        .order_by("-period_start")[: settings.BILLING["LATE_USAGE_PERIODS"]]
+    )
+    lines: list[LineDraft] = []
+    fingerprints: dict[str, Fingerprint] = {}
+    for invoice in earlier:
+        start, end = invoice.period_start, invoice.period_end
+        now = usage_fingerprint(tenant=tenant, start=start, end=end)
+        if now == _last_known(others, start):
+            continue
+        fingerprints[start.isoformat()] = now
+        rated = {
+            line.key: line
+            for line in lines_from_charges(
+                charges_rate(tenant=tenant, start=start, end=end),
+                currency=currency,
+                start=start,
+                end=end,
+            )
+        }
+        billed = _billed(others, start=start, end=end)
+        for key in sorted(rated.keys() | billed.keys(), key=_sortable):
+            line = line_difference(rated=rated.get(key), billed=billed.get(key))
+            if line is not None:
+                lines.append(line)
+    return lines, fingerprints
+
+
+def _last_known(invoices, start: datetime) -> Fingerprint | None:
+    """The fingerprint of the period when it was last billed."""
+    key = start.isoformat()
+    newest = (
+        invoices.filter(usage_fingerprint__has_key=key)
+        .order_by("-rated_at")
+        .values_list("usage_fingerprint", flat=True)
+        .first()
+    )
+    return newest[key] if newest else None
+
+
+def _billed(invoices, *, start: datetime, end: datetime) -> dict[LineKey, LineDraft]:
+    """What was billed for the period, by line key: its own invoice's lines
+    and every late-usage line for it since (credit applied is not usage)."""
+    rows = (
+        InvoiceLine.objects.filter(invoice__in=invoices, service_start=start)
+        .exclude(kind=LineKind.CREDIT)
+        .values("kind", "model", "token_kind", "book", "unit_price")
+        .annotate(
+            quantity=Sum("quantity"),
+            amount=Sum("amount"),
+            amount_minor=Sum("amount_minor"),
+        )
+    )
+    descriptions = {
+        (k, m, t, b, u): d
+        for k, m, t, b, u, d in InvoiceLine.objects.filter(
+            invoice__in=invoices, service_start=start, late=False
+        ).values_list("kind", "model", "token_kind", "book", "unit_price", "description")
+    }
+    out: dict[LineKey, LineDraft] = {}
+    for row in rows:
+        key = (row["kind"], row["model"], row["token_kind"], row["book"], row["unit_price"])
+        out[key] = LineDraft(
+            kind=row["kind"],
+            description=descriptions.get(key, row["kind"]),
+            quantity=row["quantity"],
+            unit_price=row["unit_price"],
+            amount=row["amount"],
+            amount_minor=row["amount_minor"],
+            service_start=start,
+            service_end=end,
+            model=row["model"],
+            token_kind=row["token_kind"],
+            book=row["book"],
+        )
+    return out
+
+
+def _sortable(key: LineKey):
+    kind, model, token_kind, book, unit = key
+    return (kind, model, token_kind, book, unit if unit is not None else Decimal(-1))
