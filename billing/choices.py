@@ -79,6 +79,18 @@ INVOICE_TRANSITIONS = {
 }
 
 
+# What the finance API may move an invoice to.
+INVOICE_TARGET_STATUSES = [
+    (s.value, s.label)
+    for s in (
+        InvoiceStatus.FINALIZED,
+        InvoiceStatus.PAID,
+        InvoiceStatus.VOID,
+        InvoiceStatus.UNCOLLECTIBLE,
+    )
+]
+
+
 class LineKind(models.TextChoices):
     TOKENS = "tokens", "Tokens"
     GPU_SECONDS = "gpu_seconds", "GPU-seconds"

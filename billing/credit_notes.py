@@ -61,7 +61,10 @@ def credit_note_create(
             wallet_grant=grant,
             created_by=created_by,
         )
-        if invoice.status == InvoiceStatus.FINALIZED and credited + amount_minor == invoice.total_minor:
+        if (
+            invoice.status == InvoiceStatus.FINALIZED
+            and credited + amount_minor == invoice.total_minor
+        ):
             invoice.status = InvoiceStatus.PAID
             invoice.paid_at = now
             invoice.save(update_fields=["status", "paid_at"])

@@ -70,4 +70,3 @@ def wallet_total_minor(*, tenant: Tenant, currency: str) -> int:
     return sum(
         b.remaining_minor for b in wallet_balances(tenant=tenant) if b.grant.currency == currency
     )
-

@@ -71,7 +71,9 @@ def invoice_run_execute(*, run_id: int, progress: Progress | None = None) -> Inv
 def invoice_bill(*, tenant: Tenant, as_of: datetime, run: InvoiceRun | None = None):
     """One tenant's last closed period, built and finalized all or nothing:
     (outcome, invoice)."""
-    start, end = period_last_closed(anchor_day=anchor_day_of(tenant=tenant, moment=as_of), as_of=as_of)
+    start, end = period_last_closed(
+        anchor_day=anchor_day_of(tenant=tenant, moment=as_of), as_of=as_of
+    )
     with transaction.atomic():
         invoice, outcome = invoice_draft_build(
             tenant=tenant, period_start=start, period_end=end, run=run

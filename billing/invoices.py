@@ -55,9 +55,7 @@ def invoice_draft_build(
             return invoice, "final"
         currency = tenant.billing_currency
         warnings: list[str] = []
-        charges = charges_rate(
-            tenant=tenant, start=period_start, end=period_end, warnings=warnings
-        )
+        charges = charges_rate(tenant=tenant, start=period_start, end=period_end, warnings=warnings)
         lines = lines_from_charges(charges, currency=currency, start=period_start, end=period_end)
         late, fingerprints = late_usage_lines(
             tenant=tenant, before=period_start, currency=currency, building=invoice
@@ -132,7 +130,9 @@ def invoice_finalize(*, invoice_id: int, now: datetime | None = None) -> Invoice
         invoice.status = InvoiceStatus.FINALIZED
         invoice.finalized_at = now
         invoice.due_at = now + timedelta(days=settings.BILLING["NET_DAYS"])
-        invoice.stripe_sync = StripeSync.PENDING if settings.STRIPE_API_KEY else StripeSync.NOT_SYNCED
+        invoice.stripe_sync = (
+            StripeSync.PENDING if settings.STRIPE_API_KEY else StripeSync.NOT_SYNCED
+        )
         if invoice.total_minor == 0:  # covered by credit: nothing to collect
             invoice.status = InvoiceStatus.PAID
             invoice.paid_at = now

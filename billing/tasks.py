@@ -1,4 +1,5 @@
-"""Celery tasks for cost allocation: thin, safe to run twice."""
+"""Celery tasks of billing (cost allocation, invoicing, Stripe): thin,
+safe to run twice."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.utils import timezone
 
 from billing.allocation_run import allocation_run_create, allocation_run_execute
 from billing.checks import allocation_conservation_check
+from billing.invoice_run import invoice_run_create, invoice_run_execute
 
 
 @shared_task(
@@ -37,3 +39,25 @@ def allocation_daily_task() -> int:
 def allocation_check_task() -> int:
     """Daily, after the allocation: pool-hours whose rows do not add up."""
     return len(allocation_conservation_check())
+
+
+@shared_task(
+    name="billing.invoice_run",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    time_limit=3600,
+    soft_time_limit=3540,
+    ignore_result=True,
+)
+def invoice_run_task(run_id: int) -> str:
+    """One queued invoice run. Safe to run again: each tenant is one
+    transaction, and finalized invoices are skipped."""
+    return invoice_run_execute(run_id=run_id).status
+
+
+@shared_task(name="billing.invoice_daily", time_limit=3600, ignore_result=True)
+def invoice_daily_task() -> str:
+    """Daily: invoice every tenant whose billing period ended (the monthly
+    run of each anchor day)."""
+    run = invoice_run_create(as_of=timezone.now())
+    return invoice_run_execute(run_id=run.pk).status

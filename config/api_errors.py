@@ -19,6 +19,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.fields import get_error_detail
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from billing.errors import BillingInputError, InvoiceStateError
 from tenants.errors import LastOwnerError
 
 
@@ -44,8 +45,10 @@ def _as_api_exception(exc: Exception) -> Exception:
         return exceptions.NotFound()
     if isinstance(exc, DjangoPermissionDenied):
         return exceptions.PermissionDenied()
-    if isinstance(exc, LastOwnerError):
+    if isinstance(exc, LastOwnerError | InvoiceStateError):
         return Conflict(str(exc), code=exc.code)
+    if isinstance(exc, BillingInputError):
+        return exceptions.ValidationError({exc.field: [exc.message]})
     if isinstance(exc, IntegrityError):  # a constraint a serializer did not check first
         return Conflict(_integrity_message(exc), code="constraint_violated")
     return exc

@@ -15,6 +15,11 @@ BEAT_SCHEDULE = {
         "task": "billing.allocation_daily",
         "schedule": crontab(hour=0, minute=30),
     },
+    # Monthly per tenant: each day invoices the tenants whose period ended.
+    "billing-invoice-daily": {
+        "task": "billing.invoice_daily",
+        "schedule": crontab(hour=2, minute=0),
+    },
     "billing-allocation-check": {
         "task": "billing.allocation_check",
         "schedule": crontab(hour=1, minute=30),

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from billing.api import views
+from billing.api import invoice_views, views
 
 urlpatterns = [
     path("costs/rates", views.CostRateListView.as_view(), name="cost-rates"),
@@ -16,4 +16,17 @@ urlpatterns = [
         views.ScenarioCompareView.as_view(),
         name="cost-scenario-compare",
     ),
+    path("invoices", invoice_views.InvoiceListView.as_view(), name="invoices"),
+    path("invoices/<int:pk>", invoice_views.InvoiceDetailView.as_view(), name="invoice"),
+    path(
+        "invoices/<int:pk>/status", invoice_views.InvoiceStatusView.as_view(), name="invoice-status"
+    ),
+    path(
+        "invoices/<int:pk>/credit-notes",
+        invoice_views.CreditNoteView.as_view(),
+        name="invoice-credit-notes",
+    ),
+    path("invoice-runs", invoice_views.InvoiceRunListView.as_view(), name="invoice-runs"),
+    path("invoice-runs/<int:pk>", invoice_views.InvoiceRunDetailView.as_view(), name="invoice-run"),
+    path("credits", invoice_views.CreditBalanceView.as_view(), name="credits"),
 ]

@@ -226,3 +226,6 @@ class CreditApplication(models.Model):
             models.UniqueConstraint(fields=["grant", "invoice"], name="creditapp_once"),
             models.CheckConstraint(condition=Q(amount_minor__gt=0), name="creditapp_positive"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.amount_minor} of grant {self.grant_id} on invoice {self.invoice_id}"

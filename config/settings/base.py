@@ -168,7 +168,12 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # A tenant's tier and a pool's kind are the same three service tiers.
-    "ENUM_NAME_OVERRIDES": {"ServiceTierEnum": "tenants.choices.Tier"},
+    "ENUM_NAME_OVERRIDES": {
+        "ServiceTierEnum": "tenants.choices.Tier",
+        "RunStatusEnum": "billing.choices.RunStatus",
+        "InvoiceStatusEnum": "billing.choices.InvoiceStatus",
+        "InvoiceTargetStatusEnum": "billing.choices.INVOICE_TARGET_STATUSES",
+    },
 }
 
 LOGGING = {

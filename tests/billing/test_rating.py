@@ -9,9 +9,9 @@ from decimal import Decimal
 
 from billing.models import Plan, Subscription, VolumeTier
 from billing.rating import charges_rate
+from tests.billing.conftest import NOV, OCT
 
 D = Decimal
-from tests.billing.conftest import NOV, OCT
 
 
 def _total(charges) -> Decimal:

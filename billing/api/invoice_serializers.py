@@ -1,0 +1,158 @@
+"""Input and output shapes of the invoice API. Amounts go out twice: as
+integer minor units (for machines) and as a decimal string in the
+currency's units (for people); never as a float."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus
+from billing.invoices import invoice_amount_due_minor
+from billing.models import CreditNote, Invoice, InvoiceLine, InvoiceRun
+from billing.money import from_minor
+
+
+@extend_schema_field(OpenApiTypes.DECIMAL)
+class MoneyField(serializers.Field):
+    """Minor units (the attribute) as a decimal string in currency units."""
+
+    def __init__(self, minor: str, **kwargs):
+        self.minor = minor
+        super().__init__(source="*", read_only=True, **kwargs)
+
+    def to_representation(self, obj) -> str:
+        currency = obj.currency if hasattr(obj, "currency") else obj.invoice.currency
+        return str(from_minor(getattr(obj, self.minor), currency))
+
+
+class InvoiceLineOut(serializers.ModelSerializer):
+    amount_billed = MoneyField("amount_minor")
+
+    class Meta:
+        model = InvoiceLine
+        fields = [
+            "position",
+            "kind",
+            "description",
+            "quantity",
+            "unit_price",
+            "amount",
+            "amount_minor",
+            "amount_billed",
+            "model",
+            "token_kind",
+            "book",
+            "service_start",
+            "service_end",
+            "late",
+        ]
+
+
+class CreditNoteOut(serializers.ModelSerializer):
+    amount = MoneyField("amount_minor")
+
+    class Meta:
+        model = CreditNote
+        fields = ["id", "number", "reason", "amount_minor", "amount", "created_at"]
+
+
+class InvoiceOut(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="tenant.slug")
+    issuer = serializers.CharField(source="issuer.name")
+    total = MoneyField("total_minor")
+    amount_due_minor = serializers.SerializerMethodField()
+    page_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Invoice
+        fields = [
+            "id",
+            "number",
+            "status",
+            "tenant",
+            "issuer",
+            "currency",
+            "period_start",
+            "period_end",
+            "total_minor",
+            "total",
+            "amount_due_minor",
+            "finalized_at",
+            "due_at",
+            "paid_at",
+            "voided_at",
+            "uncollectible_at",
+            "stripe_sync",
+            "hosted_invoice_url",
+            "warnings",
+            "page_url",
+        ]
+
+    def get_amount_due_minor(self, invoice) -> int:
+        return invoice_amount_due_minor(invoice)
+
+    def get_page_url(self, invoice) -> str:
+        return f"/invoices/{invoice.pk}/"
+
+
+class InvoiceDetailOut(InvoiceOut):
+    lines = InvoiceLineOut(many=True)
+    credit_notes = CreditNoteOut(many=True)
+
+    class Meta(InvoiceOut.Meta):
+        fields = [*InvoiceOut.Meta.fields, "lines", "credit_notes"]
+
+
+class InvoiceListQueryIn(serializers.Serializer):
+    status = serializers.ChoiceField(choices=InvoiceStatus.choices, required=False)
+    tenant = serializers.SlugField(required=False, help_text="Finance staff only.")
+
+
+class InvoiceTransitionIn(serializers.Serializer):
+    status = serializers.ChoiceField(
+        choices=INVOICE_TARGET_STATUSES,
+        help_text="finalized (from draft), or paid / void / uncollectible.",
+    )
+
+
+class CreditNoteIn(serializers.Serializer):
+    amount_minor = serializers.IntegerField(min_value=1)
+    reason = serializers.CharField(max_length=300)
+
+
+class InvoiceRunIn(serializers.Serializer):
+    as_of = serializers.DateTimeField(
+        required=False, help_text="Invoice periods that ended by then (default: now)."
+    )
+    finalize = serializers.BooleanField(default=True)
+
+
+class InvoiceRunOut(serializers.ModelSerializer):
+    class Meta:
+        model = InvoiceRun
+        fields = [
+            "id",
+            "as_of",
+            "status",
+            "finalize",
+            "tenants_total",
+            "tenants_done",
+            "invoices_created",
+            "invoices_skipped",
+            "failures",
+            "warnings",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+
+
+class CreditBalanceOut(serializers.Serializer):
+    grant = serializers.IntegerField(source="grant.pk")
+    currency = serializers.CharField(source="grant.currency")
+    granted_at = serializers.DateTimeField(source="grant.granted_at")
+    expires_at = serializers.DateTimeField(source="grant.expires_at", allow_null=True)
+    note = serializers.CharField(source="grant.note")
+    remaining_minor = serializers.IntegerField()
