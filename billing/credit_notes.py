@@ -13,6 +13,7 @@ from billing.choices import InvoiceStatus
 from billing.errors import BillingInputError, InvoiceStateError
 from billing.models import CreditGrant, CreditNote, Invoice, Issuer
 from billing.money import from_minor
+from billing.stripe_sync import sync_enqueue
 
 
 def credit_note_create(
@@ -68,4 +69,6 @@ def credit_note_create(
             invoice.status = InvoiceStatus.PAID
             invoice.paid_at = now
             invoice.save(update_fields=["status", "paid_at"])
+        if invoice.stripe_invoice_id:
+            sync_enqueue(invoice.pk)
     return note

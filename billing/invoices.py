@@ -23,6 +23,7 @@ from billing.late_usage import late_usage_lines, usage_fingerprint
 from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
 from billing.periods import subscription_at
 from billing.rating import charges_rate
+from billing.stripe_sync import sync_enqueue
 from tenants.models import Tenant
 
 TIMESTAMP_OF = {
@@ -138,14 +139,17 @@ def invoice_finalize(*, invoice_id: int, now: datetime | None = None) -> Invoice
             invoice.paid_at = now
         invoice.save()
         if invoice.stripe_sync == StripeSync.PENDING:
-            transaction.on_commit(lambda: _stripe_sync_enqueue(invoice.pk))
+            sync_enqueue(invoice.pk)
     return invoice
 
 
-def invoice_transition(*, invoice_id: int, to: str, at: datetime | None = None) -> Invoice:
+def invoice_transition(
+    *, invoice_id: int, to: str, at: datetime | None = None, from_stripe: bool = False
+) -> Invoice:
     """Finalized → paid | void | uncollectible (uncollectible → paid | void).
     Moving to the state it is already in changes nothing (a webhook
-    delivered twice)."""
+    delivered twice). A change made here, not learned from Stripe, is
+    pushed to Stripe."""
     with transaction.atomic():
         invoice = Invoice.objects.select_for_update().get(pk=invoice_id)
         if invoice.status == to:
@@ -154,7 +158,13 @@ def invoice_transition(*, invoice_id: int, to: str, at: datetime | None = None) 
             raise InvoiceStateError(f"invoice {invoice} is {invoice.status}: it cannot become {to}")
         invoice.status = to
         setattr(invoice, TIMESTAMP_OF[InvoiceStatus(to)], at or timezone.now())
-        invoice.save(update_fields=["status", TIMESTAMP_OF[InvoiceStatus(to)]])
+        fields = ["status", TIMESTAMP_OF[InvoiceStatus(to)]]
+        if from_stripe:
+            invoice.stripe_status = to
+        elif invoice.stripe_sync != StripeSync.NOT_SYNCED:
+            invoice.stripe_sync = StripeSync.PENDING
+            sync_enqueue(invoice.pk)
+        invoice.save(update_fields=[*fields, "stripe_status", "stripe_sync"])
     return invoice
 
 
@@ -172,9 +182,3 @@ def _lines_write(invoice: Invoice, lines: list[LineDraft], first: int = 1) -> No
         InvoiceLine(invoice=invoice, position=n, **asdict(line))
         for n, line in enumerate(lines, start=first)
     )
-
-
-def _stripe_sync_enqueue(invoice_id: int) -> None:
-    from billing.tasks import invoice_stripe_sync_task
-
-    invoice_stripe_sync_task.delay(invoice_id)

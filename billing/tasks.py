@@ -11,6 +11,8 @@ from django.utils import timezone
 from billing.allocation_run import allocation_run_create, allocation_run_execute
 from billing.checks import allocation_conservation_check
 from billing.invoice_run import invoice_run_create, invoice_run_execute
+from billing.stripe_api import TRANSIENT_ERRORS
+from billing.stripe_sync import invoice_stripe_sync, invoices_awaiting_sync
 
 
 @shared_task(
@@ -61,3 +63,29 @@ def invoice_daily_task() -> str:
     run of each anchor day)."""
     run = invoice_run_create(as_of=timezone.now())
     return invoice_run_execute(run_id=run.pk).status
+
+
+@shared_task(
+    name="billing.invoice_stripe_sync",
+    autoretry_for=TRANSIENT_ERRORS,
+    retry_backoff=5,
+    retry_backoff_max=600,
+    max_retries=10,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    time_limit=300,
+    ignore_result=True,
+)
+def invoice_stripe_sync_task(invoice_id: int) -> str:
+    """Push one invoice to Stripe. Idempotent: keyed writes and saved ids."""
+    return invoice_stripe_sync(invoice_id=invoice_id)
+
+
+@shared_task(name="billing.stripe_sweep", time_limit=300, ignore_result=True)
+def stripe_sweep_task() -> int:
+    """Every few minutes: queue what is not yet in step with Stripe (a sync
+    that exhausted its retries while Stripe was down, a lost message)."""
+    ids = invoices_awaiting_sync()
+    for invoice_id in ids:
+        invoice_stripe_sync_task.delay(invoice_id)
+    return len(ids)

@@ -1,9 +1,10 @@
 from django.urls import path
 
-from billing import invoice_pages, views
+from billing import invoice_pages, views, webhooks
 
 urlpatterns = [
     path("costs/", views.costs, name="costs"),
     path("invoices/", invoice_pages.invoices, name="invoices"),
     path("invoices/<int:pk>/", invoice_pages.invoice_document, name="invoice"),
+    path("stripe/webhook", webhooks.stripe_webhook, name="stripe-webhook"),
 ]

@@ -15,6 +15,7 @@ from billing.models.invoices import (  # noqa: F401
     InvoiceLine,
     InvoiceRun,
     Issuer,
+    StripeEvent,
 )
 from billing.models.prices import (  # noqa: F401
     CreditGrant,

@@ -113,7 +113,9 @@ class Invoice(models.Model):
     stripe_sync = models.CharField(
         max_length=16, choices=StripeSync.choices, default=StripeSync.NOT_SYNCED
     )
+    stripe_status = models.CharField(max_length=16, blank=True, default="")
     stripe_error = models.TextField(blank=True, default="")
+    payment_failed_at = models.DateTimeField(null=True, blank=True)
     hosted_invoice_url = models.URLField(max_length=500, blank=True, default="")
 
     class Meta:
@@ -229,3 +231,22 @@ class CreditApplication(models.Model):
 
     def __str__(self) -> str:
         return f"{self.amount_minor} of grant {self.grant_id} on invoice {self.invoice_id}"
+
+
+class StripeEvent(models.Model):
+    """A webhook event from Stripe, stored by its id before it is handled, so
+    a redelivery is recognised and handled once."""
+
+    event_id = models.CharField(max_length=255, unique=True)
+    type = models.CharField(max_length=100)
+    created = models.DateTimeField(help_text="When Stripe created the event.")
+    payload = models.JSONField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.event_id}"

@@ -234,6 +234,7 @@ STRIPE_API_KEY = env("STRIPE_API_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="")
 # A different API base (tests: the fake Stripe server on loopback).
 STRIPE_API_BASE = env("STRIPE_API_BASE", default="")
+STRIPE_TIMEOUT_SECONDS = env.float("STRIPE_TIMEOUT_SECONDS", default=30.0)
 VLLM_VENV = Path(env("VLLM_VENV", default=str(BASE_DIR / ".venv-vllm")))
 
 from config.schedule import BEAT_SCHEDULE  # noqa: E402

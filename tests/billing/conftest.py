@@ -130,3 +130,18 @@ def make_world() -> World:
         a=make_tenant(name="Alpha"),
         b=make_tenant(name="Bravo"),
     )
+
+
+@pytest.fixture
+def stripe_fake(settings):
+    """The fake Stripe server, with the settings that point our Stripe
+    module at it (a 1 s client timeout, so injected timeouts are quick)."""
+    from tests.stripe_fake import API_KEY, WEBHOOK_SECRET, FakeStripe
+
+    fake = FakeStripe().start()
+    settings.STRIPE_API_KEY = API_KEY
+    settings.STRIPE_API_BASE = fake.url
+    settings.STRIPE_WEBHOOK_SECRET = WEBHOOK_SECRET
+    settings.STRIPE_TIMEOUT_SECONDS = 1.0
+    yield fake
+    fake.stop()
