@@ -9,6 +9,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from billing.allocation_run import allocation_run_create, allocation_run_execute
+from billing.budgets import budgets_check
 from billing.checks import allocation_conservation_check
 from billing.invoice_run import invoice_run_create, invoice_run_execute
 from billing.stripe_api import TRANSIENT_ERRORS
@@ -89,3 +90,10 @@ def stripe_sweep_task() -> int:
     for invoice_id in ids:
         invoice_stripe_sync_task.delay(invoice_id)
     return len(ids)
+
+
+@shared_task(name="billing.budgets_check", time_limit=55, ignore_result=True)
+def budgets_check_task() -> int:
+    """Every minute: alert at the soft threshold, block at the hard one,
+    unblock after a raise or when a new period begins."""
+    return sum(check.blocked for check in budgets_check())

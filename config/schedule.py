@@ -20,6 +20,7 @@ BEAT_SCHEDULE = {
         "task": "billing.invoice_daily",
         "schedule": crontab(hour=2, minute=0),
     },
+    "billing-budgets-check": {"task": "billing.budgets_check", "schedule": 60.0},
     "billing-stripe-sweep": {"task": "billing.stripe_sweep", "schedule": 300.0},
     "billing-allocation-check": {
         "task": "billing.allocation_check",

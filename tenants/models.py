@@ -172,6 +172,10 @@ class TenantPolicy(models.Model):
     budget_hard_percent = models.PositiveSmallIntegerField(
         default=100, help_text="Refuse new requests when spend crosses this share."
     )
+    # Set by billing's budget check when spend crosses the hard threshold;
+    # the gateway refuses the tenant's requests (402) while it is set.
+    budget_blocked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    budget_block_message = models.CharField(max_length=300, blank=True, default="", editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -232,3 +232,21 @@ def api_keys_mark_used(*, used_at_by_key: Mapping[int, datetime]) -> int:
             Q(last_used_at__isnull=True) | Q(last_used_at__lt=used_at), pk=key_id
         ).update(last_used_at=used_at)
     return updated
+
+
+def policy_budget_block(*, tenant: Tenant, message: str) -> bool:
+    """Refuse the tenant's new requests at the gateway, saying why. True
+    when this call changed something."""
+    return bool(
+        TenantPolicy.objects.filter(tenant=tenant)
+        .exclude(budget_blocked_at__isnull=False, budget_block_message=message)
+        .update(budget_blocked_at=timezone.now(), budget_block_message=message)
+    )
+
+
+def policy_budget_unblock(*, tenant: Tenant) -> bool:
+    return bool(
+        TenantPolicy.objects.filter(tenant=tenant, budget_blocked_at__isnull=False).update(
+            budget_blocked_at=None, budget_block_message=""
+        )
+    )

@@ -1,6 +1,7 @@
 """Billing's models: the cost side (rates, allocation runs and results) and
 the price side (price books, plans, subscriptions, credits) and invoices."""
 
+from billing.models.budgets import BudgetState  # noqa: F401
 from billing.models.costs import (  # noqa: F401
     AllocationRun,
     CostAllocation,

@@ -66,6 +66,8 @@ def caller_load(raw_key: str) -> Caller:
     if Scope.INFERENCE not in key.scopes:
         raise CallerRefused(403, "insufficient_scope", "this API key lacks the 'inference' scope")
     policy = key.tenant.policy
+    if policy.budget_blocked_at is not None:
+        raise CallerRefused(402, "budget_exceeded", policy.budget_block_message)
     return Caller(
         tenant_id=key.tenant_id,
         tenant_slug=key.tenant.slug,

@@ -1,0 +1,135 @@
+"""Monthly budgets (TenantPolicy.monthly_budget, in the tenant's currency).
+
+Spend is what the tenant's usage in the current billing period rates to
+so far: tokens and GPU-seconds less the plan's discount. Fixed fees
+(reservations, dedicated GPUs) and the commitment true-up are known in
+advance and not counted. It is read from the hourly rollups, so it trails
+the gateway by the metering pipeline's delay (a minute or two).
+
+Crossing the soft threshold emails the tenant's owners and admins, once
+per period. Crossing the hard threshold emails them and makes the gateway
+refuse the tenant's new requests (402, naming the budget) until the next
+period begins or the budget is raised; the check runs every minute."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from billing.models import BudgetState
+from billing.periods import anchor_day_of, period_containing
+from billing.rating import charges_rate
+from tenants.choices import KEY_MANAGER_ROLES
+from tenants.models import Membership, Tenant, TenantPolicy
+from tenants.services import policy_budget_block, policy_budget_unblock
+
+logger = logging.getLogger(__name__)
+SPEND_KINDS = {"tokens", "gpu_seconds", "discount"}
+
+
+@dataclass(frozen=True)
+class BudgetCheck:
+    tenant: str
+    spend: Decimal
+    budget: Decimal | None
+    notified_soft: bool = False
+    blocked: bool = False
+    unblocked: bool = False
+
+
+def budget_spend(*, tenant: Tenant, start: datetime, end: datetime) -> Decimal:
+    charges = charges_rate(tenant=tenant, start=start, end=end)
+    return sum((c.amount for c in charges if c.kind in SPEND_KINDS), Decimal(0))
+
+
+def budgets_check(*, now: datetime | None = None) -> list[BudgetCheck]:
+    """Every tenant with a budget, or blocked by one."""
+    now = now or timezone.now()
+    policies = TenantPolicy.objects.filter(
+        Q(monthly_budget__isnull=False) | Q(budget_blocked_at__isnull=False)
+    ).select_related("tenant")
+    return [budget_check(tenant=p.tenant, now=now) for p in policies]
+
+
+def budget_check(*, tenant: Tenant, now: datetime | None = None) -> BudgetCheck:
+    now = now or timezone.now()
+    policy = TenantPolicy.objects.get(tenant=tenant)
+    budget = policy.monthly_budget
+    if budget is None:
+        return BudgetCheck(
+            tenant.slug, Decimal(0), None, unblocked=policy_budget_unblock(tenant=tenant)
+        )
+    start, end = period_containing(anchor_day=anchor_day_of(tenant=tenant, moment=now), moment=now)
+    spend = budget_spend(tenant=tenant, start=start, end=now)
+    soft = budget * policy.budget_soft_percent / 100
+    hard = budget * policy.budget_hard_percent / 100
+    currency = tenant.billing_currency
+    with transaction.atomic():
+        state, _ = BudgetState.objects.select_for_update().get_or_create(
+            tenant=tenant,
+            period_start=start,
+            defaults={"period_end": end, "budget": budget, "spend": spend, "checked_at": now},
+        )
+        state.budget, state.spend, state.checked_at = budget, spend, now
+        notify_soft = spend >= soft and state.soft_notified_at is None and spend < hard
+        if notify_soft:
+            state.soft_notified_at = now
+        over = spend >= hard
+        newly_over = over and state.hard_reached_at is None
+        if newly_over:
+            state.hard_reached_at = now
+            state.soft_notified_at = state.soft_notified_at or now
+        elif not over:
+            state.hard_reached_at = None  # raised, or a new period: may alert again
+        state.save()
+        amount = f"{spend.quantize(Decimal('0.01'))} {currency}"
+        limit = f"{budget.normalize():f} {currency}"
+        if over:
+            message = (
+                f"monthly budget of {limit} reached ({amount} spent since {start:%Y-%m-%d}): "
+                f"new requests are refused until {end:%Y-%m-%d} or the budget is raised"
+            )
+            blocked = policy_budget_block(tenant=tenant, message=message)
+            unblocked = False
+        else:
+            blocked, unblocked = False, policy_budget_unblock(tenant=tenant)
+        if notify_soft:
+            _notify(
+                tenant,
+                subject=f"{tenant.name}: {policy.budget_soft_percent}% of the monthly budget used",
+                body=f"Usage this period is {amount} of a {limit} monthly budget.",
+            )
+        if newly_over:
+            _notify(tenant, subject=f"{tenant.name}: monthly budget reached", body=message)
+    return BudgetCheck(tenant.slug, spend, budget, notify_soft, blocked, unblocked)
+
+
+def budget_state_current(*, tenant: Tenant) -> BudgetState | None:
+    """The latest check of the tenant's budget (for the dashboard banner)."""
+    return BudgetState.objects.filter(tenant=tenant).order_by("-period_start").first()
+
+
+def _notify(tenant: Tenant, *, subject: str, body: str) -> None:
+    emails = sorted(
+        {
+            m.user.email
+            for m in Membership.objects.filter(
+                tenant=tenant, role__in=KEY_MANAGER_ROLES
+            ).select_related("user")
+            if m.user.email
+        }
+    )
+    if not emails:
+        logger.warning("budget alert for %s has no one to send to: %s", tenant.slug, subject)
+        return
+    transaction.on_commit(
+        lambda: send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, emails, fail_silently=False)
+    )
