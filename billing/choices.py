@@ -106,3 +106,9 @@ class StripeSync(models.TextChoices):
     PENDING = "pending", "Waiting to sync"
     SYNCED = "synced", "Synced"
     FAILED = "failed", "Sync failed (will retry)"
+
+
+class ReportKind(models.TextChoices):
+    FLASH = "flash", "Weekly flash"
+    CLOSE = "close", "Monthly close"
+    ADHOC = "adhoc", "On request"

@@ -12,6 +12,7 @@ from billing.allocation_run import allocation_run_create, allocation_run_execute
 from billing.budgets import budgets_check
 from billing.checks import allocation_conservation_check
 from billing.invoice_run import invoice_run_create, invoice_run_execute
+from billing.margin_reports import margin_report_build, margin_report_request, report_period
 from billing.stripe_api import TRANSIENT_ERRORS
 from billing.stripe_sync import invoice_stripe_sync, invoices_awaiting_sync
 
@@ -97,3 +98,16 @@ def budgets_check_task() -> int:
     """Every minute: alert at the soft threshold, block at the hard one,
     unblock after a raise or when a new period begins."""
     return sum(check.blocked for check in budgets_check())
+
+
+@shared_task(name="billing.margin_report", time_limit=1800, ignore_result=True)
+def margin_report_task(report_id: int) -> str:
+    return margin_report_build(report_id=report_id).status
+
+
+@shared_task(name="billing.margin_report_scheduled", time_limit=1800, ignore_result=True)
+def margin_report_scheduled_task(kind: str) -> str:
+    """The weekly flash (Mondays) or the monthly close (the 2nd)."""
+    start, end = report_period(kind=kind, now=timezone.now())
+    report = margin_report_request(kind=kind, start=start, end=end)
+    return margin_report_build(report_id=report.pk).status

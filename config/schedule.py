@@ -20,6 +20,17 @@ BEAT_SCHEDULE = {
         "task": "billing.invoice_daily",
         "schedule": crontab(hour=2, minute=0),
     },
+    # After the week's / month's allocation (00:30) and invoices (02:00).
+    "billing-margin-flash": {
+        "task": "billing.margin_report_scheduled",
+        "schedule": crontab(day_of_week="mon", hour=3, minute=0),
+        "args": ("flash",),
+    },
+    "billing-margin-close": {
+        "task": "billing.margin_report_scheduled",
+        "schedule": crontab(day_of_month="2", hour=4, minute=0),
+        "args": ("close",),
+    },
     "billing-budgets-check": {"task": "billing.budgets_check", "schedule": 60.0},
     "billing-stripe-sweep": {"task": "billing.stripe_sweep", "schedule": 300.0},
     "billing-allocation-check": {

@@ -1,6 +1,6 @@
-from django.urls import path
+from django.urls import path, re_path
 
-from billing.api import invoice_views, views
+from billing.api import invoice_views, margin_views, views
 
 urlpatterns = [
     path("costs/rates", views.CostRateListView.as_view(), name="cost-rates"),
@@ -29,4 +29,15 @@ urlpatterns = [
     path("invoice-runs", invoice_views.InvoiceRunListView.as_view(), name="invoice-runs"),
     path("invoice-runs/<int:pk>", invoice_views.InvoiceRunDetailView.as_view(), name="invoice-run"),
     path("credits", invoice_views.CreditBalanceView.as_view(), name="credits"),
+    path("margin-reports", margin_views.MarginReportListView.as_view(), name="margin-reports"),
+    path(
+        "margin-reports/<int:pk>",
+        margin_views.MarginReportDetailView.as_view(),
+        name="margin-report",
+    ),
+    re_path(
+        r"^margin-reports/(?P<pk>[0-9]+)/(?P<fmt>csv|html)$",
+        margin_views.MarginReportDownloadView.as_view(),
+        name="margin-report-download",
+    ),
 ]

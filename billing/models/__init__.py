@@ -26,3 +26,4 @@ from billing.models.prices import (  # noqa: F401
     Subscription,
     VolumeTier,
 )
+from billing.models.reports import MarginReport  # noqa: F401

@@ -1,0 +1,209 @@
+"""Margin: revenue less the cost of the GPUs that earned it, from the same
+period's booked data. Computed with pandas over rows aggregated in SQL
+(never raw events), in integer nano-units so that, at every level,
+margin = revenue - cost exactly.
+
+Cost is what allocation booked: each tenant's allocated cost (capital,
+energy, other opex, its share of idle) plus each pool's unabsorbed idle
+cost (idle no tenant carries), shown on its own "(unabsorbed)" row; spare
+GPUs that no replica holds are the "(spare)" tier.
+
+Levels: tier (shared, reserved, dedicated), pool, tenant, model; each row
+with margin %, tokens, cost per million tokens and, where capacity is
+known (tier and pool), GPU-hours, utilization and revenue per GPU-hour.
+`previous` adds the same figures for the period before (month over month)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+from django.db.models import Sum
+
+from billing.models import PoolHourCost
+from billing.revenue import revenue_rows
+from billing.selectors import cost_allocation_summary
+from metering.models import UsageRollup
+from serving.models import Pool, ServedModel
+from tenants.models import Tenant
+
+KEYS = ["tier", "pool", "tenant", "model"]
+MONEY = ["revenue", "capital", "energy", "other_opex", "idle", "unabsorbed"]
+LEVELS = {"tier": ["tier"], "pool": ["tier", "pool"], "tenant": ["tenant"], "model": ["model"]}
+UNABSORBED, SPARE = "(unabsorbed)", "(spare)"
+NANO = 10**9
+
+
+@dataclass
+class MarginData:
+    detail: pd.DataFrame  # KEYS + MONEY (int nano) + tokens, device_seconds
+    capacity: pd.DataFrame  # tier, pool, capacity_seconds, busy_seconds
+
+
+def margin_data(*, start: datetime, end: datetime) -> MarginData:
+    pools = {p.pk: (p.name, p.kind) for p in Pool.objects.all()}
+    tenants = {t.pk: (t.slug, t.tier) for t in Tenant.objects.all()}
+    parts = [
+        _revenue(start=start, end=end, pools=pools, tenants=tenants),
+        _costs(start=start, end=end),
+        _unabsorbed(start=start, end=end, pools=pools),
+        _tokens(start=start, end=end, pools=pools, tenants=tenants),
+    ]
+    parts = [p for p in parts if len(p)]
+    empty = pd.DataFrame(columns=[*KEYS, *MONEY, "tokens", "device_seconds"])
+    detail = pd.concat(parts, ignore_index=True) if parts else empty
+    for column in [*MONEY, "tokens"]:
+        detail[column] = detail.get(column, 0)
+    detail["device_seconds"] = detail.get("device_seconds", 0.0)
+    detail[KEYS] = detail[KEYS].fillna("")
+    detail[[*MONEY, "tokens"]] = detail[[*MONEY, "tokens"]].fillna(0).astype(np.int64)
+    detail["device_seconds"] = detail["device_seconds"].fillna(0.0).astype(np.float64)
+    detail = detail.groupby(KEYS, as_index=False).sum()
+    return MarginData(detail=detail, capacity=_capacity(start=start, end=end, pools=pools))
+
+
+def margin_table(data: MarginData, level: str, previous: MarginData | None = None) -> pd.DataFrame:
+    keys = LEVELS[level]
+    table = data.detail.groupby(keys, as_index=False)[[*MONEY, "tokens", "device_seconds"]].sum()
+    table["cost"] = table[MONEY[1:]].sum(axis=1)
+    table["margin"] = table["revenue"] - table["cost"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["margin_pct"] = np.where(
+            table["revenue"] != 0, table["margin"] / table["revenue"] * 100, np.nan
+        )
+        table["cost_per_mtok"] = np.where(
+            table["tokens"] > 0, table["cost"] / table["tokens"] * 1e6 / NANO, np.nan
+        )
+    if set(keys) <= {"tier", "pool"}:
+        capacity = data.capacity.groupby(keys, as_index=False)[
+            ["capacity_seconds", "busy_seconds"]
+        ].sum()
+        table = table.merge(capacity, on=keys, how="left")
+        table["gpu_hours"] = table["capacity_seconds"].fillna(0) / 3600
+        with np.errstate(divide="ignore", invalid="ignore"):
+            table["utilization_pct"] = np.where(
+                table["capacity_seconds"] > 0,
+                table["busy_seconds"] / table["capacity_seconds"] * 100,
+                np.nan,
+            )
+            table["revenue_per_gpu_hour"] = np.where(
+                table["gpu_hours"] > 0, table["revenue"] / NANO / table["gpu_hours"], np.nan
+            )
+        table = table.drop(columns=["capacity_seconds", "busy_seconds"])
+    if previous is not None:
+        before = margin_table(previous, level)[[*keys, "revenue", "cost", "margin"]]
+        before = before.rename(columns={c: f"prev_{c}" for c in ("revenue", "cost", "margin")})
+        table = table.merge(before, on=keys, how="outer")
+        for column in ("revenue", "cost", "margin", "prev_revenue", "prev_cost", "prev_margin"):
+            table[column] = table[column].fillna(0).astype(np.int64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            table["revenue_change_pct"] = np.where(
+                table["prev_revenue"] != 0,
+                (table["revenue"] - table["prev_revenue"]) / table["prev_revenue"].abs() * 100,
+                np.nan,
+            )
+    return table.sort_values(keys).reset_index(drop=True)
+
+
+def margin_totals(data: MarginData) -> dict[str, int]:
+    sums = data.detail[MONEY].sum()
+    cost = int(sums[MONEY[1:]].sum())
+    return {"revenue": int(sums["revenue"]), "cost": cost, "margin": int(sums["revenue"]) - cost}
+
+
+# --- the inputs, aggregated in SQL -----------------------------------------
+
+
+def _revenue(*, start, end, pools, tenants) -> pd.DataFrame:
+    rows = revenue_rows(start=start, end=end)
+    if rows.empty:
+        return rows
+    out = pd.DataFrame(
+        {
+            "tenant": rows["tenant_id"].map(lambda t: tenants[t][0]),
+            "pool": rows["pool_id"].map(lambda p: pools[p][0] if pd.notna(p) else ""),
+            "tier": [
+                pools[p][1] if pd.notna(p) else tenants[t][1]
+                for p, t in zip(rows["pool_id"], rows["tenant_id"], strict=True)
+            ],
+            "model": rows["model"].fillna(""),
+            "revenue": rows["revenue"].astype(np.int64),
+        }
+    )
+    return out
+
+
+def _costs(*, start, end) -> pd.DataFrame:
+    rows = cost_allocation_summary(start=start, end=end, group_by=KEYS)
+    if not rows:
+        return pd.DataFrame()
+    frame = pd.DataFrame(rows)
+    for column in ("capital", "energy", "other_opex", "idle"):
+        frame[column] = [int(v * NANO) for v in frame[column]]
+    frame["device_seconds"] = frame["device_seconds"].astype(np.float64)
+    return frame[[*KEYS, "capital", "energy", "other_opex", "idle", "device_seconds"]]
+
+
+def _unabsorbed(*, start, end, pools) -> pd.DataFrame:
+    rows = (
+        PoolHourCost.objects.filter(scenario__isnull=True, hour__gte=start, hour__lt=end)
+        .values("pool_id")
+        .annotate(unabsorbed=Sum("unallocated"))
+    )
+    return pd.DataFrame(
+        [
+            {
+                "tier": pools[r["pool_id"]][1] if r["pool_id"] else SPARE,
+                "pool": pools[r["pool_id"]][0] if r["pool_id"] else SPARE,
+                "tenant": UNABSORBED,
+                "model": "",
+                "unabsorbed": int(r["unabsorbed"] * NANO),
+            }
+            for r in rows
+            if r["unabsorbed"]
+        ]
+    )
+
+
+def _tokens(*, start, end, pools, tenants) -> pd.DataFrame:
+    models = dict(ServedModel.objects.values_list("pk", "name"))
+    rows = (
+        UsageRollup.objects.filter(hour__gte=start, hour__lt=end)
+        .values("tenant_id", "pool_id", "served_model_id")
+        .annotate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+    )
+    return pd.DataFrame(
+        [
+            {
+                "tier": pools[r["pool_id"]][1] if r["pool_id"] else tenants[r["tenant_id"]][1],
+                "pool": pools[r["pool_id"]][0] if r["pool_id"] else "",
+                "tenant": tenants[r["tenant_id"]][0],
+                "model": models.get(r["served_model_id"], ""),
+                "tokens": r["prompt"] + r["completion"],
+            }
+            for r in rows
+        ]
+    )
+
+
+def _capacity(*, start, end, pools) -> pd.DataFrame:
+    rows = (
+        PoolHourCost.objects.filter(scenario__isnull=True, hour__gte=start, hour__lt=end)
+        .values("pool_id")
+        .annotate(capacity=Sum("capacity_seconds"), busy=Sum("busy_seconds"))
+    )
+    frame = pd.DataFrame(
+        [
+            {
+                "tier": pools[r["pool_id"]][1] if r["pool_id"] else SPARE,
+                "pool": pools[r["pool_id"]][0] if r["pool_id"] else SPARE,
+                "capacity_seconds": float(r["capacity"]),  # ok-float: ratios only
+                "busy_seconds": float(r["busy"]),  # ok-float: ratios only
+            }
+            for r in rows
+        ],
+        columns=["tier", "pool", "capacity_seconds", "busy_seconds"],
+    )
+    return frame

@@ -1,0 +1,45 @@
+"""Margin reports as stored documents: a period's figures by tier, pool,
+tenant and model beside the period before, as CSV and as HTML."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from billing.choices import ReportKind, RunStatus
+
+
+class MarginReport(models.Model):
+    """One report of [period_start, period_end): a weekly flash, a monthly
+    close, or one asked for. Re-running the same kind and period replaces
+    its content (booked data may have changed: late usage, a re-run)."""
+
+    kind = models.CharField(max_length=16, choices=ReportKind.choices)
+    period_start = models.DateTimeField()
+    period_end = models.DateTimeField()
+    previous_start = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    totals = models.JSONField(default=dict, blank=True)  # revenue, cost, margin (decimal strings)
+    csv = models.TextField(blank=True, default="")
+    html = models.TextField(blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-period_start", "kind"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "period_start", "period_end"], name="marginreport_period"
+            ),
+            models.CheckConstraint(
+                condition=Q(period_end__gt=F("period_start")), name="marginreport_order"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.period_start:%Y-%m-%d}"

@@ -1,0 +1,166 @@
+"""Margin reports worked by hand: revenue from rating, cost from the booked
+allocation, margin = revenue - cost to the cent at every level, with
+utilization, cost per million tokens, revenue per GPU-hour, unabsorbed
+idle cost and the period before."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+from billing.margins import margin_data, margin_table, margin_totals
+from metering.models import UsageRollup
+from tests.billing.conftest import H0
+
+D = Decimal
+HOUR = timedelta(hours=1)
+
+
+def _use(world, tenant, replica, *, seconds, completion, hour=H0):
+    UsageRollup.objects.create(
+        hour=hour,
+        tenant=tenant,
+        served_model=world.model,
+        pool=replica.pool,
+        replica=replica,
+        device_seconds=D(seconds),
+        completion_tokens=completion,
+        requests_ok=1,
+    )
+
+
+def test_one_shared_gpu_by_hand(world):
+    """One $1/h GPU, half busy for Alpha, idle kept as platform cost;
+    Alpha's 1 M output tokens at $4/M."""
+    world.price()
+    pool = world.pool("shared", policy="platform")
+    replica = world.replica("r1", pool, [world.gpu("g1")])
+    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.allocate()
+
+    data = margin_data(start=H0, end=H0 + HOUR)
+    tier = margin_table(data, "tier").set_index("tier").loc["shared"]
+
+    assert tier["revenue"] == 4 * 10**9
+    assert tier["cost"] == 1 * 10**9  # $0.50 carried by Alpha + $0.50 unabsorbed
+    assert tier["unabsorbed"] == 5 * 10**8
+    assert tier["margin"] == 3 * 10**9 and tier["margin_pct"] == 75
+    assert tier["utilization_pct"] == 50 and tier["gpu_hours"] == 1
+    assert tier["revenue_per_gpu_hour"] == 4
+    assert tier["cost_per_mtok"] == 1  # $1 over 1 M tokens
+
+    tenants = margin_table(data, "tenant").set_index("tenant")
+    assert tenants.loc[world.a.slug, "margin"] == D("3.5") * 10**9
+    assert tenants.loc["(unabsorbed)", "margin"] == -(5 * 10**8)
+    assert margin_totals(data) == {"revenue": 4 * 10**9, "cost": 10**9, "margin": 3 * 10**9}
+
+
+def test_margin_is_revenue_minus_cost_at_every_level_and_month_over_month(world):
+    world.price(reservation=D("0.5"))
+    shared = world.pool("shared")
+    reserved = world.pool("reserved", kind="reserved", owner=world.b)
+    r1 = world.replica("r1", shared, [world.gpu("g1"), world.gpu("g2")])
+    r2 = world.replica("r2", reserved, [world.gpu("g3")])
+    world.reserve(world.b, reserved, 1)
+    world.gpu("spare")  # held by no replica: the (spare) tier
+    for hour, scale in ((H0 - HOUR, 1), (H0, 2)):
+        _use(world, world.a, r1, seconds=700 * scale, completion=333_333 * scale, hour=hour)
+        _use(world, world.b, r1, seconds=1100, completion=123_457, hour=hour)
+        _use(world, world.b, r2, seconds=2000 * scale, completion=777_777, hour=hour)
+    world.allocate(start=H0 - HOUR, end=H0 + HOUR)
+
+    now, before = margin_data(start=H0, end=H0 + HOUR), margin_data(start=H0 - HOUR, end=H0)
+
+    totals = margin_totals(now)
+    from billing.models import PoolHourCost
+    from billing.rating import charges_rate
+
+    booked = sum(p.total for p in PoolHourCost.objects.filter(hour=H0))
+    rated = sum(
+        c.amount
+        for t in (world.a, world.b)
+        for c in charges_rate(tenant=t, start=H0, end=H0 + HOUR)
+    )
+    assert round(D(totals["cost"]) / 10**9, 2) == round(booked, 2)
+    assert round(D(totals["revenue"]) / 10**9, 2) == round(rated, 2)
+    for level in ("tier", "pool", "tenant", "model"):
+        table = margin_table(now, level, previous=before)
+        assert (table["margin"] == table["revenue"] - table["cost"]).all()
+        assert table["margin"].sum() == totals["margin"]
+        assert table["prev_margin"].sum() == margin_totals(before)["margin"]
+    tiers = margin_table(now, "tier", previous=before).set_index("tier")
+    assert set(tiers.index) == {"shared", "reserved", "(spare)"}
+    assert tiers.loc["(spare)", "revenue"] == 0 and tiers.loc["(spare)", "cost"] > 0
+    assert tiers.loc["reserved", "revenue"] > 0  # tokens plus the reservation fee
+
+
+def test_reports_are_stored_as_csv_and_html_and_downloadable_by_finance_only(
+    world, django_capture_on_commit_callbacks, monkeypatch
+):
+    import csv
+    import io
+
+    from billing import tasks
+    from tests.conftest import client_for_key, client_for_user
+    from tests.factories import make_finance_user, make_key
+
+    world.price()
+    pool = world.pool("shared", policy="platform")
+    replica = world.replica("r1", pool, [world.gpu("g1")])
+    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.allocate()
+    finance = client_for_user(make_finance_user())
+    monkeypatch.setattr(tasks.margin_report_task, "delay", lambda pk: tasks.margin_report_task(pk))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        queued = finance.post(
+            "/api/v1/margin-reports",
+            {"start": H0.isoformat(), "end": (H0 + HOUR).isoformat()},
+            format="json",
+        )
+    assert queued.status_code == 202
+    report = finance.get(f"/api/v1/margin-reports/{queued.json()['id']}").json()
+    assert report["status"] == "done", report["error"]
+    assert report["totals"] == {
+        "revenue": "4.000000000",
+        "cost": "1.000000000",
+        "margin": "3.000000000",
+    }
+
+    download = finance.get(report["csv_url"])
+    assert download["Content-Disposition"].endswith('.csv"')
+    rows = list(csv.DictReader(io.StringIO(download.content.decode())))
+    tier = next(r for r in rows if r["level"] == "tier" and r["tier"] == "shared")
+    assert (tier["revenue"], tier["cost"], tier["margin"]) == (
+        "4.000000000",
+        "1.000000000",
+        "3.000000000",
+    )
+    assert float(tier["margin_pct"]) == 75 and float(tier["utilization_pct"]) == 50
+    assert {r["tenant"] for r in rows if r["level"] == "tenant"} == {world.a.slug, "(unabsorbed)"}
+    html = finance.get(report["html_url"]).content.decode()
+    assert 'data-testid="by-tier"' in html and "3.00" in html
+
+    bad = finance.post(
+        "/api/v1/margin-reports", {"start": H0.isoformat(), "end": H0.isoformat()}, format="json"
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "end"
+    _, secret = make_key(world.a)
+    assert client_for_key(secret).get("/api/v1/margin-reports").status_code == 403
+    assert client_for_key(secret).get(report["csv_url"]).status_code == 403
+
+
+def test_scheduled_reports_cover_the_last_week_and_month():
+    from datetime import UTC, datetime
+
+    from billing.margin_reports import report_period
+
+    wednesday = datetime(2026, 11, 18, 3, tzinfo=UTC)
+    assert report_period(kind="flash", now=wednesday) == (
+        datetime(2026, 11, 9, tzinfo=UTC),
+        datetime(2026, 11, 16, tzinfo=UTC),
+    )
+    assert report_period(kind="close", now=wednesday) == (
+        datetime(2026, 10, 1, tzinfo=UTC),
+        datetime(2026, 11, 1, tzinfo=UTC),
+    )
