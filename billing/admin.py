@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from billing.models import (
     AllocationRun,
+    BudgetState,
     CostAllocation,
     CostRate,
     CostScenario,
@@ -20,10 +21,12 @@ from billing.models import (
     InvoiceLine,
     InvoiceRun,
     Issuer,
+    MarginReport,
     ModelPrice,
     Plan,
     PoolHourCost,
     PriceBook,
+    StripeEvent,
     Subscription,
     VolumeTier,
 )
@@ -214,3 +217,27 @@ class CreditNoteAdmin(ReadOnlyAdmin):
 @admin.register(InvoiceRun)
 class InvoiceRunAdmin(ReadOnlyAdmin):
     list_display = ["pk", "as_of", "status", "tenants_done", "tenants_total", "invoices_created"]
+
+
+@admin.register(BudgetState)
+class BudgetStateAdmin(ReadOnlyAdmin):
+    list_display = [
+        "tenant",
+        "period_start",
+        "spend",
+        "budget",
+        "soft_notified_at",
+        "hard_reached_at",
+    ]
+
+
+@admin.register(MarginReport)
+class MarginReportAdmin(ReadOnlyAdmin):
+    list_display = ["__str__", "period_start", "period_end", "status", "finished_at"]
+    exclude = ["csv", "html"]
+
+
+@admin.register(StripeEvent)
+class StripeEventAdmin(ReadOnlyAdmin):
+    list_display = ["event_id", "type", "created", "processed_at", "outcome"]
+    search_fields = ["event_id", "type"]

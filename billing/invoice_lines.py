@@ -5,7 +5,7 @@ lines of two ratings of the same period are the same line."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from decimal import Decimal
 
@@ -31,9 +31,16 @@ class LineDraft:
     book: str = ""
     late: bool = False
 
+    def as_fields(self) -> dict:
+        """The InvoiceLine fields (shallow: asdict() would deep-copy)."""
+        return {name: getattr(self, name) for name in _FIELDS}
+
     @property
     def key(self) -> LineKey:
         return (self.kind, self.model, self.token_kind, self.book, self.unit_price)
+
+
+_FIELDS = [f.name for f in fields(LineDraft)]
 
 
 def lines_from_charges(

@@ -1,6 +1,6 @@
 """The invoice run: every tenant whose billing period ended by `as_of` gets
-that period's invoice, built and (unless told not to) finalized in one
-transaction per tenant, so a tenant is either fully invoiced or untouched.
+that period's invoice, built and (unless told not to) finalized; a tenant
+is either fully invoiced or untouched (billing.invoice_batch).
 A run is safe to repeat and to run beside another: finalized invoices are
 skipped, drafts rebuilt, and the tenant's row lock keeps two runs from
 building the same invoice at once. Progress is on the run's row."""
@@ -8,21 +8,22 @@ building the same invoice at once. Progress is on the run's row."""
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime
 
-from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from billing.choices import RunStatus
-from billing.invoices import invoice_draft_build, invoice_finalize
-from billing.models import InvoiceRun
+from billing.invoice_batch import invoices_bill_many
+from billing.invoices import invoice_bill_period, invoicing_session
+from billing.models import InvoiceRun, Subscription
 from billing.periods import anchor_day_of, period_last_closed
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
-PROGRESS_EVERY = 25  # tenants between progress writes
 
 
 def invoice_run_create(*, as_of: datetime, finalize: bool = True, requested_by=None) -> InvoiceRun:
@@ -30,6 +31,7 @@ def invoice_run_create(*, as_of: datetime, finalize: bool = True, requested_by=N
 
 
 def invoice_run_execute(*, run_id: int, progress: Progress | None = None) -> InvoiceRun:
+    report = progress
     run = InvoiceRun.objects.get(pk=run_id)
     # Suspended tenants too: what they used before is still owed.
     tenants = list(Tenant.objects.order_by("pk"))
@@ -46,21 +48,24 @@ def invoice_run_execute(*, run_id: int, progress: Progress | None = None) -> Inv
     counts = {"done": 0, "created": 0, "skipped": 0}
     failures: list[dict] = []
     warnings: list[str] = []
-    for n, tenant in enumerate(tenants, start=1):
-        try:
-            outcome, invoice = invoice_bill(tenant=tenant, as_of=run.as_of, run=run)
-        except Exception as exc:  # one tenant's failure leaves the others invoiced
-            logger.exception("invoice run %s: tenant %s failed", run.pk, tenant.slug)
-            failures.append({"tenant": tenant.slug, "error": f"{type(exc).__name__}: {exc}"})
-        else:
-            counts["created" if outcome in ("created", "rebuilt") else "skipped"] += 1
-            if invoice is not None and outcome != "final":
-                warnings += [f"{tenant.slug}: {w}" for w in invoice.warnings]
-        counts["done"] = n
-        if n % PROGRESS_EVERY == 0 or n == len(tenants):
-            _progress_save(run, counts, failures, warnings)
-            if progress:
-                progress(n, len(tenants))
+    with invoicing_session():
+        for (start, end), group in _by_period(tenants, as_of=run.as_of).items():
+            done_before = counts["done"]
+
+            def progress(outcomes, done_before=done_before):
+                _count(outcomes, counts, failures, warnings, done_before)
+                _progress_save(run, counts, failures, warnings)
+                if report:
+                    report(counts["done"], len(tenants))
+
+            invoices_bill_many(
+                tenants=group,
+                start=start,
+                end=end,
+                run=run,
+                finalize=run.finalize,
+                progress=progress,
+            )
     InvoiceRun.objects.filter(pk=run.pk).update(
         status=RunStatus.FAILED if failures else RunStatus.DONE, finished_at=timezone.now()
     )
@@ -68,19 +73,43 @@ def invoice_run_execute(*, run_id: int, progress: Progress | None = None) -> Inv
     return run
 
 
+def _by_period(tenants, *, as_of) -> dict[tuple, list[Tenant]]:
+    """Tenants grouped by their last closed billing period (by anchor day)."""
+    anchors = dict(
+        Subscription.objects.filter(start__lte=as_of)
+        .filter(Q(end__isnull=True) | Q(end__gt=as_of))
+        .order_by("tenant_id", "start")
+        .values_list("tenant_id", "anchor_day")
+    )
+    groups: dict[tuple, list[Tenant]] = defaultdict(list)
+    for tenant in tenants:
+        anchor = anchors.get(tenant.pk, 1)
+        groups[period_last_closed(anchor_day=anchor, as_of=as_of)].append(tenant)
+    return groups
+
+
+def _count(outcomes, counts, failures, warnings, done_before) -> None:
+    """Running totals from a period group's outcomes so far."""
+    fresh = outcomes[counts["done"] - done_before :]
+    for o in fresh:
+        if o.outcome == "failed":
+            failures.append({"tenant": o.tenant.slug, "error": o.error})
+        elif o.outcome in ("created", "rebuilt"):
+            counts["created"] += 1
+            warnings += [f"{o.tenant.slug}: {w}" for w in o.invoice.warnings]
+        else:
+            counts["skipped"] += 1
+    counts["done"] += len(fresh)
+
+
 def invoice_bill(*, tenant: Tenant, as_of: datetime, run: InvoiceRun | None = None):
     """One tenant's last closed period, built and finalized all or nothing:
     (outcome, invoice)."""
-    start, end = period_last_closed(
-        anchor_day=anchor_day_of(tenant=tenant, moment=as_of), as_of=as_of
+    anchor = anchor_day_of(tenant=tenant, moment=as_of)
+    start, end = period_last_closed(anchor_day=anchor, as_of=as_of)
+    return invoice_bill_period(
+        tenant=tenant, start=start, end=end, run=run, finalize=run is None or run.finalize
     )
-    with transaction.atomic():
-        invoice, outcome = invoice_draft_build(
-            tenant=tenant, period_start=start, period_end=end, run=run
-        )
-        if invoice is not None and outcome != "final" and (run is None or run.finalize):
-            invoice = invoice_finalize(invoice_id=invoice.pk)
-    return outcome, invoice
 
 
 def _progress_save(run: InvoiceRun, counts, failures, warnings) -> None:

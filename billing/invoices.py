@@ -8,7 +8,9 @@ every finalization in the issuer's sequence waits for it)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -19,10 +21,9 @@ from billing.choices import INVOICE_TRANSITIONS, InvoiceStatus, StripeSync
 from billing.credits import credits_plan, wallet_balances
 from billing.errors import InvoiceStateError
 from billing.invoice_lines import LineDraft, credit_line, lines_from_charges
-from billing.late_usage import late_usage_lines, usage_fingerprint
+from billing.late_usage import late_usage_lines
 from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
-from billing.periods import subscription_at
-from billing.rating import charges_rate
+from billing.rating import TenantInputs, charges_compute, rating_inputs, rating_session
 from billing.stripe_sync import sync_enqueue
 from tenants.models import Tenant
 
@@ -31,6 +32,66 @@ TIMESTAMP_OF = {
     InvoiceStatus.VOID: "voided_at",
     InvoiceStatus.UNCOLLECTIBLE: "uncollectible_at",
 }
+
+
+_issuer_cache: ContextVar[dict | None] = ContextVar("issuer_cache", default=None)
+
+
+@contextmanager
+def invoicing_session():
+    """For a run over many tenants: price books and the default issuer are
+    read once, not once per tenant."""
+    token = _issuer_cache.set({})
+    try:
+        with rating_session():
+            yield
+    finally:
+        _issuer_cache.reset(token)
+
+
+@dataclass
+class DraftContent:
+    """What a tenant's invoice for a period says, before it is written."""
+
+    lines: list[LineDraft]
+    fingerprints: dict
+    warnings: list[str]
+    issuer_id: int
+
+    @property
+    def total_minor(self) -> int:
+        return sum(line.amount_minor for line in self.lines)
+
+
+def draft_compose(
+    *,
+    tenant: Tenant,
+    start: datetime,
+    end: datetime,
+    inputs: TenantInputs,
+    earlier: list[Invoice] | None = None,
+    building: Invoice | None = None,
+) -> DraftContent | None:
+    """Rate the period and check earlier ones for late usage; None when
+    there is nothing to bill. Shared by the one-invoice path and the run."""
+    currency = tenant.billing_currency
+    warnings: list[str] = []
+    charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs, warnings=warnings)
+    lines = lines_from_charges(charges, currency=currency, start=start, end=end)
+    late, fingerprints = late_usage_lines(
+        tenant=tenant, before=start, currency=currency, building=building, earlier=earlier
+    )
+    lines += late
+    if not lines:
+        return None
+    subscription = inputs.subscription
+    issuer_id = subscription.issuer_id if subscription and subscription.issuer_id else None
+    return DraftContent(
+        lines=lines,
+        fingerprints={start.isoformat(): inputs.fingerprint(), **fingerprints},
+        warnings=warnings,
+        issuer_id=issuer_id or issuer_default().pk,
+    )
 
 
 def invoice_draft_build(
@@ -54,15 +115,11 @@ def invoice_draft_build(
         )
         if invoice is not None and invoice.is_final:
             return invoice, "final"
-        currency = tenant.billing_currency
-        warnings: list[str] = []
-        charges = charges_rate(tenant=tenant, start=period_start, end=period_end, warnings=warnings)
-        lines = lines_from_charges(charges, currency=currency, start=period_start, end=period_end)
-        late, fingerprints = late_usage_lines(
-            tenant=tenant, before=period_start, currency=currency, building=invoice
+        inputs = rating_inputs(tenants=[tenant], start=period_start, end=period_end)[tenant.pk]
+        content = draft_compose(
+            tenant=tenant, start=period_start, end=period_end, inputs=inputs, building=invoice
         )
-        lines += late
-        if not lines:
+        if content is None:
             if invoice is not None:
                 invoice.delete()
             return None, "empty"
@@ -71,31 +128,91 @@ def invoice_draft_build(
             invoice = Invoice(tenant=tenant, period_start=period_start, period_end=period_end)
         else:
             invoice.lines.all().delete()
-        subscription = subscription_at(tenant=tenant, moment=period_start)
-        invoice.issuer = (subscription and subscription.issuer) or issuer_default()
-        invoice.run = run
-        invoice.currency = currency
-        invoice.period_end = period_end
-        invoice.rated_at = timezone.now()
-        invoice.usage_fingerprint = {
-            period_start.isoformat(): usage_fingerprint(
-                tenant=tenant, start=period_start, end=period_end
-            ),
-            **fingerprints,
-        }
-        invoice.warnings = warnings
-        invoice.total_minor = sum(line.amount_minor for line in lines)
+        draft_fill(invoice, content, run=run)
         invoice.save()
-        _lines_write(invoice, lines)
+        lines_write(invoice, content.lines)
         return invoice, outcome
+
+
+def invoice_bill_period(
+    *, tenant: Tenant, start: datetime, end: datetime, run: InvoiceRun | None, finalize: bool
+) -> tuple[str, Invoice | None]:
+    """One tenant's period built and (if asked) finalized, all or nothing:
+    (outcome, invoice)."""
+    with transaction.atomic():
+        invoice, outcome = invoice_draft_build(
+            tenant=tenant, period_start=start, period_end=end, run=run
+        )
+        if invoice is not None and outcome != "final" and finalize:
+            invoice = invoice_finalize(invoice_id=invoice.pk)
+    return outcome, invoice
+
+
+def draft_fill(invoice: Invoice, content: DraftContent, *, run: InvoiceRun | None) -> None:
+    invoice.issuer_id = content.issuer_id
+    invoice.run = run
+    invoice.currency = invoice.tenant.billing_currency
+    invoice.rated_at = timezone.now()
+    invoice.usage_fingerprint = content.fingerprints
+    invoice.warnings = content.warnings
+    invoice.total_minor = content.total_minor
 
 
 def issuer_default() -> Issuer:
     """The default issuer (created by a migration; again here if removed)."""
+    cache = _issuer_cache.get()
+    if cache is not None and "default" in cache:
+        return cache["default"]
     issuer, _ = Issuer.objects.get_or_create(
         is_default=True, defaults={"name": "GPU Ledger Platform"}
     )
+    if cache is not None:
+        cache["default"] = issuer
     return issuer
+
+
+def numbers_take(*, issuer_id: int, count: int) -> tuple[Issuer, int]:
+    """Take `count` consecutive invoice numbers from the issuer, under its
+    row lock until the transaction ends (a rollback gives them back): the
+    issuer and the first number."""
+    issuer = Issuer.objects.select_for_update().get(pk=issuer_id)
+    first = issuer.next_invoice_number
+    Issuer.objects.filter(pk=issuer_id).update(next_invoice_number=first + count)
+    return issuer, first
+
+
+def number_assign(invoice: Invoice, *, issuer: Issuer, sequence: int, now: datetime) -> None:
+    """Draft -> finalized, in memory: number, dates, Stripe status."""
+    invoice.sequence = sequence
+    invoice.number = f"{issuer.invoice_prefix}-{sequence:06d}"
+    invoice.status = InvoiceStatus.FINALIZED
+    invoice.finalized_at = now
+    invoice.due_at = now + timedelta(days=settings.BILLING["NET_DAYS"])
+    invoice.stripe_sync = StripeSync.PENDING if settings.STRIPE_API_KEY else StripeSync.NOT_SYNCED
+    if invoice.total_minor == 0:  # covered by credit: nothing to collect
+        invoice.status = InvoiceStatus.PAID
+        invoice.paid_at = now
+
+
+def credits_apply(invoice: Invoice, balances) -> tuple[list, list[LineDraft]]:
+    """Prepaid credit for the invoice: (applications, credit lines), the
+    invoice's total reduced in memory."""
+    applications, lines = [], []
+    for grant, minor in credits_plan(
+        invoice=invoice, balances=balances, due_minor=invoice.total_minor
+    ):
+        applications.append(CreditApplication(grant=grant, invoice=invoice, amount_minor=minor))
+        lines.append(
+            credit_line(
+                grant=grant,
+                minor=minor,
+                currency=invoice.currency,
+                start=invoice.period_start,
+                end=invoice.period_end,
+            )
+        )
+        invoice.total_minor -= minor
+    return applications, lines
 
 
 def invoice_finalize(*, invoice_id: int, now: datetime | None = None) -> Invoice:
@@ -107,36 +224,11 @@ def invoice_finalize(*, invoice_id: int, now: datetime | None = None) -> Invoice
         if invoice.status != InvoiceStatus.DRAFT:
             raise InvoiceStateError(f"invoice {invoice} is {invoice.status}, not a draft")
         balances = wallet_balances(tenant=invoice.tenant, lock=True)
-        credits = []
-        for grant, minor in credits_plan(
-            invoice=invoice, balances=balances, due_minor=invoice.total_minor
-        ):
-            CreditApplication.objects.create(grant=grant, invoice=invoice, amount_minor=minor)
-            credits.append(
-                credit_line(
-                    grant=grant,
-                    minor=minor,
-                    currency=invoice.currency,
-                    start=invoice.period_start,
-                    end=invoice.period_end,
-                )
-            )
-            invoice.total_minor -= minor
-        _lines_write(invoice, credits, first=invoice.lines.count() + 1)
-        issuer = Issuer.objects.select_for_update().get(pk=invoice.issuer_id)
-        invoice.sequence = issuer.next_invoice_number
-        invoice.number = f"{issuer.invoice_prefix}-{invoice.sequence:06d}"
-        issuer.next_invoice_number += 1
-        issuer.save(update_fields=["next_invoice_number"])
-        invoice.status = InvoiceStatus.FINALIZED
-        invoice.finalized_at = now
-        invoice.due_at = now + timedelta(days=settings.BILLING["NET_DAYS"])
-        invoice.stripe_sync = (
-            StripeSync.PENDING if settings.STRIPE_API_KEY else StripeSync.NOT_SYNCED
-        )
-        if invoice.total_minor == 0:  # covered by credit: nothing to collect
-            invoice.status = InvoiceStatus.PAID
-            invoice.paid_at = now
+        applications, credits = credits_apply(invoice, balances)
+        CreditApplication.objects.bulk_create(applications)
+        lines_write(invoice, credits, first=invoice.lines.count() + 1)
+        issuer, sequence = numbers_take(issuer_id=invoice.issuer_id, count=1)
+        number_assign(invoice, issuer=issuer, sequence=sequence, now=now)
         invoice.save()
         if invoice.stripe_sync == StripeSync.PENDING:
             sync_enqueue(invoice.pk)
@@ -177,8 +269,8 @@ def invoice_amount_due_minor(invoice: Invoice) -> int:
     return max(invoice.total_minor - credited, 0)
 
 
-def _lines_write(invoice: Invoice, lines: list[LineDraft], first: int = 1) -> None:
+def lines_write(invoice: Invoice, lines: list[LineDraft], first: int = 1) -> None:
     InvoiceLine.objects.bulk_create(
-        InvoiceLine(invoice=invoice, position=n, **asdict(line))
+        InvoiceLine(invoice=invoice, position=n, **line.as_fields())
         for n, line in enumerate(lines, start=first)
     )

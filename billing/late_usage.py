@@ -15,64 +15,49 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, Sum
+from django.db.models import Sum
 
 from billing.choices import InvoiceStatus, LineKind
 from billing.invoice_lines import LineDraft, LineKey, line_difference, lines_from_charges
 from billing.models import Invoice, InvoiceLine
-from billing.rating import charges_rate
-from metering.models import UsageRollup
+from billing.rating import charges_compute, rating_inputs
 from tenants.models import Tenant
 
 Fingerprint = dict[str, int | str]
 
 
-def usage_fingerprint(*, tenant: Tenant, start: datetime, end: datetime) -> Fingerprint:
-    totals = UsageRollup.objects.filter(tenant=tenant, hour__gte=start, hour__lt=end).aggregate(
-        prompt=Sum("prompt_tokens"),
-        cached=Sum("cached_tokens"),
-        completion=Sum("completion_tokens"),
-        device_seconds=Sum("device_seconds"),
-        rows=Count("pk"),
-    )
-    return {
-        "prompt": totals["prompt"] or 0,
-        "cached": totals["cached"] or 0,
-        "completion": totals["completion"] or 0,
-        "device_seconds": str((totals["device_seconds"] or Decimal(0)).normalize()),
-        "rows": totals["rows"],
-    }
-
-
 def late_usage_lines(
-    *, tenant: Tenant, before: datetime, currency: str, building: Invoice | None
+    *,
+    tenant: Tenant,
+    before: datetime,
+    currency: str,
+    building: Invoice | None,
+    earlier: list[Invoice] | None = None,
 ) -> tuple[list[LineDraft], dict[str, Fingerprint]]:
     """Late-usage lines for the invoice being built (of a period starting at
-    `before`), and the fingerprints of the periods looked at."""
+    `before`), and the fingerprints of the periods looked at. `earlier`:
+    the invoices to check, when the caller already has them
+    (`earlier_invoices`, for many tenants at once)."""
     others = Invoice.objects.filter(tenant=tenant).exclude(status=InvoiceStatus.VOID)
     if building is not None and building.pk:
         others = others.exclude(pk=building.pk)
-    earlier = (
-        others.filter(period_end__lte=before, currency=currency)
-        .exclude(status=InvoiceStatus.DRAFT)
-        .order_by("-period_start")[: settings.BILLING["LATE_USAGE_PERIODS"]]
-    )
+    if earlier is None:
+        earlier = earlier_invoices(tenant_ids=[tenant.pk], before=before).get(tenant.pk, [])
     lines: list[LineDraft] = []
     fingerprints: dict[str, Fingerprint] = {}
     for invoice in earlier:
+        if invoice.currency != currency or (building is not None and invoice.pk == building.pk):
+            continue
         start, end = invoice.period_start, invoice.period_end
-        now = usage_fingerprint(tenant=tenant, start=start, end=end)
+        inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
+        now = inputs.fingerprint()
         if now == _last_known(others, start):
             continue
         fingerprints[start.isoformat()] = now
+        charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs)
         rated = {
             line.key: line
-            for line in lines_from_charges(
-                charges_rate(tenant=tenant, start=start, end=end),
-                currency=currency,
-                start=start,
-                end=end,
-            )
+            for line in lines_from_charges(charges, currency=currency, start=start, end=end)
         }
         billed = _billed(others, start=start, end=end)
         for key in sorted(rated.keys() | billed.keys(), key=_sortable):
@@ -80,6 +65,23 @@ def late_usage_lines(
             if line is not None:
                 lines.append(line)
     return lines, fingerprints
+
+
+def earlier_invoices(*, tenant_ids: list[int], before: datetime) -> dict[int, list[Invoice]]:
+    """Per tenant, its last few finalized invoices of periods ended by
+    `before` (one query for every tenant)."""
+    out: dict[int, list[Invoice]] = {}
+    invoices = (
+        Invoice.objects.filter(tenant_id__in=tenant_ids, period_end__lte=before)
+        .exclude(status__in=[InvoiceStatus.VOID, InvoiceStatus.DRAFT])
+        .only("pk", "tenant_id", "period_start", "period_end", "currency")
+        .order_by("tenant_id", "-period_start")
+    )
+    for invoice in invoices:
+        kept = out.setdefault(invoice.tenant_id, [])
+        if len(kept) < settings.BILLING["LATE_USAGE_PERIODS"]:
+            kept.append(invoice)
+    return out
 
 
 def _last_known(invoices, start: datetime) -> Fingerprint | None:

@@ -9,22 +9,23 @@ priced the earlier tokens, so a price change mid-month keeps the volume."""
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from decimal import Decimal
+from itertools import pairwise
 
-from django.db.models import Q, Sum
+from django.db.models import Case, Count, IntegerField, Q, Sum, Value, When
 
 from billing.choices import TokenKind
-from billing.models import ModelPrice, PriceBook
-from billing.periods import subscription_at
+from billing.models import ModelPrice, PriceBook, Subscription
 from metering.models import UsageRollup
 from serving.choices import PoolKind
-from serving.models import Gpu, Reservation
+from serving.models import Gpu, Reservation, ServedModel
 from tenants.models import Tenant
 
 MILLION = Decimal(1_000_000)
-HOUR = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -42,19 +43,124 @@ class Charge:
     book: str | None = None
 
 
+@dataclass
+class TenantInputs:
+    """What rating reads for one tenant and period, loaded in bulk for many
+    tenants at once (`rating_inputs`): usage summed per stretch of
+    unchanging prices and model, reservations, dedicated GPUs, plan."""
+
+    usage: list[tuple] = field(default_factory=list)  # (from, model id, name, p, c, o, s, n)
+    reservations: list[tuple[datetime, datetime, int]] = field(default_factory=list)
+    dedicated_gpus: int = 0
+    subscription: Subscription | None = None
+
+    def fingerprint(self) -> dict[str, int | str]:
+        """Totals of the rated usage: the same usage rates the same."""
+        totals = [0, 0, 0, Decimal(0), 0]
+        for _, _, _, prompt, cached, completion, seconds, rows in self.usage:
+            for n, value in enumerate((prompt, cached, completion, seconds, rows)):
+                totals[n] += value
+        prompt, cached, completion, seconds, rows = totals
+        return {
+            "prompt": prompt,
+            "cached": cached,
+            "completion": completion,
+            "device_seconds": str(Decimal(seconds).normalize()),
+            "rows": rows,
+        }
+
+
 def charges_rate(
     *, tenant: Tenant, start: datetime, end: datetime, warnings: list[str] | None = None
 ) -> list[Charge]:
     """The period's charges; what could not be priced is appended to
     `warnings` (usage of a model no book in force prices is not billed)."""
-    books = _books(tenant=tenant, start=start, end=end)
+    inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
+    return charges_compute(tenant=tenant, start=start, end=end, inputs=inputs, warnings=warnings)
+
+
+def charges_compute(
+    *,
+    tenant: Tenant,
+    start: datetime,
+    end: datetime,
+    inputs: TenantInputs,
+    warnings: list[str] | None = None,
+) -> list[Charge]:
+    """Rating itself, from loaded inputs (no database reads beyond the
+    cached price books)."""
+    books = _books(tier=tenant.tier, start=start, end=end)
     unpriced: set[str] = set()
-    usage = _charges_usage(tenant=tenant, start=start, end=end, books=books, unpriced=unpriced)
+    usage = _charges_usage(inputs.usage, books=books, unpriced=unpriced)
     if warnings is not None:
         warnings.extend(f"usage of {name} has no price: not billed" for name in sorted(unpriced))
-    fees = _charges_reservations(tenant=tenant, start=start, end=end, books=books)
-    fees += _charges_dedicated(tenant=tenant, start=start, end=end, books=books)
-    return usage + fees + _charges_plan(tenant=tenant, start=start, usage=usage, fees=fees)
+    fees = _charges_reservations(inputs.reservations, start=start, end=end, books=books)
+    fees += _charges_dedicated(inputs.dedicated_gpus, start=start, end=end, books=books)
+    return usage + fees + _charges_plan(inputs.subscription, usage=usage, fees=fees)
+
+
+def rating_inputs(
+    *, tenants: list[Tenant], start: datetime, end: datetime
+) -> dict[int, TenantInputs]:
+    """Every tenant's inputs for [start, end) in five queries, however many
+    tenants: usage is summed in SQL per tenant, model and stretch of
+    unchanging prices (never per hour in Python)."""
+    out = {t.pk: TenantInputs() for t in tenants}
+    ids = list(out)
+    edges = sorted(
+        set().union(
+            *(
+                _books(tier=t, start=start, end=end).edges(start, end)
+                for t in {x.tier for x in tenants}
+            )
+        )
+        or {start}
+    )
+    segment = Case(
+        *(When(hour__lt=edge, then=Value(n)) for n, edge in enumerate(edges[1:])),
+        default=Value(len(edges) - 1),
+        output_field=IntegerField(),
+    )
+    rollups = UsageRollup.objects.filter(hour__gte=start, hour__lt=end, served_model__isnull=False)
+    if len(ids) < 100:
+        rollups = rollups.filter(tenant_id__in=ids)
+    rows = (
+        rollups.annotate(segment=segment)
+        .values_list("tenant_id", "segment", "served_model_id")
+        .annotate(
+            prompt=Sum("prompt_tokens"),
+            cached=Sum("cached_tokens"),
+            completion=Sum("completion_tokens"),
+            seconds=Sum("device_seconds"),
+            rows=Count("pk"),
+        )
+        .order_by("tenant_id", "segment", "served_model_id")
+    )
+    # Model names looked up here: joining them in SQL costs more than the sums.
+    names = dict(ServedModel.objects.values_list("pk", "name"))
+    for tenant_id, seg, model_id, prompt, cached, completion, seconds, n in rows:
+        if tenant_id in out:
+            out[tenant_id].usage.append(
+                (edges[seg], model_id, names[model_id], prompt, cached, completion, seconds, n)
+            )
+    for r in Reservation.objects.filter(tenant_id__in=ids, start__lt=end, end__gt=start):
+        out[r.tenant_id].reservations.append((r.start, r.end, r.gpu_count))
+    dedicated = (
+        Gpu.objects.filter(replicas__pool__kind=PoolKind.DEDICATED, replicas__pool__owner__in=ids)
+        .values("replicas__pool__owner")
+        .annotate(gpus=Count("pk", distinct=True))
+    )
+    for row in dedicated:
+        out[row["replicas__pool__owner"]].dedicated_gpus = row["gpus"]
+    subscriptions = (
+        Subscription.objects.filter(tenant_id__in=ids, start__lte=start)
+        .filter(Q(end__isnull=True) | Q(end__gt=start))
+        .select_related("plan", "issuer")
+        .order_by("tenant_id", "start")
+    )
+    for subscription in subscriptions:  # the latest one that started wins
+        out[subscription.tenant_id].subscription = subscription
+    return out
 
 
 class Books:
@@ -81,10 +187,46 @@ class Books:
         book = next(b for b in self.books if b.pk == book_id)
         return f"{book.name} v{book.version}"
 
+    def edges(self, start: datetime, end: datetime) -> set[datetime]:
+        """The starts of the stretches of [start, end) over which neither
+        the book in force (it changes only where a book begins or ends) nor
+        the calendar month changes."""
+        edges = {start}
+        for b in self.books:
+            edges.update(t for t in (b.effective_from, b.effective_to) if t and start < t < end)
+        month = _month_start(start)
+        while (month := _next_month(month)) < end:
+            edges.add(month)
+        return edges
 
-def _books(*, tenant: Tenant, start: datetime, end: datetime) -> Books:
+
+_books_cache: ContextVar[dict | None] = ContextVar("rating_books_cache", default=None)
+
+
+@contextmanager
+def rating_session():
+    """Within it, price books are read once per (tier, period), not once per
+    tenant (an invoice run rates every tenant of a period)."""
+    token = _books_cache.set({})
+    try:
+        yield
+    finally:
+        _books_cache.reset(token)
+
+
+def _books(*, tier: str, start: datetime, end: datetime) -> Books:
+    cache = _books_cache.get()
+    if cache is None:
+        return _books_load(tier=tier, start=start, end=end)
+    key = (tier, start, end)
+    if key not in cache:
+        cache[key] = _books_load(tier=tier, start=start, end=end)
+    return cache[key]
+
+
+def _books_load(*, tier: str, start: datetime, end: datetime) -> Books:
     books = list(
-        PriceBook.objects.filter(Q(tier=tenant.tier) | Q(tier=""), effective_from__lt=end)
+        PriceBook.objects.filter(Q(tier=tier) | Q(tier=""), effective_from__lt=end)
         .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
         .order_by("effective_from")
     )
@@ -97,46 +239,31 @@ def _books(*, tenant: Tenant, start: datetime, end: datetime) -> Books:
     return Books(books, prices)
 
 
-def _charges_usage(*, tenant, start, end, books: Books, unpriced: set[str]) -> list[Charge]:
-    rows = (
-        UsageRollup.objects.filter(
-            tenant=tenant, hour__gte=start, hour__lt=end, served_model__isnull=False
-        )
-        .values("hour", "served_model_id", "served_model__name")
-        .annotate(
-            prompt=Sum("prompt_tokens"),
-            cached=Sum("cached_tokens"),
-            completion=Sum("completion_tokens"),
-            seconds=Sum("device_seconds"),
-        )
-        .order_by("hour")
-    )
+def _charges_usage(usage: list[tuple], *, books: Books, unpriced: set[str]) -> list[Charge]:
     volume: dict[tuple[int, str], int] = defaultdict(int)  # the period's tokens so far
     lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
-    for row in rows:
-        book = books.at(row["hour"])
-        price = books.price(book, row["served_model_id"]) if book else None
+    for since, model_id, name, prompt, cached, completion, seconds, _ in usage:
+        book = books.at(since)
+        price = books.price(book, model_id) if book else None
         if price is None:
-            unpriced.add(row["served_model__name"])
+            unpriced.add(name)
             continue
         counts = {
-            TokenKind.INPUT: row["prompt"] - row["cached"],
-            TokenKind.CACHED_INPUT: row["cached"],
-            TokenKind.OUTPUT: row["completion"],
+            TokenKind.INPUT: prompt - cached,
+            TokenKind.CACHED_INPUT: cached,
+            TokenKind.OUTPUT: completion,
         }
         for kind, tokens in counts.items():
-            done = volume[(row["served_model_id"], kind)]
+            done = volume[(model_id, kind)]
             for quantity, per_mtok in _graduated(price, kind, done, tokens):
-                line = lines[("tokens", row["served_model__name"], kind, book.pk, per_mtok)]
+                line = lines[("tokens", name, kind, book.pk, per_mtok)]
                 line[0] += quantity
                 line[1] += quantity * per_mtok / MILLION
-            volume[(row["served_model_id"], kind)] = done + tokens
-        if price.per_gpu_second is not None and row["seconds"]:
-            line = lines[
-                ("gpu_seconds", row["served_model__name"], None, book.pk, price.per_gpu_second)
-            ]
-            line[0] += row["seconds"]
-            line[1] += row["seconds"] * price.per_gpu_second
+            volume[(model_id, kind)] = done + tokens
+        if price.per_gpu_second is not None and seconds:
+            line = lines[("gpu_seconds", name, None, book.pk, price.per_gpu_second)]
+            line[0] += seconds
+            line[1] += seconds * price.per_gpu_second
     return [
         Charge(
             kind=kind,
@@ -177,14 +304,14 @@ def _graduated(price: ModelPrice, kind: str, done: int, tokens: int):
             left -= take
 
 
-def _charges_reservations(*, tenant, start, end, books: Books) -> list[Charge]:
+def _charges_reservations(reservations, *, start, end, books: Books) -> list[Charge]:
     lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
-    for reservation in Reservation.objects.filter(tenant=tenant, start__lt=end, end__gt=start):
-        for hour, share in _hours(max(start, reservation.start), min(end, reservation.end)):
-            book = books.at(hour)
+    for r_start, r_end, gpu_count in reservations:
+        for since, hours in _stretches(max(start, r_start), min(end, r_end), books):
+            book = books.at(since)
             if book is None or not book.reservation_per_gpu_hour:
                 continue
-            gpu_hours = share * reservation.gpu_count
+            gpu_hours = hours * gpu_count
             line = lines[(book.pk, book.reservation_per_gpu_hour)]
             line[0] += gpu_hours
             line[1] += gpu_hours * book.reservation_per_gpu_hour
@@ -194,20 +321,15 @@ def _charges_reservations(*, tenant, start, end, books: Books) -> list[Charge]:
     ]
 
 
-def _charges_dedicated(*, tenant, start, end, books: Books) -> list[Charge]:
-    gpus = (
-        Gpu.objects.filter(replicas__pool__owner=tenant, replicas__pool__kind=PoolKind.DEDICATED)
-        .distinct()
-        .count()
-    )
+def _charges_dedicated(gpus: int, *, start, end, books: Books) -> list[Charge]:
     if not gpus:
         return []
     # Hours summed per (book, month) first, divided once: exact for whole months.
     hours: dict[tuple, Decimal] = defaultdict(Decimal)
-    for hour, share in _hours(start, end):
-        book = books.at(hour)
+    for since, used in _stretches(start, end, books):
+        book = books.at(since)
         if book is not None and book.dedicated_per_gpu_month:
-            hours[(book.pk, book.dedicated_per_gpu_month, _hours_in_month(hour))] += share
+            hours[(book.pk, book.dedicated_per_gpu_month, _hours_in_month(since))] += used
     lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
     for (book_id, unit, month_hours), used in hours.items():
         line = lines[(book_id, unit)]
@@ -221,8 +343,7 @@ def _charges_dedicated(*, tenant, start, end, books: Books) -> list[Charge]:
     ]
 
 
-def _charges_plan(*, tenant, start, usage: list[Charge], fees: list[Charge]) -> list[Charge]:
-    subscription = subscription_at(tenant=tenant, moment=start)
+def _charges_plan(subscription, *, usage: list[Charge], fees: list[Charge]) -> list[Charge]:
     if subscription is None:
         return []
     plan = subscription.plan
@@ -253,17 +374,24 @@ def _charges_plan(*, tenant, start, usage: list[Charge], fees: list[Charge]) -> 
     return out
 
 
-def _hours(start: datetime, end: datetime):
-    """(hour start, share of that hour inside [start, end)) for every hour
-    the span touches."""
-    hour = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    while hour < end:
-        inside = min(end, hour + HOUR) - max(start, hour)
-        yield hour, Decimal(inside.total_seconds()) / 3600
-        hour += HOUR
+def _stretches(start: datetime, end: datetime, books: Books):
+    """(stretch start, hours) over [start, end), cut wherever the book in
+    force or the month changes."""
+    if start >= end:
+        return
+    edges = [*sorted(e for e in books.edges(start, end) if start <= e < end), end]
+    for since, until in pairwise(edges):
+        yield since, Decimal((until - since).total_seconds()) / 3600
+
+
+def _month_start(moment: datetime) -> datetime:
+    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def _next_month(month: datetime) -> datetime:
+    return (month + timedelta(days=32)).replace(day=1)
 
 
 def _hours_in_month(moment: datetime) -> Decimal:
-    first = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    following = (first + timedelta(days=32)).replace(day=1)
-    return Decimal((following - first).total_seconds()) / 3600
+    first = _month_start(moment)
+    return Decimal((_next_month(first) - first).total_seconds()) / 3600

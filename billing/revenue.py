@@ -27,7 +27,7 @@ from billing.rating import Charge, charges_rate
 from metering.apportion import apportion
 from metering.models import UsageRollup
 from serving.choices import PoolKind
-from serving.models import Gpu, Pool, Reservation
+from serving.models import Gpu, Pool, Reservation, ServedModel
 from tenants.models import Tenant
 
 COLUMNS = ["tenant_id", "pool_id", "model", "revenue"]
@@ -59,7 +59,7 @@ def _usage(*, start, end) -> dict[int, dict[tuple, dict[str, float]]]:
     out: dict[int, dict[tuple, dict[str, float]]] = defaultdict(dict)
     rows = (
         UsageRollup.objects.filter(hour__gte=start, hour__lt=end, served_model__isnull=False)
-        .values("tenant_id", "pool_id", "served_model__name")
+        .values("tenant_id", "pool_id", "served_model_id")
         .annotate(
             prompt=Sum("prompt_tokens"),
             cached=Sum("cached_tokens"),
@@ -67,8 +67,9 @@ def _usage(*, start, end) -> dict[int, dict[tuple, dict[str, float]]]:
             seconds=Sum("device_seconds"),
         )
     )
+    names = dict(ServedModel.objects.values_list("pk", "name"))  # cheaper than a join
     for row in rows:
-        out[row["tenant_id"]][(row["pool_id"], row["served_model__name"])] = {
+        out[row["tenant_id"]][(row["pool_id"], names[row["served_model_id"]])] = {
             "input": float(row["prompt"] - row["cached"]),  # ok-float: weights only
             "cached": float(row["cached"]),  # ok-float: weights only
             "completion": float(row["completion"]),  # ok-float: weights only

@@ -249,14 +249,14 @@ def test_the_run_invoices_every_tenant_all_or_nothing_and_is_safe_to_repeat(worl
     _october(world, world.b, completion=1_000_000)
     import billing.invoices as invoices
 
-    real = invoices.charges_rate
+    real = invoices.charges_compute
 
     def broken_for_bravo(*, tenant, **kw):
         if tenant == world.b:
             raise RuntimeError("rating blew up")
         return real(tenant=tenant, **kw)
 
-    monkeypatch.setattr(invoices, "charges_rate", broken_for_bravo)
+    monkeypatch.setattr(invoices, "charges_compute", broken_for_bravo)
     run = invoice_run_create(as_of=NOV + timedelta(days=1))
 
     run = invoice_run_execute(run_id=run.pk)
@@ -265,7 +265,7 @@ def test_the_run_invoices_every_tenant_all_or_nothing_and_is_safe_to_repeat(worl
     assert [f["tenant"] for f in run.failures] == [world.b.slug]
     assert Invoice.objects.get(tenant=world.a).number == "INV-000001"
     assert not Invoice.objects.filter(tenant=world.b).exists()  # nothing half written
-    monkeypatch.setattr(invoices, "charges_rate", real)
+    monkeypatch.setattr(invoices, "charges_compute", real)
 
     again = invoice_run_execute(run_id=invoice_run_create(as_of=NOV + timedelta(days=2)).pk)
 
@@ -334,3 +334,28 @@ def test_invoice_numbers_have_no_gaps_under_concurrent_runs_and_rollbacks(world)
     sequences = sorted(Invoice.objects.values_list("sequence", flat=True))
     assert sequences == list(range(1, len(tenants) + 1))  # one each, no gaps
     assert Issuer.objects.get(is_default=True).next_invoice_number == len(tenants) + 1
+
+
+def test_a_chunk_that_fails_to_write_is_invoiced_tenant_by_tenant(world, monkeypatch):
+    world.price()
+    _october(world, world.a, completion=1_000_000)
+    _october(world, world.b, completion=2_000_000)
+    real = InvoiceLine.objects.bulk_create
+    calls = []
+
+    def fail_first(objs, *args, **kwargs):
+        objs = list(objs)
+        calls.append(len(objs))
+        if len(calls) == 1:
+            raise IntegrityError("simulated: the chunk's write failed")
+        return real(objs, *args, **kwargs)
+
+    monkeypatch.setattr(InvoiceLine.objects, "bulk_create", fail_first)
+
+    run = invoice_run_execute(run_id=invoice_run_create(as_of=NOV + timedelta(days=1)).pk)
+
+    assert (run.status, run.invoices_created) == ("done", 2), run.failures
+    totals = dict(Invoice.objects.values_list("tenant__slug", "total_minor"))
+    assert totals == {world.a.slug: 400, world.b.slug: 800}
+    # The failed chunk took no numbers: the tenants' invoices are 1 and 2.
+    assert sorted(Invoice.objects.values_list("sequence", flat=True)) == [1, 2]
