@@ -31,7 +31,7 @@ django.setup()
 import numpy as np  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
-from bench.common import PeakRss, report_write  # noqa: E402
+from bench.common import PeakRss, fleet_remove, report_write  # noqa: E402
 from billing.models import AllocationRun, CostAllocation, CostRate, PoolHourCost  # noqa: E402
 from billing.rates import cost_rate_create  # noqa: E402
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel  # noqa: E402
@@ -231,13 +231,7 @@ def cleanup() -> None:
     CostRate.objects.filter(note=PREFIX).delete()
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM metering_usagerollup WHERE hour < %s", [end])
-    Reservation.objects.filter(pool__name__startswith=PREFIX).delete()
-    Replica.objects.filter(name__startswith=PREFIX).delete()
-    Gpu.objects.filter(serial__startswith=PREFIX).delete()
-    Pool.objects.filter(name__startswith=PREFIX).delete()
-    Node.objects.filter(name__startswith=PREFIX).delete()
-    GpuSku.objects.filter(name__startswith=PREFIX).delete()
-    ServedModel.objects.filter(name__startswith=PREFIX).delete()
+    fleet_remove(PREFIX)
 
 
 def settle() -> None:

@@ -34,7 +34,7 @@ django.setup()
 
 from django.db import connection, transaction  # noqa: E402
 
-from bench.common import PeakRss, report_write  # noqa: E402
+from bench.common import PeakRss, fleet_remove, report_write  # noqa: E402
 from billing.models import (  # noqa: E402
     CreditGrant,
     Invoice,
@@ -267,13 +267,7 @@ def cleanup() -> None:
     Subscription.objects.filter(tenant__slug__startswith=PREFIX).delete()
     Plan.objects.filter(name__startswith=PREFIX).delete()
     PriceBook.objects.filter(name__startswith=PREFIX).delete()
-    Reservation.objects.filter(tenant__slug__startswith=PREFIX).delete()
-    Replica.objects.filter(name__startswith=PREFIX).delete()
-    Gpu.objects.filter(serial__startswith=PREFIX).delete()
-    Pool.objects.filter(name__startswith=PREFIX).delete()
-    Node.objects.filter(name__startswith=PREFIX).delete()
-    GpuSku.objects.filter(name__startswith=PREFIX).delete()
-    ServedModel.objects.filter(name__startswith=PREFIX).delete()
+    fleet_remove(PREFIX)
     TenantPolicy.objects.filter(tenant__slug__startswith=PREFIX).delete()
     Tenant.objects.filter(slug__startswith=PREFIX).delete()
 

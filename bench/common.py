@@ -166,3 +166,16 @@ class PeakRss:
 
 def median(values: list[float]) -> float:  # ok-float: timings
     return statistics.median(values) if values else float("nan")
+
+
+def fleet_remove(prefix: str) -> None:
+    """Delete a benchmark's fleet: every row whose name starts with `prefix`."""
+    from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel
+
+    Reservation.objects.filter(pool__name__startswith=prefix).delete()
+    Replica.objects.filter(name__startswith=prefix).delete()
+    Gpu.objects.filter(serial__startswith=prefix).delete()
+    Pool.objects.filter(name__startswith=prefix).delete()
+    Node.objects.filter(name__startswith=prefix).delete()
+    GpuSku.objects.filter(name__startswith=prefix).delete()
+    ServedModel.objects.filter(name__startswith=prefix).delete()
