@@ -1,13 +1,22 @@
-"""The demo world's booked cost rates (used by `manage.py up`): a
-peak / off-peak energy tariff, a PUE and the usual overheads, in force
-from the start of 2026. Idempotent: a component already priced is left."""
+"""The demo world's booked cost rates and prices (used by `manage.py up`):
+a peak / off-peak energy tariff, a PUE and the usual overheads; price
+books, plans, subscriptions and a credit grant; all in force from the
+start of 2026. Idempotent: what is already there is left."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from billing.models import CostRate
+from billing.models import (
+    CostRate,
+    CreditGrant,
+    ModelPrice,
+    Plan,
+    PriceBook,
+    Subscription,
+    VolumeTier,
+)
 from billing.rates import cost_rate_create
 
 SINCE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -33,3 +42,60 @@ def cost_rates_demo_seed() -> int:
         cost_rate_create(effective_from=SINCE, note="demo", **fields)
         created += 1
     return created
+
+
+def prices_demo_seed() -> int:
+    """The demo's prices, once: a list book for every tier, a dedicated
+    book with a GPU-month fee, a reservation fee, graduated output tokens;
+    a committed plan for the dedicated and reserved tenants, a discount
+    plan and prepaid credit for a shared one. Returns rows created."""
+    from serving.models import ServedModel
+    from serving.tiny_model import MODEL_NAME
+    from tenants.models import Tenant
+
+    if PriceBook.objects.filter(name="Demo list").exists():
+        return 0
+    model, _ = ServedModel.objects.get_or_create(name=MODEL_NAME)
+    created = 0
+    for tier, fees in (
+        ("", {"reservation_per_gpu_hour": Decimal("1.20")}),
+        ("dedicated", {"dedicated_per_gpu_month": Decimal("1450")}),
+    ):
+        book = PriceBook.objects.create(
+            name="Demo list" if not tier else "Demo dedicated",
+            tier=tier,
+            effective_from=SINCE,
+            **fees,
+        )
+        price = ModelPrice.objects.create(
+            book=book,
+            served_model=model,
+            input_per_mtok=Decimal("0.20"),
+            cached_input_per_mtok=Decimal("0.05"),
+            output_per_mtok=Decimal("0.80"),
+            per_gpu_second=Decimal("0.0002") if tier else None,
+        )
+        VolumeTier.objects.bulk_create(
+            VolumeTier(model_price=price, kind="output", from_tokens=start, per_mtok=per)
+            for start, per in ((0, Decimal("0.80")), (10_000_000, Decimal("0.60")))
+        )
+        created += 2
+    committed = Plan.objects.create(
+        name="Committed", minimum_commit=Decimal("500"), discount_percent=Decimal("10")
+    )
+    starter = Plan.objects.create(name="Starter", discount_percent=Decimal("5"))
+    tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=["acme", "globex", "hooli"])}
+    for slug, plan in (("acme", committed), ("globex", committed), ("hooli", starter)):
+        if slug in tenants:
+            Subscription.objects.create(tenant=tenants[slug], plan=plan, start=SINCE)
+            created += 1
+    if "hooli" in tenants:
+        CreditGrant.objects.create(
+            tenant=tenants["hooli"],
+            amount=Decimal("50"),
+            granted_at=SINCE,
+            expires_at=datetime(2027, 1, 1, tzinfo=UTC),
+            note="welcome credit",
+        )
+        created += 1
+    return created + 2

@@ -9,8 +9,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import render
 
-from billing.choices import InvoiceStatus
-from billing.invoice_selectors import invoice_get, invoice_list
+from billing.choices import InvoiceStatus, RunStatus
+from billing.invoice_selectors import invoice_get, invoice_list, invoice_run_list
 from billing.invoices import invoice_amount_due_minor
 from billing.models import Invoice
 from tenants.access import principal_for_session
@@ -34,16 +34,16 @@ def invoices(request):
     rows = list(invoice_list(tenant=tenant, status=status)[:200])
     for invoice in rows:
         invoice.amount_due_minor = invoice_amount_due_minor(invoice)
-    return render(
-        request,
-        "billing/invoices.html",
-        {
-            "invoices": rows,
-            "statuses": InvoiceStatus.choices,
-            "status": status,
-            "all": tenant is None,
-        },
-    )
+    runs = list(invoice_run_list()[:10]) if tenant is None else []
+    context = {
+        "invoices": rows,
+        "statuses": InvoiceStatus.choices,
+        "status": status,
+        "all": tenant is None,
+        "runs": runs,
+        "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
+    }
+    return render(request, "billing/invoices.html", context)
 
 
 @login_required

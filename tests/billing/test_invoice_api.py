@@ -156,3 +156,20 @@ def test_invoice_pages_show_a_member_only_their_tenants_invoices(client, world, 
     assert client.get(f"/invoices/{theirs.pk}/").status_code == 404
     assert client.get(f"/invoices/{issued['draft'].pk}/").status_code == 404
     assert Invoice.objects.count() == 3
+
+
+def test_finance_sees_every_invoice_and_the_runs_with_their_progress(client, world, issued):
+    from billing.invoice_run import invoice_run_create, invoice_run_execute
+
+    run = invoice_run_execute(run_id=invoice_run_create(as_of=NOV + timedelta(days=1)).pk)
+    client.force_login(make_finance_user())
+
+    page = client.get("/invoices/").content.decode()
+
+    assert issued[world.a.slug].number in page and issued[world.b.slug].number in page
+    assert "(draft)" in page  # drafts too, for finance
+    assert 'data-testid="invoice-runs"' in page
+    assert f"{run.tenants_done} / {run.tenants_total}" in page
+    member = make_member(world.a)
+    client.force_login(member.user)
+    assert 'data-testid="invoice-runs"' not in client.get("/invoices/").content.decode()

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from billing.demo import cost_rates_demo_seed
+from billing.demo import cost_rates_demo_seed, prices_demo_seed
 from config.embedded_postgres import embedded_postgres_stop
 from config.processes import ManagedProcess, url_answers, uvicorn_argv
 from tenants.demo import DEMO_TENANTS, FINANCE_USERNAME
@@ -54,6 +54,7 @@ class Command(BaseCommand):
             with self.step("demo seed"):
                 call_command("seed_demo", stdout=_Discard())
                 cost_rates_demo_seed()
+                prices_demo_seed()
             with self.step("web server"):
                 web = ManagedProcess(
                     name="web",
