@@ -1,9 +1,10 @@
 from django.urls import path
 
-from billing import invoice_pages, views, webhooks
+from billing import invoice_pages, portal, views, webhooks
 
 urlpatterns = [
     path("costs/", views.costs, name="costs"),
+    path("usage/", portal.usage, name="usage-page"),
     path("invoices/", invoice_pages.invoices, name="invoices"),
     path("invoices/<int:pk>/", invoice_pages.invoice_document, name="invoice"),
     path("stripe/webhook", webhooks.stripe_webhook, name="stripe-webhook"),

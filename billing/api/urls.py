@@ -16,8 +16,8 @@ urlpatterns = [
         views.ScenarioCompareView.as_view(),
         name="cost-scenario-compare",
     ),
-    path("invoices", invoice_views.InvoiceListView.as_view(), name="invoices"),
-    path("invoices/<int:pk>", invoice_views.InvoiceDetailView.as_view(), name="invoice"),
+    path("invoices", invoice_views.InvoiceListView.as_view(), name="api-invoices"),
+    path("invoices/<int:pk>", invoice_views.InvoiceDetailView.as_view(), name="api-invoice"),
     path(
         "invoices/<int:pk>/status", invoice_views.InvoiceStatusView.as_view(), name="invoice-status"
     ),

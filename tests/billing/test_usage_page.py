@@ -1,0 +1,69 @@
+"""The tenant portal's usage page: its own usage in the chart data and
+totals, spend against its budget, its invoices, exports; nobody else's."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from metering.models import UsageRollup
+from serving.models import Pool, ServedModel
+from tenants.models import TenantPolicy
+from tests.factories import make_finance_user
+
+
+@pytest.fixture
+def used(world_a, world_b):
+    model = ServedModel.objects.create(name="tiny-llama")
+    pool = Pool.objects.create(name="shared", kind="shared")
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    for tenant, tokens in ((world_a.tenant, 1000), (world_b.tenant, 777_777)):
+        UsageRollup.objects.create(
+            hour=hour,
+            tenant=tenant,
+            served_model=model,
+            pool=pool,
+            prompt_tokens=tokens,
+            completion_tokens=tokens,
+            device_seconds=Decimal("12.5"),
+            requests_ok=3,
+        )
+    return hour
+
+
+def test_a_member_sees_their_usage_chart_and_spend_only(client, world_a, world_b, used):
+    TenantPolicy.objects.filter(tenant=world_a.tenant).update(monthly_budget=Decimal("100"))
+    client.force_login(world_a.viewer.user)
+
+    response = client.get("/usage/")
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    chart = response.context["chart"]
+    assert [d["label"] for d in chart["datasets"]] == ["tiny-llama"]
+    assert sum(chart["datasets"][0]["data"]) == 2000  # Alpha's 1,000 + 1,000, not Bravo's
+    assert 'id="usage-chart"' in html and "chart-4.6.1.umd.min.js" in html
+    assert json.loads(html.split('id="usage-data" type="application/json">')[1].split("<")[0])
+    assert response.context["totals"]["requests"] == 3
+    assert "777" not in html
+    assert "of a 100.00 USD budget" in html
+    assert 'data-testid="export-csv"' in html
+
+
+def test_the_page_warns_over_the_soft_threshold_and_shows_a_block(client, world_a, used):
+    TenantPolicy.objects.filter(tenant=world_a.tenant).update(
+        budget_blocked_at=timezone.now(), budget_block_message="monthly budget of 1 USD reached"
+    )
+    client.force_login(world_a.owner.user)
+    html = client.get("/usage/").content.decode()
+    assert 'data-testid="budget-blocked"' in html and "monthly budget of 1 USD reached" in html
+
+
+def test_finance_without_a_tenant_and_anonymous_callers_are_refused(client, world_a):
+    assert client.get("/usage/").status_code == 302  # to the login page
+    client.force_login(make_finance_user())
+    assert client.get("/usage/").status_code == 403
