@@ -112,3 +112,4 @@ class ReportKind(models.TextChoices):
     FLASH = "flash", "Weekly flash"
     CLOSE = "close", "Monthly close"
     ADHOC = "adhoc", "On request"
+    MONTH_TO_DATE = "mtd", "Month to date"

@@ -27,20 +27,24 @@ PER_UNIT = ["cost_per_mtok", "revenue_per_gpu_hour"]
 
 
 def report_period(*, kind: str, now: datetime) -> tuple[datetime, datetime]:
-    """The period a scheduled report covers: the last whole ISO week (flash)
-    or the last calendar month (close), UTC."""
+    """The period a scheduled report covers: the last whole ISO week (flash),
+    the last calendar month (close), or this month up to today (month to
+    date; on the 1st, the whole of last month), UTC."""
     today = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     if kind == ReportKind.FLASH:
         monday = today - timedelta(days=today.weekday())
         return monday - timedelta(days=7), monday
     this_month, _ = period_containing(anchor_day=1, moment=today)
+    if kind == ReportKind.MONTH_TO_DATE and today > this_month:
+        return this_month, today
     return period_containing(anchor_day=1, moment=this_month - timedelta(days=1))
 
 
 def margin_report_request(
     *, kind: str, start: datetime, end: datetime, requested_by=None
 ) -> MarginReport:
-    if kind == ReportKind.CLOSE:
+    if kind in (ReportKind.CLOSE, ReportKind.MONTH_TO_DATE):
+        # Against the whole previous month.
         previous_start, _ = period_containing(anchor_day=1, moment=start - timedelta(days=1))
     else:
         previous_start = start - (end - start)
@@ -67,9 +71,11 @@ def margin_report_build(*, report_id: int) -> MarginReport:
         tables = {level: margin_table(now, level, previous=before) for level in LEVELS}
         report.totals = {k: str(from_nano(v)) for k, v in margin_totals(now).items()}
         report.csv = _csv(tables)
-        report.html = render_to_string(
-            "billing/margin_report.html", {"report": report, **_html_context(tables)}
-        )
+        context = _html_context(tables)
+        report.tables = {
+            level: [_json_row(row) for row in context[f"{level}s"]] for level in LEVELS
+        }
+        report.html = render_to_string("billing/margin_report.html", {"report": report, **context})
         report.status, report.error = RunStatus.DONE, ""
     except Exception as exc:
         logger.exception("margin report %s failed", report.pk)
@@ -97,6 +103,14 @@ def _csv(tables: dict[str, pd.DataFrame]) -> str:
     combined = pd.concat(frames, ignore_index=True)
     combined.reindex(columns=columns).to_csv(buffer, index=False)
     return buffer.getvalue()
+
+
+def _json_row(row: dict) -> dict:
+    return {
+        k: (str(v) if isinstance(v, Decimal) else int(v) if isinstance(v, np.integer) else v)
+        for k, v in row.items()
+        if not k.endswith("_bar")
+    }
 
 
 def _html_context(tables: dict[str, pd.DataFrame]) -> dict:

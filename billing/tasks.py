@@ -107,7 +107,8 @@ def margin_report_task(report_id: int) -> str:
 
 @shared_task(name="billing.margin_report_scheduled", time_limit=1800, ignore_result=True)
 def margin_report_scheduled_task(kind: str) -> str:
-    """The weekly flash (Mondays) or the monthly close (the 2nd)."""
+    """The weekly flash (Mondays), the monthly close (the 2nd) or the
+    month to date (nightly, for the finance overview)."""
     start, end = report_period(kind=kind, now=timezone.now())
     report = margin_report_request(kind=kind, start=start, end=end)
     return margin_report_build(report_id=report.pk).status

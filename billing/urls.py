@@ -1,9 +1,10 @@
 from django.urls import path
 
-from billing import invoice_pages, portal, views, webhooks
+from billing import finance_pages, invoice_pages, portal, views, webhooks
 
 urlpatterns = [
     path("costs/", views.costs, name="costs"),
+    path("finance/", finance_pages.finance_overview, name="finance"),
     path("usage/", portal.usage, name="usage-page"),
     path("invoices/", invoice_pages.invoices, name="invoices"),
     path("invoices/<int:pk>/", invoice_pages.invoice_document, name="invoice"),

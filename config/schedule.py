@@ -26,6 +26,12 @@ BEAT_SCHEDULE = {
         "schedule": crontab(day_of_week="mon", hour=3, minute=0),
         "args": ("flash",),
     },
+    # The finance overview's figures: this month so far, each night.
+    "billing-margin-month-to-date": {
+        "task": "billing.margin_report_scheduled",
+        "schedule": crontab(hour=3, minute=30),
+        "args": ("mtd",),
+    },
     "billing-margin-close": {
         "task": "billing.margin_report_scheduled",
         "schedule": crontab(day_of_month="2", hour=4, minute=0),

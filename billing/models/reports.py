@@ -21,6 +21,7 @@ class MarginReport(models.Model):
     previous_start = models.DateTimeField()
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     totals = models.JSONField(default=dict, blank=True)  # revenue, cost, margin (decimal strings)
+    tables = models.JSONField(default=dict, blank=True)  # level -> rows, for the dashboard
     csv = models.TextField(blank=True, default="")
     html = models.TextField(blank=True, default="")
     error = models.TextField(blank=True, default="")

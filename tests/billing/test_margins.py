@@ -164,3 +164,36 @@ def test_scheduled_reports_cover_the_last_week_and_month():
         datetime(2026, 10, 1, tzinfo=UTC),
         datetime(2026, 11, 1, tzinfo=UTC),
     )
+
+
+def test_the_finance_overview_shows_the_month_to_date_report(world, client):
+    from billing.margin_reports import margin_report_build, margin_report_request
+    from tests.factories import make_finance_user, make_member
+
+    world.price()
+    pool = world.pool("shared", policy="platform")
+    replica = world.replica("r1", pool, [world.gpu("g1")])
+    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.allocate()
+    report = margin_report_request(kind="mtd", start=H0, end=H0 + HOUR)
+    margin_report_build(report_id=report.pk)
+    client.force_login(make_finance_user())
+
+    response = client.get("/finance/")
+
+    assert response.status_code == 200
+    chart = response.context["chart"]
+    assert chart["labels"] == ["shared"]
+    assert [d["data"] for d in chart["datasets"][:3]] == [[4.0], [1.0], [3.0]]
+    html = response.content.decode()
+    assert 'id="tier-chart"' in html and world.a.slug in html and "(unabsorbed)" in html
+    member = make_member(world.a)
+    client.force_login(member.user)
+    assert client.get("/finance/").status_code == 403
+
+
+def test_the_finance_overview_without_a_report_says_how_to_get_one(client, db):
+    from tests.factories import make_finance_user
+
+    client.force_login(make_finance_user())
+    assert "No margin report yet" in client.get("/finance/").content.decode()
