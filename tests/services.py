@@ -12,6 +12,8 @@ from urllib.parse import quote
 import pytest
 from django.db import connection
 
+from config.processes import free_port  # noqa: F401 (tests import it from here)
+
 IN_CI = os.environ.get("CI") == "true"
 
 
@@ -52,9 +54,3 @@ def database_url_for_subprocess() -> str:
     if host.startswith("/"):  # a Unix socket directory travels in the path (django-environ)
         return f"postgres://{user}{password}@/{quote(host, safe='')}/{s['NAME']}"
     return f"postgres://{user}{password}@{host}:{s['PORT']}/{s['NAME']}"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

@@ -197,3 +197,22 @@ def test_the_finance_overview_without_a_report_says_how_to_get_one(client, db):
 
     client.force_login(make_finance_user())
     assert "No margin report yet" in client.get("/finance/").content.decode()
+
+
+def test_a_period_with_cost_against_one_without_capacity(world):
+    """The period before had revenue (a reservation fee) but no pool-hours
+    allocated at all: no GPU-hours, not a division error."""
+    world.price(reservation=D("2"))
+    world.reserve(world.b, world.pool("res", kind="reserved", owner=world.b), 1)
+    pool = world.pool("shared", policy="platform")
+    replica = world.replica("r1", pool, [world.gpu("g1")])
+    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.allocate()
+    before = margin_data(start=H0 - 2 * HOUR, end=H0)
+
+    table = margin_table(margin_data(start=H0, end=H0 + HOUR), "tier", previous=before)
+    earlier = margin_table(before, "pool", previous=margin_data(start=H0, end=H0 + HOUR))
+
+    assert table.set_index("tier").loc["reserved", "prev_revenue"] == 4 * 10**9  # 2 h x $2
+    rows = earlier.set_index("pool")
+    assert rows.loc["res", "revenue"] == 4 * 10**9 and rows.loc["res", "gpu_hours"] == 0

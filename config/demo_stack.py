@@ -1,0 +1,143 @@
+"""The pieces of the main job beyond the web server: local vLLM replicas in
+the demo pools, the gateway, a Celery worker and beat, the demo workload,
+and the pipeline that turns it into attributed usage, allocated cost,
+draft invoices and a month-to-date margin report."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+from django.conf import settings
+from django.utils import timezone
+
+from config.processes import ManagedProcess, free_port
+
+GATEWAY_PORT = 8080
+
+
+def vllm_replicas_start(*, pools: dict, progress) -> list:
+    """One local replica of the tiny model per demo pool, registered into
+    it on the pool's demo GPUs; returns the started replicas."""
+    from serving.launcher import (
+        replica_start,
+        replica_wait_ready,
+        state_read,
+        state_write,
+        vllm_install,
+        vllm_installed,
+    )
+    from serving.services import replica_register, served_model_ensure
+    from serving.tiny_model import MODEL_NAME, model_config, tiny_model_write
+
+    if not vllm_installed():
+        vllm_install(progress=lambda msg: progress(f"install: {msg}"))
+    model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
+    model = served_model_ensure(
+        name=MODEL_NAME, chars_per_token=Decimal(1), max_context_tokens=2048, config=model_config()
+    )
+    stale = state_read()
+    started = []
+    for n, (_, (pool, gpus)) in enumerate(sorted(pools.items())):
+        replica = replica_start(
+            name=f"demo-{n}", port=free_port(), model_dir=model_dir, served_model=MODEL_NAME
+        )
+        started.append((replica, pool, gpus))
+    state_write([*stale, *(r for r, _, _ in started)])
+    for replica, pool, gpus in started:
+        replica_wait_ready(replica, timeout=600)
+        replica_register(
+            name=replica.name,
+            base_url=replica.base_url,
+            model=model,
+            pool=pool,
+            gpus=gpus,
+            launched_pid=replica.pid,
+            max_inflight=64,
+        )
+        progress(f"{replica.name} ready in {pool.name}")
+    return [r for r, _, _ in started]
+
+
+def services_start(*, log_dir: Path, gateway_port: int = GATEWAY_PORT) -> list[ManagedProcess]:
+    """The gateway, a Celery worker and Celery beat, each its own process."""
+    python = sys.executable
+    processes = [
+        ManagedProcess(
+            name="gateway",
+            argv=[python, "manage.py", "gateway", "--port", str(gateway_port)],
+            log_path=log_dir / "gateway.log",
+            ready_url=f"http://127.0.0.1:{gateway_port}/healthz",
+        ),
+        ManagedProcess(
+            name="worker",
+            argv=[python, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-l", "INFO"],
+            log_path=log_dir / "worker.log",
+        ),
+        ManagedProcess(
+            name="beat",
+            argv=[python, "-m", "celery", "-A", "config", "beat", "-l", "INFO"],
+            log_path=log_dir / "beat.log",
+        ),
+    ]
+    for process in processes:
+        process.start()
+    processes[0].wait_ready(timeout=60)
+    return processes
+
+
+def workload(*, gateway_url: str, seconds: float) -> dict:
+    from serving.tiny_model import MODEL_NAME
+    from serving.workload import workload_run
+
+    keys = json.loads(Path(settings.DEMO_KEYS_FILE).read_text())
+    time.sleep(settings.GATEWAY["FLEET_REFRESH_SECONDS"] + 0.5)  # the gateway sees the replicas
+    return workload_run(gateway_url=gateway_url, keys=keys, model=MODEL_NAME, seconds=seconds)
+
+
+def records_flushed(gateway_url: str, *, timeout: float = 30) -> None:
+    """Until the gateway holds no unwritten usage record."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if httpx.get(f"{gateway_url}/healthz", timeout=5).json()["record_backlog"] == 0:
+            return
+        time.sleep(0.2)
+
+
+def pipeline_run() -> dict:
+    """Attribute and roll up what the workload left, allocate today's cost,
+    draft this period's invoices and compute the month-to-date margins."""
+    from billing.allocation_run import allocation_run_create, allocation_run_execute
+    from billing.choices import ReportKind
+    from billing.invoice_run import invoice_run_create, invoice_run_execute
+    from billing.margin_reports import margin_report_build, margin_report_request
+    from billing.periods import period_containing
+    from metering.jobs import metering_run
+
+    now = timezone.now()
+    grace = timedelta(seconds=settings.METERING["ATTRIBUTION_GRACE_SECONDS"])
+    metered = metering_run(now=now + grace + timedelta(hours=1))
+    next_hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    allocation = allocation_run_execute(run_id=allocation_run_create(start=today, end=next_hour).pk)
+    drafts = invoice_run_execute(
+        run_id=invoice_run_create(as_of=now, finalize=False).pk, current_period=True
+    )
+    month_start, _ = period_containing(anchor_day=1, moment=now)
+    report = margin_report_build(
+        report_id=margin_report_request(
+            kind=ReportKind.MONTH_TO_DATE, start=month_start, end=next_hour
+        ).pk
+    )
+    return {
+        "windows": metered.windows,
+        "allocation": allocation.status,
+        "drafts": drafts.invoices_created,
+        "margin": report.totals,
+    }
