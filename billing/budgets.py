@@ -25,8 +25,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.models import BudgetState
-from billing.periods import anchor_day_of, period_containing
-from billing.rating import charges_rate
+from billing.periods import tenant_period, tenants_by_period
+from billing.rating import TenantInputs, charges_compute, rating_inputs, rating_session
 from tenants.choices import KEY_MANAGER_ROLES
 from tenants.models import Membership, Tenant, TenantPolicy
 from tenants.services import policy_budget_block, policy_budget_unblock
@@ -45,30 +45,53 @@ class BudgetCheck:
     unblocked: bool = False
 
 
-def budget_spend(*, tenant: Tenant, start: datetime, end: datetime) -> Decimal:
-    charges = charges_rate(tenant=tenant, start=start, end=end)
+def budget_spend(
+    *, tenant: Tenant, start: datetime, end: datetime, inputs: TenantInputs | None = None
+) -> Decimal:
+    if inputs is None:
+        inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
+    charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs)
     return sum((c.amount for c in charges if c.kind in SPEND_KINDS), Decimal(0))
 
 
 def budgets_check(*, now: datetime | None = None) -> list[BudgetCheck]:
-    """Every tenant with a budget, or blocked by one."""
+    """Every tenant with a budget, or blocked by one; their usage is read
+    in one query per billing period, not one per tenant."""
     now = now or timezone.now()
-    policies = TenantPolicy.objects.filter(
-        Q(monthly_budget__isnull=False) | Q(budget_blocked_at__isnull=False)
-    ).select_related("tenant")
-    return [budget_check(tenant=p.tenant, now=now) for p in policies]
+    policies = {
+        p.tenant_id: p
+        for p in TenantPolicy.objects.filter(
+            Q(monthly_budget__isnull=False) | Q(budget_blocked_at__isnull=False)
+        ).select_related("tenant")
+    }
+    tenants = [p.tenant for p in policies.values()]
+    checks = []
+    with rating_session():
+        groups = tenants_by_period(tenants=tenants, moment=now, closed=False)
+        for (start, end), group in groups.items():
+            budgeted = [t for t in group if policies[t.pk].monthly_budget is not None]
+            inputs = rating_inputs(tenants=budgeted, start=start, end=now) if budgeted else {}
+            for tenant in group:
+                checks.append(
+                    _check(tenant, policies[tenant.pk], (start, end), now, inputs.get(tenant.pk))
+                )
+    return checks
 
 
 def budget_check(*, tenant: Tenant, now: datetime | None = None) -> BudgetCheck:
     now = now or timezone.now()
     policy = TenantPolicy.objects.get(tenant=tenant)
+    return _check(tenant, policy, tenant_period(tenant=tenant, moment=now), now, None)
+
+
+def _check(tenant, policy, period, now, inputs: TenantInputs | None) -> BudgetCheck:
     budget = policy.monthly_budget
     if budget is None:
         return BudgetCheck(
             tenant.slug, Decimal(0), None, unblocked=policy_budget_unblock(tenant=tenant)
         )
-    start, end = period_containing(anchor_day=anchor_day_of(tenant=tenant, moment=now), moment=now)
-    spend = budget_spend(tenant=tenant, start=start, end=now)
+    start, end = period
+    spend = budget_spend(tenant=tenant, start=start, end=now, inputs=inputs)
     soft = budget * policy.budget_soft_percent / 100
     hard = budget * policy.budget_hard_percent / 100
     currency = tenant.billing_currency

@@ -25,7 +25,7 @@ from billing.invoices import (
     number_assign,
     numbers_take,
 )
-from billing.late_usage import earlier_invoices
+from billing.late_usage import earlier_periods
 from billing.models import CreditApplication, CreditGrant, Invoice, InvoiceLine, InvoiceRun
 from billing.rating import rating_inputs
 from billing.stripe_sync import sync_enqueue
@@ -59,7 +59,7 @@ def invoices_bill_many(
     )
     to_rate = [t for t in tenants if t.pk not in final]  # a re-run rates only what is left
     inputs = rating_inputs(tenants=to_rate, start=start, end=end) if to_rate else {}
-    earlier = earlier_invoices(tenant_ids=[t.pk for t in to_rate], before=start)
+    earlier = earlier_periods(tenants=to_rate, before=start)
     with_credit = set(
         CreditGrant.objects.filter(tenant__in=tenants).values_list("tenant_id", flat=True)
     )
@@ -107,8 +107,8 @@ def _chunk_bill(tenants, start, end, run, finalize, inputs, earlier, with_credit
                     start=start,
                     end=end,
                     inputs=mine,
-                    # Fetched for every tenant rated at the start: none means none.
-                    earlier=earlier.get(tenant.pk, [] if tenant.pk in inputs else None),
+                    # Loaded for every tenant rated at the start (the rest: alone).
+                    earlier=earlier if tenant.pk in inputs else None,
                 )
             except Exception as exc:  # this tenant only: nothing is written for it
                 logger.exception("rating %s failed", tenant.slug)

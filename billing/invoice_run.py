@@ -8,18 +8,16 @@ building the same invoice at once. Progress is on the run's row."""
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime
 
-from django.db.models import Q
 from django.utils import timezone
 
 from billing.choices import RunStatus
 from billing.invoice_batch import invoices_bill_many
 from billing.invoices import invoice_bill_period, invoicing_session
-from billing.models import InvoiceRun, Subscription
-from billing.periods import anchor_day_of, period_containing, period_last_closed
+from billing.models import InvoiceRun
+from billing.periods import tenants_by_period
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -54,7 +52,7 @@ def invoice_run_execute(
     failures: list[dict] = []
     warnings: list[str] = []
     with invoicing_session():
-        periods = _by_period(tenants, as_of=run.as_of, current=current_period)
+        periods = tenants_by_period(tenants=tenants, moment=run.as_of, closed=not current_period)
         for (start, end), group in periods.items():
             done_before = counts["done"]
 
@@ -79,25 +77,6 @@ def invoice_run_execute(
     return run
 
 
-def _by_period(tenants, *, as_of, current: bool = False) -> dict[tuple, list[Tenant]]:
-    """Tenants grouped by their last closed billing period (by anchor day),
-    or by the one running at `as_of`."""
-    anchors = dict(
-        Subscription.objects.filter(start__lte=as_of)
-        .filter(Q(end__isnull=True) | Q(end__gt=as_of))
-        .order_by("tenant_id", "start")
-        .values_list("tenant_id", "anchor_day")
-    )
-    groups: dict[tuple, list[Tenant]] = defaultdict(list)
-    for tenant in tenants:
-        anchor = anchors.get(tenant.pk, 1)
-        if current:
-            groups[period_containing(anchor_day=anchor, moment=as_of)].append(tenant)
-        else:
-            groups[period_last_closed(anchor_day=anchor, as_of=as_of)].append(tenant)
-    return groups
-
-
 def _count(outcomes, counts, failures, warnings, done_before) -> None:
     """Running totals from a period group's outcomes so far."""
     fresh = outcomes[counts["done"] - done_before :]
@@ -115,8 +94,7 @@ def _count(outcomes, counts, failures, warnings, done_before) -> None:
 def invoice_bill(*, tenant: Tenant, as_of: datetime, run: InvoiceRun | None = None):
     """One tenant's last closed period, built and finalized all or nothing:
     (outcome, invoice)."""
-    anchor = anchor_day_of(tenant=tenant, moment=as_of)
-    start, end = period_last_closed(anchor_day=anchor, as_of=as_of)
+    ((start, end),) = tenants_by_period(tenants=[tenant], moment=as_of, closed=True)
     return invoice_bill_period(
         tenant=tenant, start=start, end=end, run=run, finalize=run is None or run.finalize
     )

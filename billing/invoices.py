@@ -21,7 +21,7 @@ from billing.choices import INVOICE_TRANSITIONS, InvoiceStatus, StripeSync
 from billing.credits import credits_plan, wallet_balances
 from billing.errors import InvoiceStateError
 from billing.invoice_lines import LineDraft, credit_line, lines_from_charges
-from billing.late_usage import late_usage_lines
+from billing.late_usage import EarlierPeriods, late_usage_lines
 from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
 from billing.rating import TenantInputs, charges_compute, rating_inputs, rating_session
 from billing.stripe_sync import sync_enqueue
@@ -69,8 +69,7 @@ def draft_compose(
     start: datetime,
     end: datetime,
     inputs: TenantInputs,
-    earlier: list[Invoice] | None = None,
-    building: Invoice | None = None,
+    earlier: EarlierPeriods | None = None,
 ) -> DraftContent | None:
     """Rate the period and check earlier ones for late usage; None when
     there is nothing to bill. Shared by the one-invoice path and the run."""
@@ -79,7 +78,7 @@ def draft_compose(
     charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs, warnings=warnings)
     lines = lines_from_charges(charges, currency=currency, start=start, end=end)
     late, fingerprints = late_usage_lines(
-        tenant=tenant, before=start, currency=currency, building=building, earlier=earlier
+        tenant=tenant, before=start, currency=currency, earlier=earlier
     )
     lines += late
     if not lines:
@@ -116,9 +115,7 @@ def invoice_draft_build(
         if invoice is not None and invoice.is_final:
             return invoice, "final"
         inputs = rating_inputs(tenants=[tenant], start=period_start, end=period_end)[tenant.pk]
-        content = draft_compose(
-            tenant=tenant, start=period_start, end=period_end, inputs=inputs, building=invoice
-        )
+        content = draft_compose(tenant=tenant, start=period_start, end=period_end, inputs=inputs)
         if content is None:
             if invoice is not None:
                 invoice.delete()

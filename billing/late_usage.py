@@ -11,47 +11,76 @@ rates the same."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Sum
+from django.db.models import F, Sum
 
 from billing.choices import InvoiceStatus, LineKind
 from billing.invoice_lines import LineDraft, LineKey, line_difference, lines_from_charges
 from billing.models import Invoice, InvoiceLine
-from billing.rating import charges_compute, rating_inputs
+from billing.rating import TenantInputs, charges_compute, rating_inputs
 from tenants.models import Tenant
 
 Fingerprint = dict[str, int | str]
 
 
+@dataclass
+class EarlierPeriods:
+    """What the late-usage check reads, loaded for many tenants at once:
+    their last invoiced periods, each period's usage now, and each
+    period's fingerprint when it was last billed."""
+
+    invoices: dict[int, list[Invoice]]
+    inputs: dict[tuple[int, datetime], TenantInputs]
+    known: dict[tuple[int, str], Fingerprint]
+
+
+def earlier_periods(*, tenants: list[Tenant], before: datetime) -> EarlierPeriods:
+    """For invoices of a period starting at `before`: one query for the
+    earlier invoices, one rating read per distinct earlier period, one for
+    the fingerprints, however many tenants."""
+    invoices = earlier_invoices(tenant_ids=[t.pk for t in tenants], before=before)
+    by_period: dict[tuple[datetime, datetime], list[Tenant]] = defaultdict(list)
+    for tenant in tenants:
+        for invoice in invoices.get(tenant.pk, []):
+            by_period[(invoice.period_start, invoice.period_end)].append(tenant)
+    inputs = {}
+    for (start, end), group in by_period.items():
+        for tenant_id, read in rating_inputs(tenants=group, start=start, end=end).items():
+            inputs[(tenant_id, start)] = read
+    known: dict[tuple[int, str], Fingerprint] = {}
+    billed = (
+        _billing_invoices(tenant_ids=list(invoices), building=before)
+        .order_by(F("rated_at").asc(nulls_first=True))
+        .values_list("tenant_id", "usage_fingerprint")
+    )
+    for tenant_id, fingerprints in billed:  # the newest billing of a period wins
+        for key, fingerprint in fingerprints.items():
+            known[(tenant_id, key)] = fingerprint
+    return EarlierPeriods(invoices=invoices, inputs=inputs, known=known)
+
+
 def late_usage_lines(
-    *,
-    tenant: Tenant,
-    before: datetime,
-    currency: str,
-    building: Invoice | None,
-    earlier: list[Invoice] | None = None,
+    *, tenant: Tenant, before: datetime, currency: str, earlier: EarlierPeriods | None = None
 ) -> tuple[list[LineDraft], dict[str, Fingerprint]]:
     """Late-usage lines for the invoice being built (of a period starting at
     `before`), and the fingerprints of the periods looked at. `earlier`:
-    the invoices to check, when the caller already has them
-    (`earlier_invoices`, for many tenants at once)."""
-    others = Invoice.objects.filter(tenant=tenant).exclude(status=InvoiceStatus.VOID)
-    if building is not None and building.pk:
-        others = others.exclude(pk=building.pk)
+    what `earlier_periods` loaded for many tenants at once."""
     if earlier is None:
-        earlier = earlier_invoices(tenant_ids=[tenant.pk], before=before).get(tenant.pk, [])
+        earlier = earlier_periods(tenants=[tenant], before=before)
     lines: list[LineDraft] = []
     fingerprints: dict[str, Fingerprint] = {}
-    for invoice in earlier:
-        if invoice.currency != currency or (building is not None and invoice.pk == building.pk):
+    for invoice in earlier.invoices.get(tenant.pk, []):
+        if invoice.currency != currency:
             continue
         start, end = invoice.period_start, invoice.period_end
-        inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
+        inputs = earlier.inputs[(tenant.pk, start)]
         now = inputs.fingerprint()
-        if now == _last_known(others, start):
+        if now == earlier.known.get((tenant.pk, start.isoformat())):
             continue
         fingerprints[start.isoformat()] = now
         charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs)
@@ -59,12 +88,23 @@ def late_usage_lines(
             line.key: line
             for line in lines_from_charges(charges, currency=currency, start=start, end=end)
         }
+        others = _billing_invoices(tenant_ids=[tenant.pk], building=before)
         billed = _billed(others, start=start, end=end)
         for key in sorted(rated.keys() | billed.keys(), key=_sortable):
             line = line_difference(rated=rated.get(key), billed=billed.get(key))
             if line is not None:
                 lines.append(line)
     return lines, fingerprints
+
+
+def _billing_invoices(*, tenant_ids: list[int], building: datetime):
+    """The tenants' invoices that count as billed: not void, and not the
+    one being built now (the period starting at `building`)."""
+    return (
+        Invoice.objects.filter(tenant_id__in=tenant_ids)
+        .exclude(status=InvoiceStatus.VOID)
+        .exclude(period_start=building)
+    )
 
 
 def earlier_invoices(*, tenant_ids: list[int], before: datetime) -> dict[int, list[Invoice]]:
@@ -82,18 +122,6 @@ def earlier_invoices(*, tenant_ids: list[int], before: datetime) -> dict[int, li
         if len(kept) < settings.BILLING["LATE_USAGE_PERIODS"]:
             kept.append(invoice)
     return out
-
-
-def _last_known(invoices, start: datetime) -> Fingerprint | None:
-    """The fingerprint of the period when it was last billed."""
-    key = start.isoformat()
-    newest = (
-        invoices.filter(usage_fingerprint__has_key=key)
-        .order_by("-rated_at")
-        .values_list("usage_fingerprint", flat=True)
-        .first()
-    )
-    return newest[key] if newest else None
 
 
 def _billed(invoices, *, start: datetime, end: datetime) -> dict[LineKey, LineDraft]:

@@ -39,16 +39,43 @@ def period_previous(*, anchor_day: int, start: datetime) -> tuple[datetime, date
     return period_containing(anchor_day=anchor_day, moment=start - _DAY)
 
 
-def subscription_at(*, tenant: Tenant, moment: datetime) -> Subscription | None:
-    return (
-        Subscription.objects.filter(tenant=tenant, start__lte=moment)
+def subscriptions_at(*, tenant_ids, moment: datetime) -> dict[int, Subscription]:
+    """Each tenant's subscription in force at `moment` (the latest started
+    wins), in one query for however many tenants."""
+    out: dict[int, Subscription] = {}
+    subscriptions = (
+        Subscription.objects.filter(tenant_id__in=list(tenant_ids), start__lte=moment)
         .filter(Q(end__isnull=True) | Q(end__gt=moment))
         .select_related("plan", "issuer")
-        .order_by("-start")
-        .first()
+        .order_by("tenant_id", "start")
     )
+    for subscription in subscriptions:
+        out[subscription.tenant_id] = subscription
+    return out
 
 
-def anchor_day_of(*, tenant: Tenant, moment: datetime) -> int:
-    subscription = subscription_at(tenant=tenant, moment=moment)
-    return subscription.anchor_day if subscription else 1
+def subscription_at(*, tenant: Tenant, moment: datetime) -> Subscription | None:
+    return subscriptions_at(tenant_ids=[tenant.pk], moment=moment).get(tenant.pk)
+
+
+def tenants_by_period(
+    *, tenants: list[Tenant], moment: datetime, closed: bool
+) -> dict[tuple[datetime, datetime], list[Tenant]]:
+    """Tenants grouped by their billing period (from their anchor day): the
+    one running at `moment`, or with `closed` the last one ended by it."""
+    subscriptions = subscriptions_at(tenant_ids=[t.pk for t in tenants], moment=moment)
+    groups: dict[tuple[datetime, datetime], list[Tenant]] = {}
+    for tenant in tenants:
+        anchor = subscriptions[tenant.pk].anchor_day if tenant.pk in subscriptions else 1
+        if closed:
+            period = period_last_closed(anchor_day=anchor, as_of=moment)
+        else:
+            period = period_containing(anchor_day=anchor, moment=moment)
+        groups.setdefault(period, []).append(tenant)
+    return groups
+
+
+def tenant_period(*, tenant: Tenant, moment: datetime) -> tuple[datetime, datetime]:
+    """The tenant's billing period running at `moment`."""
+    (period,) = tenants_by_period(tenants=[tenant], moment=moment, closed=False)
+    return period

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from billing.budgets import budget_spend
 from billing.invoice_selectors import invoice_list
-from billing.periods import anchor_day_of, period_containing
+from billing.periods import tenant_period
 from metering.selectors import UsageQuery, usage_summary
 from tenants.access import principal_for_session
 
@@ -39,9 +39,7 @@ def usage(request):
         for name in ("prompt_tokens", "cached_tokens", "completion_tokens", "device_seconds"):
             totals[name] += row[name]
         totals["requests"] += sum(row[f"requests_{s}"] for s in ("ok", "aborted", "error"))
-    period_start, period_end = period_containing(
-        anchor_day=anchor_day_of(tenant=tenant, moment=now), moment=now
-    )
+    period_start, period_end = tenant_period(tenant=tenant, moment=now)
     spend = budget_spend(tenant=tenant, start=period_start, end=now)
     policy = tenant.policy
     budget = policy.monthly_budget

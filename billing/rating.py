@@ -20,6 +20,7 @@ from django.db.models import Case, Count, IntegerField, Q, Sum, Value, When
 
 from billing.choices import TokenKind
 from billing.models import ModelPrice, PriceBook, Subscription
+from billing.periods import subscriptions_at
 from metering.models import UsageRollup
 from serving.choices import PoolKind
 from serving.models import Gpu, Reservation, ServedModel
@@ -152,14 +153,8 @@ def rating_inputs(
     )
     for row in dedicated:
         out[row["replicas__pool__owner"]].dedicated_gpus = row["gpus"]
-    subscriptions = (
-        Subscription.objects.filter(tenant_id__in=ids, start__lte=start)
-        .filter(Q(end__isnull=True) | Q(end__gt=start))
-        .select_related("plan", "issuer")
-        .order_by("tenant_id", "start")
-    )
-    for subscription in subscriptions:  # the latest one that started wins
-        out[subscription.tenant_id].subscription = subscription
+    for tenant_id, subscription in subscriptions_at(tenant_ids=ids, moment=start).items():
+        out[tenant_id].subscription = subscription
     return out
 
 

@@ -22,8 +22,8 @@ import pandas as pd
 from django.db.models import Q, Sum
 
 from billing.money import to_nano
-from billing.periods import anchor_day_of, period_containing
-from billing.rating import Charge, charges_rate
+from billing.periods import tenants_by_period
+from billing.rating import Charge, charges_compute, rating_inputs, rating_session
 from metering.apportion import apportion
 from metering.models import UsageRollup
 from serving.choices import PoolKind
@@ -44,12 +44,17 @@ def revenue_rows(*, start: datetime, end: datetime) -> pd.DataFrame:
         | Q(pools__kind=PoolKind.DEDICATED)
         | Q(subscriptions__isnull=False)
     ).distinct()
+    tenants = list(tenants)
+    inputs = rating_inputs(tenants=tenants, start=start, end=end)
+    # Tenants whose billing period is exactly this one keep their true-up.
+    whole = tenants_by_period(tenants=tenants, moment=start, closed=False).get((start, end), [])
     rows: list[tuple] = []
-    for tenant in tenants:
-        charges = charges_rate(tenant=tenant, start=start, end=end)
-        if not _is_billing_period(tenant, start, end):
-            charges = [c for c in charges if c.kind != "commit_true_up"]
-        rows += _place(tenant, charges, usage.get(tenant.pk, {}), start=start, end=end)
+    with rating_session():
+        for tenant in tenants:
+            charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs[tenant.pk])
+            if tenant not in whole:
+                charges = [c for c in charges if c.kind != "commit_true_up"]
+            rows += _place(tenant, charges, usage.get(tenant.pk, {}), start=start, end=end)
     frame = pd.DataFrame(rows, columns=COLUMNS)
     return frame.groupby(["tenant_id", "pool_id", "model"], dropna=False, as_index=False).sum()
 
@@ -131,8 +136,3 @@ def _dedicated_gpus(tenant) -> dict[tuple, float]:
         gpus = Gpu.objects.filter(replicas__pool=pool).distinct().count()
         out[(pool.pk, None)] = float(gpus)  # ok-float: weights only
     return out
-
-
-def _is_billing_period(tenant: Tenant, start: datetime, end: datetime) -> bool:
-    anchor = anchor_day_of(tenant=tenant, moment=start)
-    return period_containing(anchor_day=anchor, moment=start) == (start, end)

@@ -9,7 +9,6 @@ import json
 import sys
 import time
 from datetime import timedelta
-from decimal import Decimal
 from pathlib import Path
 
 from django.conf import settings
@@ -23,44 +22,13 @@ GATEWAY_PORT = 8080
 def vllm_replicas_start(*, pools: dict, progress) -> list:
     """One local replica of the tiny model per demo pool, registered into
     it on the pool's demo GPUs; returns the started replicas."""
-    from serving.launcher import (
-        replica_start,
-        replica_wait_ready,
-        state_read,
-        state_write,
-        vllm_install,
-        vllm_installed,
-    )
-    from serving.services import replica_register, served_model_ensure
-    from serving.tiny_model import MODEL_NAME, model_config, tiny_model_write
+    from serving.local_replicas import Placement, replicas_launch
 
-    if not vllm_installed():
-        vllm_install(progress=lambda msg: progress(f"install: {msg}"))
-    model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
-    model = served_model_ensure(
-        name=MODEL_NAME, chars_per_token=Decimal(1), max_context_tokens=2048, config=model_config()
-    )
-    stale = state_read()
-    started = []
-    for n, (_, (pool, gpus)) in enumerate(sorted(pools.items())):
-        replica = replica_start(
-            name=f"demo-{n}", port=free_port(), model_dir=model_dir, served_model=MODEL_NAME
-        )
-        started.append((replica, pool, gpus))
-    state_write([*stale, *(r for r, _, _ in started)])
-    for replica, pool, gpus in started:
-        replica_wait_ready(replica, timeout=600)
-        replica_register(
-            name=replica.name,
-            base_url=replica.base_url,
-            model=model,
-            pool=pool,
-            gpus=gpus,
-            launched_pid=replica.pid,
-            max_inflight=64,
-        )
-        progress(f"{replica.name} ready in {pool.name}")
-    return [r for r, _, _ in started]
+    placements = [
+        Placement(name=f"demo-{n}", port=free_port(), pool=pool, gpus=gpus)
+        for n, (_, (pool, gpus)) in enumerate(sorted(pools.items()))
+    ]
+    return replicas_launch(placements=placements, progress=progress)
 
 
 def services_start(*, log_dir: Path, gateway_port: int = GATEWAY_PORT) -> list[ManagedProcess]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
-from rest_framework import exceptions, status
+from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -22,11 +22,10 @@ from billing.invoices import invoice_finalize, invoice_transition
 from config.api_errors import ERROR_RESPONSES, ErrorOut
 from tenants.api.permissions import (
     IsFinanceStaff,
-    request_principal,
     require_tenant,
     scope_required,
+    tenant_scope,
 )
-from tenants.selectors import tenant_for_finance
 
 TAGS = ["invoices"]
 
@@ -35,18 +34,6 @@ def _valid(serializer_class, data) -> dict:
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
-
-
-def _scope(request, slug: str | None = None):
-    """The tenant whose invoices the caller may read (None: every tenant,
-    finance staff only)."""
-    principal = request_principal(request)
-    if principal.is_finance and principal.tenant is None:
-        return tenant_for_finance(slug=slug) if slug else None
-    tenant = require_tenant(request).tenant
-    if slug and slug != tenant.slug:
-        raise exceptions.NotFound(f"no tenant {slug!r}", code="tenant_not_found")
-    return tenant
 
 
 class InvoiceListView(APIView):
@@ -61,7 +48,7 @@ class InvoiceListView(APIView):
     def get(self, request):
         params = _valid(s.InvoiceListQueryIn, request.query_params)
         invoices = invoice_list(
-            tenant=_scope(request, params.get("tenant")), status=params.get("status")
+            tenant=tenant_scope(request, params.get("tenant")), status=params.get("status")
         )
         return Response(s.InvoiceOut(invoices, many=True).data)
 
@@ -75,7 +62,7 @@ class InvoiceDetailView(APIView):
         tags=TAGS,
     )
     def get(self, request, pk: int):
-        return Response(s.InvoiceDetailOut(invoice_get(tenant=_scope(request), pk=pk)).data)
+        return Response(s.InvoiceDetailOut(invoice_get(tenant=tenant_scope(request), pk=pk)).data)
 
 
 class InvoiceStatusView(APIView):

@@ -29,12 +29,10 @@ from metering.ledger import BatchRejected, usage_record_batch
 from metering.selectors import SUMS, UsageQuery, usage_page, usage_summary
 from tenants.api.permissions import (
     IsUsageReporter,
-    request_principal,
-    require_tenant,
     scope_required,
+    tenant_scope,
 )
 from tenants.models import Tenant
-from tenants.selectors import tenant_for_finance
 
 NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines")
 
@@ -196,19 +194,6 @@ class DownloadView(APIView):
         return super().finalize_response(request, response, *args, **kwargs)
 
 
-def _usage_scope(request, params: dict) -> Tenant | None:
-    """The tenant whose rows the caller may read: its own for a tenant (a
-    `tenant` naming another is not found), any or all for finance staff."""
-    principal = request_principal(request)
-    slug = params.get("tenant")
-    if principal.is_finance and principal.tenant is None:
-        return tenant_for_finance(slug=slug) if slug else None
-    principal = require_tenant(request)
-    if slug and slug != principal.tenant.slug:
-        raise exceptions.NotFound(f"no tenant {slug!r}", code="tenant_not_found")
-    return principal.tenant
-
-
 def _usage_request(request, parameters) -> tuple[dict, Tenant | None, UsageQuery]:
     """Validated query parameters, whose rows the caller may read, and the query."""
     query_in = parameters(data=request.query_params)
@@ -220,7 +205,7 @@ def _usage_request(request, parameters) -> tuple[dict, Tenant | None, UsageQuery
         group_by=params["group_by"],
         model=params.get("model"),
     )
-    return params, _usage_scope(request, params), query
+    return params, tenant_scope(request, params.get("tenant")), query
 
 
 def _usage_row(row: dict) -> dict:

@@ -11,7 +11,8 @@ from tenants.access import (
     principal_for_service_key,
     principal_for_user,
 )
-from tenants.models import ApiKey, ServiceKey
+from tenants.models import ApiKey, ServiceKey, Tenant
+from tenants.selectors import tenant_for_finance
 
 TENANT_HEADER = "HTTP_X_TENANT"
 
@@ -42,6 +43,19 @@ def require_tenant(request) -> Principal:
             )
         raise exceptions.NotFound("no tenant is associated with this account", code="no_tenant")
     return principal
+
+
+def tenant_scope(request, slug: str | None = None) -> Tenant | None:
+    """Whose rows the caller may read: its own tenant's (a `slug` naming
+    another is not found), or for finance staff any one tenant or, with no
+    slug, every tenant (None)."""
+    principal = request_principal(request)
+    if principal.is_finance and principal.tenant is None:
+        return tenant_for_finance(slug=slug) if slug else None
+    principal = require_tenant(request)
+    if slug and slug != principal.tenant.slug:
+        raise exceptions.NotFound(f"no tenant {slug!r}", code="tenant_not_found")
+    return principal.tenant
 
 
 class IsTenantKeyManager(BasePermission):

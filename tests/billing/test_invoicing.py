@@ -359,3 +359,29 @@ def test_a_chunk_that_fails_to_write_is_invoiced_tenant_by_tenant(world, monkeyp
     assert totals == {world.a.slug: 400, world.b.slug: 800}
     # The failed chunk took no numbers: the tenants' invoices are 1 and 2.
     assert sorted(Invoice.objects.values_list("sequence", flat=True)) == [1, 2]
+
+
+def test_the_run_reads_and_writes_in_bulk_however_many_tenants(world):
+    """Month two, with the late-usage check of month one: the run's queries
+    do not grow with the number of tenants."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import make_tenant
+
+    world.price()
+
+    def queries_for(tenants: int) -> int:
+        people = [make_tenant() for _ in range(tenants)]
+        for tenant in people:
+            _october(world, tenant, completion=1_000_000)
+            world.tokens(tenant, hour=NOV + timedelta(hours=1), completion=500_000)
+        invoice_run_execute(run_id=invoice_run_create(as_of=NOV + timedelta(days=1)).pk)
+        with CaptureQueriesContext(connection) as queries:
+            run = invoice_run_execute(run_id=invoice_run_create(as_of=DEC + timedelta(days=1)).pk)
+        november = Invoice.objects.filter(tenant__in=people, period_start=NOV)
+        assert run.status == "done" and november.count() == tenants
+        assert {i.total_minor for i in november} == {200}  # no late usage: nothing doubled
+        return len(queries)
+
+    assert queries_for(2) == queries_for(8)

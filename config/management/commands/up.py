@@ -30,7 +30,7 @@ from config.demo_stack import (
 from config.embedded_postgres import embedded_postgres_stop
 from config.processes import ManagedProcess, url_answers, uvicorn_argv
 from serving.demo import fleet_demo_seed
-from serving.launcher import replica_stop
+from serving.local_replicas import replicas_stop
 from tenants.demo import DEMO_TENANTS, FINANCE_USERNAME
 
 
@@ -147,8 +147,8 @@ class Command(BaseCommand):
         finally:
             for process in reversed(processes):
                 process.stop()
-            for replica in replicas:
-                replica_stop(replica.pid)
+            if replicas:
+                replicas_stop(names=[r.name for r in replicas])
             connection.close()
             if not keep_db and not _uses_database_url():
                 embedded_postgres_stop(data_dir=settings.EMBEDDED_POSTGRES_DIR)
