@@ -38,6 +38,7 @@ from bench.common import PeakRss, fleet_remove, report_write  # noqa: E402
 from billing.models import (  # noqa: E402
     CreditGrant,
     Invoice,
+    InvoiceLine,
     InvoiceRun,
     ModelPrice,
     Plan,
@@ -50,6 +51,8 @@ from tenants.models import Tenant, TenantPolicy  # noqa: E402
 
 EPOCH = datetime(2001, 1, 1, tzinfo=UTC)
 MONTH_END = datetime(2001, 2, 1, tzinfo=UTC)
+FEB_END = datetime(2001, 3, 1, tzinfo=UTC)
+LATE_TENANTS = 100  # tenants whose January grows after it was invoiced
 PREFIX = "bench-bill-"
 SPECIAL = 10  # dedicated tenants, then as many with reservations
 
@@ -147,8 +150,9 @@ def _prices(book: PriceBook, models) -> None:
         )
 
 
-def usage_generate(world: dict, *, events: int) -> int:
-    """`events` usage events generated and rolled up in SQL."""
+def usage_generate(world: dict, *, events: int, start: datetime = EPOCH, days: int = 31) -> int:
+    """`events` usage events over `days` from `start`, generated and rolled
+    up in SQL."""
     tenant_ids = [t.pk for t in world["tenants"]]
     shared = [(r.pk, r.pool_id, r.model_id) for r in world["shared"]]
     special = [(r.pk, r.pool_id, r.model_id) for r in world["special"]]
@@ -159,7 +163,7 @@ def usage_generate(world: dict, *, events: int) -> int:
     SELECT date_trunc('hour', at), tenant_id, model_id, pool_id, replica_id, 0,
            sum(prompt), sum(cached), sum(completion), count(*), 0, 0, 0, sum(seconds), true
     FROM (
-        SELECT %(epoch)s::timestamptz + random() * interval '31 days' AS at,
+        SELECT %(epoch)s::timestamptz + random() * %(days)s * interval '1 day' AS at,
                (%(tenants)s::bigint[])[t + 1] AS tenant_id,
                CASE WHEN t < %(special)s THEN (%(sp_replica)s::bigint[])[t + 1]
                     ELSE (%(sh_replica)s::bigint[])[s + 1] END AS replica_id,
@@ -184,7 +188,8 @@ def usage_generate(world: dict, *, events: int) -> int:
         cursor.execute(
             sql,
             {
-                "epoch": EPOCH,
+                "epoch": start,
+                "days": days,
                 "tenants": tenant_ids,
                 "special": 2 * SPECIAL,
                 "sp_replica": [r[0] for r in special],
@@ -221,16 +226,41 @@ def _invoice(queue) -> None:
         if profiler:
             profiler.disable()
             profiler.dump_stats(os.environ["BENCH_PROFILE"])
-        first = (time.perf_counter() - started, rss.take(), run.status, run.invoices_created)
+        first = (time.perf_counter() - started, rss.take(), run.status, run.tenants_total)
         started = time.perf_counter()
         again = invoice_run_execute(run_id=invoice_run_create(as_of=as_of).pk)
         second = (time.perf_counter() - started, rss.take(), again.status, again.invoices_skipped)
-    queue.put((first, second))
+        _january_grows()  # late usage for the invoiced month (not timed)
+        started = time.perf_counter()
+        february = invoice_run_execute(run_id=invoice_run_create(as_of=FEB_END).pk)
+        third = (time.perf_counter() - started, rss.take(), february.status, _late_lines())
+    queue.put((first, second, third))
 
 
-def _rollup_rows() -> int:
+def _january_grows() -> None:
+    """Late records for the last hour of January, for some tenants: their
+    rollups are rebuilt larger after January was invoiced."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM metering_usagerollup WHERE hour < %s", [MONTH_END])
+        cursor.execute(
+            "UPDATE metering_usagerollup SET completion_tokens = completion_tokens + 100000 "
+            "WHERE hour >= %s AND hour < %s AND tenant_id IN (SELECT id FROM tenants_tenant "
+            "WHERE slug LIKE %s ORDER BY id OFFSET %s LIMIT %s)",
+            [MONTH_END - timedelta(hours=1), MONTH_END, f"{PREFIX}%", 2 * SPECIAL, LATE_TENANTS],
+        )
+
+
+def _late_lines() -> int:
+    return InvoiceLine.objects.filter(
+        late=True, invoice__tenant__slug__startswith=PREFIX, invoice__period_start=MONTH_END
+    ).count()
+
+
+def _rollup_rows(start: datetime, end: datetime) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM metering_usagerollup WHERE hour >= %s AND hour < %s",
+            [start, end],
+        )
         return cursor.fetchone()[0]
 
 
@@ -262,7 +292,7 @@ def invoices_remove() -> None:
 def cleanup() -> None:
     invoices_remove()
     with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM metering_usagerollup WHERE hour < %s", [MONTH_END])
+        cursor.execute("DELETE FROM metering_usagerollup WHERE hour < %s", [FEB_END])
     CreditGrant.objects.filter(note=PREFIX).delete()
     Subscription.objects.filter(tenant__slug__startswith=PREFIX).delete()
     Plan.objects.filter(name__startswith=PREFIX).delete()
@@ -284,7 +314,8 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     if args.reuse:
         invoices_remove()
-        rollups = _rollup_rows()
+        rollups = _rollup_rows(EPOCH, MONTH_END)
+        february = _rollup_rows(MONTH_END, FEB_END)
         setup = 0.0
     else:
         cleanup()
@@ -294,6 +325,7 @@ def main() -> None:
         say(f"generating and rolling up {args.events:,} usage events (a few minutes) ...")
         started = time.perf_counter()
         rollups = usage_generate(world, events=args.events)
+        february = usage_generate(world, events=args.events // 10, start=MONTH_END, days=28)
         setup = time.perf_counter() - started
     say(f"  {rollups:,} rollup rows in {setup:.0f} s; invoicing ...")
 
@@ -302,13 +334,13 @@ def main() -> None:
     connection.close()
     child = ctx.Process(target=_invoice, args=(queue,))
     child.start()
-    (seconds, rss, status, created), (again, again_rss, again_status, skipped) = queue.get(
-        timeout=1800
-    )
+    first, second, third = queue.get(timeout=1800)
+    (seconds, rss, status, tenants), (again, again_rss, again_status, skipped) = first, second
+    next_seconds, next_rss, next_status, late_lines = third
     child.join()
-    lines = Invoice.objects.filter(tenant__slug__startswith=PREFIX).values("lines").count()
-    totals = Invoice.objects.filter(tenant__slug__startswith=PREFIX)
-    invoices = totals.count()
+    january = Invoice.objects.filter(tenant__slug__startswith=PREFIX, period_start=EPOCH)
+    invoices = january.count()
+    lines = InvoiceLine.objects.filter(invoice__in=january).count()
     if not args.keep:
         cleanup()
 
@@ -316,19 +348,26 @@ def main() -> None:
         [
             "| step | tenants | invoices | seconds | tenants/s | peak RSS MiB |",
             "|---|---|---|---|---|---|",
-            f"| invoice run: rate, draft, apply credit, number, finalize | {args.tenants:,} "
-            f"| {created:,} | {seconds:.2f} | {args.tenants / seconds:,.0f} | {rss:.0f} |",
-            f"| the same run again (everything already finalized) | {args.tenants:,} "
-            f"| {skipped:,} skipped | {again:.2f} | {args.tenants / again:,.0f} "
+            f"| invoice run: rate, draft, apply credit, number, finalize | {tenants:,} "
+            f"| {invoices:,} | {seconds:.2f} | {tenants / seconds:,.0f} | {rss:.0f} |",
+            f"| the same run again (everything already finalized) | {tenants:,} "
+            f"| {skipped:,} skipped | {again:.2f} | {tenants / again:,.0f} "
             f"| {again_rss:.0f} |",
+            f"| next month's run: February ({args.events // 10:,} events), January checked "
+            f"for late usage ({LATE_TENANTS} tenants have some: {late_lines} late lines) "
+            f"| {tenants:,} | {args.tenants:,} | {next_seconds:.2f} "
+            f"| {tenants / next_seconds:,.0f} | {next_rss:.0f} |",
         ]
     ) + (
-        f"\n\nRun status: {status} / {again_status}. In: {args.events:,} usage events of "
-        f"January 2001 ({rollups:,} hourly rollup rows, generated and rolled up in SQL in "
-        f"{setup:.0f} s, not timed); out: {invoices:,} finalized invoices with {lines:,} "
+        f"\n\nRun status: {status} / {again_status} / {next_status}. "
+        f"In: {args.events:,} usage events of "
+        f"January 2001 ({rollups:,} hourly rollup rows; February {february:,}; generated and "
+        f"rolled up in SQL in {setup:.0f} s, not timed); out: {invoices:,} finalized January "
+        f"invoices of the benchmark's tenants with {lines:,} "
         "lines (graduated tiers, cached input, GPU-seconds, reservation and dedicated fees, "
         "discounts, commitment true-ups, prepaid credit). "
         f"PostgreSQL: {'DATABASE_URL' if os.environ.get('DATABASE_URL') else 'embedded'}. "
+        "The run takes every tenant in the database (the benchmark's and any others). "
         "Peak RSS: sampled in a fresh process that runs only the job. "
         "Target (issue #6): 10 M events across 1,000 tenants into invoices in at most 10 s."
     )
