@@ -25,8 +25,8 @@ def vllm_replicas_start(*, pools: dict, progress) -> list:
     from serving.local_replicas import Placement, replicas_launch
 
     placements = [
-        Placement(name=f"demo-{n}", port=free_port(), pool=pool, gpus=gpus)
-        for n, (_, (pool, gpus)) in enumerate(sorted(pools.items()))
+        Placement(name=seeded.replica.name, port=free_port(), pool=seeded.pool, gpus=seeded.gpus)
+        for seeded in pools.values()
     ]
     return replicas_launch(placements=placements, progress=progress)
 

@@ -1,7 +1,8 @@
 """The demo fleet (used by `manage.py up`): one pool of each kind, the GPUs
 behind them (owned, with a capex and a useful life, so their cost is real
-arithmetic), and a reservation. Local vLLM replicas are registered into
-these pools when they start. Idempotent."""
+arithmetic), a reservation, and one replica per pool of the tiny model,
+registered as down until a local vLLM replica of that name starts (which
+marks it up). Idempotent."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from decimal import Decimal
 
 from django.db import transaction
 
-from serving.choices import PoolKind
-from serving.models import Gpu, GpuSku, Node, Pool, Reservation
+from serving.choices import PoolKind, ReplicaStatus
+from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation
+from serving.services import replica_register, replica_set_status
 from tenants.models import Tenant
 
 SINCE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -24,18 +26,29 @@ class DemoPool:
     kind: str
     owner: str | None  # tenant slug
     gpus: int
+    replica: str
 
 
 DEMO_POOLS = [
-    DemoPool("demo-shared", PoolKind.SHARED, None, 2),
-    DemoPool("demo-reserved-globex", PoolKind.RESERVED, "globex", 1),
-    DemoPool("demo-dedicated-acme", PoolKind.DEDICATED, "acme", 1),
+    DemoPool("demo-shared", PoolKind.SHARED, None, 2, "vllm-shared"),
+    DemoPool("demo-reserved-globex", PoolKind.RESERVED, "globex", 1, "vllm-reserved-globex"),
+    DemoPool("demo-dedicated-acme", PoolKind.DEDICATED, "acme", 1, "vllm-dedicated-acme"),
 ]
 
 
+@dataclass(frozen=True)
+class DemoPlacement:
+    pool: Pool
+    gpus: list[Gpu]
+    replica: Replica
+
+
 @transaction.atomic
-def fleet_demo_seed() -> dict[str, tuple[Pool, list[Gpu]]]:
-    """pool name -> (pool, its GPUs)."""
+def fleet_demo_seed() -> dict[str, DemoPlacement]:
+    """pool name -> its pool, GPUs and replica."""
+    from serving.local_replicas import tiny_model_served
+
+    model = tiny_model_served()
     sku, _ = GpuSku.objects.get_or_create(
         name="H100 SXM 80GB (demo)",
         defaults={"power_idle_watts": 90, "power_busy_watts": 700, "memory_gb": 80},
@@ -74,5 +87,15 @@ def fleet_demo_seed() -> dict[str, tuple[Pool, list[Gpu]]]:
                     "end": datetime(2027, 1, 1, tzinfo=UTC),
                 },
             )
-        out[spec.name] = (pool, gpus)
+        replica = Replica.objects.filter(name=spec.replica).first()
+        if replica is None:
+            replica = replica_register(
+                name=spec.replica,
+                base_url="http://127.0.0.1:9",  # replaced when a local replica starts
+                model=model,
+                pool=pool,
+                gpus=gpus,
+            )
+            replica_set_status(replica=replica, status=ReplicaStatus.DOWN)
+        out[spec.name] = DemoPlacement(pool=pool, gpus=gpus, replica=replica)
     return out

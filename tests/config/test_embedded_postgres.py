@@ -43,9 +43,11 @@ def _up(tmp_path, *extra: str, timeout: float = 240):
 @pytest.mark.slow
 def test_up_check_on_embedded_postgres(tmp_path):
     out = _up(tmp_path, "--no-vllm")
-    assert "[2/8] migrations … ok" in out
-    assert "[4/8] vLLM replicas … ok" in out and "skipped (--no-vllm)" in out
-    assert "[8/8] attribution, allocation, draft invoices, margins … ok" in out
+    assert "[2/9] migrations … ok" in out
+    history = out.split("[4/9] synthetic history … ok")[1].split("\n")[0]
+    assert "usage rows (marked synthetic)" in history and " 18 invoices" in history, history
+    assert "[5/9] vLLM replicas … ok" in out and "skipped (--no-vllm)" in out
+    assert "[9/9] attribution, allocation, draft invoices, margins … ok" in out
 
 
 @pytest.mark.slow
@@ -54,9 +56,9 @@ def test_the_main_job_runs_the_whole_product(tmp_path):
     the gateway, worker and beat, a workload through the gateway, then
     attribution, allocation, draft invoices and margins."""
     vllm_ensure_installed()
-    out = _up(tmp_path, "--workload-seconds", "10", timeout=900)
+    out = _up(tmp_path, "--workload-seconds", "10", "--history-months", "0", timeout=900)
     assert "demo-dedicated-acme" in out and "demo-shared" in out
-    workload = out.split("[7/8] workload through the gateway … ok")[1].split("\n")[0]
+    workload = out.split("[8/9] workload through the gateway … ok")[1].split("\n")[0]
     served = [int(part.split(" ok")[0].split()[-1]) for part in workload.split(";")]
     assert len(served) == 6 and all(n > 0 for n in served), workload
     assert "draft invoices" in out and "allocation done" in out

@@ -27,6 +27,7 @@ from config.demo_stack import (
     vllm_replicas_start,
     workload,
 )
+from config.demo_history import demo_history_fill
 from config.embedded_postgres import embedded_postgres_stop
 from config.processes import ManagedProcess, url_answers, uvicorn_argv
 from serving.demo import fleet_demo_seed
@@ -55,6 +56,12 @@ class Command(BaseCommand):
             help="no local vLLM replicas and no workload (where vLLM cannot be installed)",
         )
         parser.add_argument(
+            "--history-months",
+            type=int,
+            default=3,
+            help="whole months of synthetic history before this one, for the charts (0: none)",
+        )
+        parser.add_argument(
             "--workload-seconds",
             type=float,
             default=None,
@@ -71,9 +78,10 @@ class Command(BaseCommand):
         no_vllm: bool,
         workload_seconds: float | None,
         gateway_port: int,
+        history_months: int,
         **options,
     ):
-        self.total_steps = 8
+        self.total_steps = 9
         self.step_no = 0
         base_url = f"http://{host}:{port}"
         log_dir = settings.VAR_DIR / "log"
@@ -93,6 +101,15 @@ class Command(BaseCommand):
                 prices_demo_seed()
                 pools = fleet_demo_seed()
                 self.detail = f"{len(pools)} pools (shared, reserved, dedicated)"
+            with self.step("synthetic history"):
+                history = demo_history_fill(months=history_months)
+                self.detail = (
+                    f"{history.rows} usage rows (marked synthetic) {history.start:%Y-%m-%d} to "
+                    f"{history.end:%Y-%m-%d}, {history.invoices} invoices, "
+                    f"{history.reports} margin reports"
+                    if history.rows
+                    else "none (--history-months 0)"
+                )
             replicas = []
             with self.step("vLLM replicas"):
                 if no_vllm:

@@ -1,0 +1,183 @@
+"""Synthetic usage history: hourly rollups for earlier months, so charts
+and month-over-month figures have something to show on a fresh install.
+
+Every row written is marked `synthetic`; a re-run replaces the synthetic
+rows in its range (same seed, same rows) and never touches real usage,
+and an hour that already holds a real row for a stream is left alone.
+Each stream is one tenant on one replica, with a daily shape, a weekly
+dip, steady growth and noise; device-seconds follow the tokens and never
+exceed the replica's GPUs x 3600 in an hour."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import numpy as np
+from django.db import connection, transaction
+
+from metering.models import UsageRollup
+
+HOUR = timedelta(hours=1)
+SHAPES = ("business", "nightly", "flat")
+
+
+@dataclass(frozen=True)
+class HistoryStream:
+    """One tenant's traffic on one replica."""
+
+    tenant_id: int
+    replica_id: int
+    pool_id: int
+    served_model_id: int
+    gpus: int
+    tokens_per_hour: int  # the average at the end of the history
+    shape: str = "business"  # business hours, nightly batch or flat
+    prompt_share: float = 0.7  # ok-float: a generator's knob, not money
+    cached_share: float = 0.0  # ok-float: of the prompt tokens
+    tokens_per_request: int = 1200
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class HistoryShape:
+    """How the traffic moves: monthly growth, weekend level, noise, and the
+    decode throughput that turns tokens into device-seconds (a prompt
+    token costs `prefill_weight` of a generated one)."""
+
+    monthly_growth: float = 0.12  # ok-float
+    weekend: float = 0.55  # ok-float
+    noise: float = 0.18  # ok-float
+    decode_tokens_per_second: float = 1200.0  # ok-float: per GPU
+    prefill_weight: float = 0.1  # ok-float
+    busiest: float = 0.97  # ok-float: of a replica's device-seconds in an hour
+
+
+def hourly_profile(hours: np.ndarray, *, shape: str) -> np.ndarray:
+    """A mean-one daily curve for hours given as UTC epoch-hours."""
+    if shape not in SHAPES:
+        raise ValueError(f"shape must be one of {SHAPES}, not {shape!r}")
+    hour_of_day = hours % 24
+    if shape == "business":
+        curve = 0.25 + np.clip(np.sin(np.pi * (hour_of_day - 6) / 16), 0, None)
+    elif shape == "nightly":
+        curve = np.where(hour_of_day < 6, 3.0, 0.3)
+    else:
+        curve = np.ones_like(hour_of_day, dtype=float)
+    return curve / curve[:24].mean() if len(curve) >= 24 else curve
+
+
+def history_tokens(
+    stream: HistoryStream, *, start: datetime, hours: int, shape: HistoryShape, rng
+) -> np.ndarray:
+    """Tokens per hour for one stream, growing towards its stated average."""
+    epoch_hours = int(start.timestamp() // 3600) + np.arange(hours)
+    daily = hourly_profile(epoch_hours, shape=stream.shape)
+    weekday = ((epoch_hours // 24) + 3) % 7  # 1970-01-01 was a Thursday: 0 = Monday
+    weekly = np.where(weekday >= 5, shape.weekend, 1.0)
+    months_before_end = (hours - np.arange(hours)) / (24 * 30.4)
+    growth = (1 + shape.monthly_growth) ** -months_before_end
+    noise = rng.lognormal(mean=0.0, sigma=shape.noise, size=hours)
+    return stream.tokens_per_hour * daily * weekly * growth * noise
+
+
+def history_rows(
+    streams: list[HistoryStream],
+    *,
+    start: datetime,
+    end: datetime,
+    seed: int = 7,
+    shape: HistoryShape | None = None,
+) -> list[tuple]:
+    """The rollup rows, computed (nothing written). Deterministic for a seed."""
+    shape = shape or HistoryShape()
+    hours = int((end - start) / HOUR)
+    if hours <= 0:
+        return []
+    rng = np.random.default_rng(seed)
+    per_stream = []
+    for stream in streams:
+        tokens = history_tokens(stream, start=start, hours=hours, shape=shape, rng=rng)
+        prompt = tokens * stream.prompt_share
+        completion = tokens - prompt
+        weighted = prompt * shape.prefill_weight + completion
+        seconds = weighted / shape.decode_tokens_per_second
+        per_stream.append((stream, prompt, completion, seconds))
+    # A replica cannot be busier than its GPUs allow: scale its hours down.
+    busy: dict[int, np.ndarray] = {}
+    for stream, _, _, seconds in per_stream:
+        busy[stream.replica_id] = busy.get(stream.replica_id, 0) + seconds
+    capacity = {s.replica_id: s.gpus * 3600 * shape.busiest for s in streams}
+    scale = {
+        replica: np.minimum(1.0, capacity[replica] / np.maximum(total, 1e-9))
+        for replica, total in busy.items()
+    }
+    rows = []
+    for stream, prompt, completion, seconds in per_stream:
+        factor = scale[stream.replica_id]
+        prompt_n = np.floor(prompt * factor).astype(np.int64)
+        completion_n = np.floor(completion * factor).astype(np.int64)
+        cached_n = np.floor(prompt_n * stream.cached_share).astype(np.int64)
+        seconds_s = np.round(seconds * factor, 6)
+        requests = np.maximum(1, (prompt_n + completion_n) // stream.tokens_per_request)
+        for h in np.flatnonzero(prompt_n + completion_n > 0):
+            rows.append(
+                (
+                    start + int(h) * HOUR,
+                    stream.tenant_id,
+                    stream.served_model_id,
+                    stream.pool_id,
+                    stream.replica_id,
+                    stream.priority,
+                    int(prompt_n[h]),
+                    int(cached_n[h]),
+                    int(completion_n[h]),
+                    int(requests[h]),
+                    f"{seconds_s[h]:.6f}",
+                )
+            )
+    return rows
+
+
+INSERT = """
+INSERT INTO metering_usagerollup (hour, tenant_id, served_model_id, pool_id, replica_id,
+    priority, prompt_tokens, cached_tokens, completion_tokens, requests_ok, requests_aborted,
+    requests_error, requests_rejected, device_seconds, synthetic)
+SELECT h, t, m, p, r, pr, pt, ct, gt, ok, 0, 0, 0, ds, true
+FROM unnest(%s::timestamptz[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
+            %s::int[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::numeric[])
+     AS u(h, t, m, p, r, pr, pt, ct, gt, ok, ds)
+ON CONFLICT ON CONSTRAINT rollup_unique DO NOTHING
+"""
+
+
+def history_write(
+    streams: list[HistoryStream],
+    *,
+    start: datetime,
+    end: datetime,
+    seed: int = 7,
+    shape: HistoryShape | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    chunk: int = 20_000,
+) -> int:
+    """Replace the synthetic rollups of these tenants in [start, end) with
+    freshly generated ones, in one transaction. Returns rows written."""
+    rows = history_rows(streams, start=start, end=end, seed=seed, shape=shape)
+    written = 0
+    with transaction.atomic():
+        UsageRollup.objects.filter(
+            synthetic=True,
+            hour__gte=start,
+            hour__lt=end,
+            tenant_id__in={s.tenant_id for s in streams},
+        ).delete()
+        with connection.cursor() as cursor:
+            for at in range(0, len(rows), chunk):
+                columns = list(zip(*rows[at : at + chunk], strict=True))
+                cursor.execute(INSERT, [list(column) for column in columns])
+                written += cursor.rowcount
+                if progress:
+                    progress(min(at + chunk, len(rows)), len(rows))
+    return written

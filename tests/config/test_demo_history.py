@@ -1,0 +1,69 @@
+"""The synthetic-history command on the demo world: earlier months of
+synthetic usage, their cost allocated, a finalized invoice per tenant per
+closed month, a margin report per month; real usage and today untouched."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from io import StringIO
+
+from django.core.management import call_command
+
+from billing.choices import InvoiceStatus, ReportKind, RunStatus
+from billing.models import AllocationRun, Invoice, MarginReport
+from config.demo_history import DEMO_TRAFFIC, demo_history_fill
+from metering.models import UsageRollup
+from tenants.demo import DEMO_TENANTS
+
+NOW = datetime(2026, 11, 22, 15, 30, tzinfo=UTC)
+
+
+def _seed():
+    from billing.demo import cost_rates_demo_seed, prices_demo_seed
+
+    call_command("seed_demo", stdout=StringIO())
+    cost_rates_demo_seed()
+    prices_demo_seed()
+
+
+def test_two_months_of_history_are_usage_cost_invoices_and_reports(db):
+    _seed()
+    report = demo_history_fill(months=2, now=NOW)
+
+    assert (report.start, report.end) == (
+        datetime(2026, 9, 1, tzinfo=UTC),
+        datetime(2026, 11, 22, tzinfo=UTC),
+    )
+    rows = UsageRollup.objects.all()
+    assert rows.count() == report.rows > 0
+    assert not rows.filter(synthetic=False).exists()
+    assert not rows.filter(hour__gte=report.end).exists()  # today stays for real usage
+    assert set(rows.values_list("tenant__slug", flat=True)) == set(DEMO_TRAFFIC)
+    assert AllocationRun.objects.get().status == RunStatus.DONE
+
+    invoices = Invoice.objects.filter(status=InvoiceStatus.FINALIZED)
+    assert invoices.count() == report.invoices == 2 * len(DEMO_TENANTS)
+    assert sorted({i.period_start.month for i in invoices}) == [9, 10]
+    assert all(i.total_minor > 0 for i in invoices)
+
+    closes = MarginReport.objects.filter(kind=ReportKind.CLOSE).order_by("period_start")
+    assert [r.period_start.month for r in closes] == [9, 10]
+    mtd = MarginReport.objects.get(kind=ReportKind.MONTH_TO_DATE)
+    assert (mtd.period_start, mtd.period_end) == (datetime(2026, 11, 1, tzinfo=UTC), report.end)
+    # The traffic grows, so does revenue; every tier is in every report.
+    revenues = [float(r.totals["revenue"]) for r in closes]  # ok-float: comparing
+    assert revenues[1] > revenues[0] > 0
+    assert {row["tier"] for row in mtd.tables["tier"]} >= {"shared", "reserved", "dedicated"}
+
+
+def test_the_command_is_safe_to_run_again(db):
+    out = StringIO()
+    call_command("synthetic_history", "--months", "1", stdout=out, stderr=StringIO())
+    rows = UsageRollup.objects.count()
+    invoices = Invoice.objects.count()
+    call_command("synthetic_history", "--months", "1", stdout=out, stderr=StringIO())
+
+    assert UsageRollup.objects.count() == rows > 0
+    assert Invoice.objects.count() == invoices
+    assert not Invoice.objects.filter(lines__late=True).exists()  # same rows: nothing late
+    assert "usage rows" in out.getvalue()
