@@ -146,3 +146,37 @@ def pool_utilization_summary(
         }
         for r in rows
     ]
+
+
+def pool_utilization_series(
+    *, start: datetime, end: datetime, bucket: str = "day", scenario: CostScenario | None = None
+) -> dict:
+    """Busy over available device-seconds per pool per hour or day, as a
+    chart's labels and one series per pool (percent, None where a pool had
+    no capacity in a bucket)."""
+    trunc = {"hour": F("hour"), "day": TruncDay("hour")}[bucket]
+    rows = (
+        PoolHourCost.objects.filter(
+            scenario=scenario, hour__gte=start, hour__lt=end, pool__isnull=False
+        )
+        .annotate(bucket=trunc)
+        .values("bucket", "pool__name")
+        .annotate(busy=Sum("busy_seconds"), capacity=Sum("capacity_seconds"))
+        .order_by("bucket", "pool__name")
+    )
+    buckets: list[datetime] = []
+    pct: dict[str, dict[datetime, float]] = {}
+    for row in rows:
+        if not buckets or buckets[-1] != row["bucket"]:
+            buckets.append(row["bucket"])
+        if row["capacity"]:
+            ratio = row["busy"] / row["capacity"] * 100
+            pct.setdefault(row["pool__name"], {})[row["bucket"]] = round(float(ratio), 2)  # ok-float
+    fmt = "%Y-%m-%d %H:00" if bucket == "hour" else "%Y-%m-%d"
+    return {
+        "labels": [b.strftime(fmt) for b in buckets],
+        "datasets": [
+            {"label": pool, "data": [values.get(b) for b in buckets]}
+            for pool, values in sorted(pct.items())
+        ],
+    }

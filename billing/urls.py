@@ -1,10 +1,11 @@
 from django.urls import path
 
-from billing import finance_pages, invoice_pages, portal, views, webhooks
+from billing import finance_pages, fleet_page, invoice_pages, portal, views, webhooks
 
 urlpatterns = [
     path("costs/", views.costs, name="costs"),
     path("finance/", finance_pages.finance_overview, name="finance"),
+    path("fleet/", fleet_page.fleet, name="fleet"),
     path("usage/", portal.usage, name="usage-page"),
     path("invoices/", invoice_pages.invoices, name="invoices"),
     path("invoices/<int:pk>/", invoice_pages.invoice_document, name="invoice"),

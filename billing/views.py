@@ -1,6 +1,7 @@
 """The finance dashboard's cost page: allocation runs with their progress
 (refreshing itself while one is going), cost by tier split into what
-tenants carry and what stays unallocated, and utilization by pool."""
+tenants carry and what stays unallocated (idle), and utilization by pool,
+over the period and hour by hour or day by day as a chart."""
 
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ from django.utils import timezone
 
 from billing.choices import RunStatus
 from billing.models import AllocationRun
-from billing.selectors import pool_utilization_summary, unallocated_summary
+from billing.selectors import (
+    pool_utilization_series,
+    pool_utilization_summary,
+    unallocated_summary,
+)
 from tenants.access import principal_for_session
 
-PERIODS = {"7": 7, "30": 30, "90": 90}
+PERIODS = {"7": 7, "30": 30, "90": 90, "365": 365}
 
 
 @login_required
@@ -36,6 +41,9 @@ def costs(request):
     pools = pool_utilization_summary(start=start, end=end)
     for row in pools:
         row["pct"] = row["utilization"] * 100
+    series = pool_utilization_series(
+        start=start, end=end, bucket="hour" if days <= 7 else "day"
+    )
     runs = list(AllocationRun.objects.select_related("scenario")[:20])
     context = {
         "days": days,
@@ -44,6 +52,7 @@ def costs(request):
         "end": end,
         "tiers": tiers,
         "pools": pools,
+        "series": series,
         "runs": runs,
         "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
     }

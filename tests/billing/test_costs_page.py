@@ -35,6 +35,25 @@ def test_finance_sees_runs_costs_and_utilization(world):
     assert 'value="1"' in html and "1/1 h" in html and "0/2 h" in html
     # $1 + 0 energy: a quarter carried by Alpha, the idle rest unallocated (platform policy).
     assert "1.00 (0.75 unallocated)" in html
+    # Hour by hour over the week: the pool's one hour at 25 % busy.
+    series = page.context["series"]
+    assert series["labels"] == [hour.strftime("%Y-%m-%d %H:00")]
+    assert series["datasets"] == [{"label": "shared-eu", "data": [25.0]}]
+    assert 'id="utilization-data"' in html
+
+
+def test_the_utilization_chart_goes_day_by_day_over_a_month(world):
+    hour = timezone.now().replace(hour=3, minute=0, second=0, microsecond=0) - timedelta(days=2)
+    pool = world.pool("shared-eu", policy="platform")
+    replica = world.replica("r1", pool, [world.gpu("g1")])
+    world.use(world.a, replica, 900, hour=hour)
+    world.use(world.a, replica, 2700, hour=hour + timedelta(hours=1))
+    world.allocate(start=hour, end=hour + timedelta(hours=2))
+
+    series = _client(make_finance_user()).get("/costs/?days=30").context["series"]
+
+    assert series["labels"] == [hour.strftime("%Y-%m-%d")]
+    assert series["datasets"][0]["data"] == [50.0]  # (900 + 2,700) / 7,200
 
 
 def test_tenant_members_cannot_see_costs(world):
