@@ -13,7 +13,12 @@ from django.utils import timezone
 
 from billing.models import CostRate
 from billing.selectors import pool_utilization_summary
-from serving.selectors import gpus_overview, pools_overview, replicas_overview, reservations_overview
+from serving.selectors import (
+    gpus_overview,
+    pools_overview,
+    replicas_overview,
+    reservations_overview,
+)
 from tenants.access import principal_for_session
 
 

@@ -1,19 +1,37 @@
 """Invoice pages: the list (a tenant's own issued invoices; every tenant's
 for finance staff) and one invoice as a print-ready document, also
-downloadable as a self-contained HTML file that prints to PDF."""
+downloadable as a self-contained HTML file that prints to PDF. Finance
+staff act on it there: finalize, mark paid, void, mark uncollectible,
+issue a credit note."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
-from billing.choices import InvoiceStatus, RunStatus
+from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus, RunStatus
+from billing.credit_notes import credit_note_create
+from billing.errors import BillingInputError, InvoiceStateError
 from billing.invoice_selectors import invoice_get, invoice_list, invoice_run_list
-from billing.invoices import invoice_amount_due_minor
+from billing.invoices import invoice_amount_due_minor, invoice_status_set
 from billing.models import Invoice
+from billing.money import minor_parse
 from tenants.access import principal_for_session
+
+# The moves each status offers on the page (the state machine has the last word).
+INVOICE_ACTIONS = {
+    InvoiceStatus.DRAFT: [(InvoiceStatus.FINALIZED, "Finalize")],
+    InvoiceStatus.FINALIZED: [
+        (InvoiceStatus.PAID, "Mark paid"),
+        (InvoiceStatus.VOID, "Void"),
+        (InvoiceStatus.UNCOLLECTIBLE, "Mark uncollectible"),
+    ],
+    InvoiceStatus.UNCOLLECTIBLE: [(InvoiceStatus.PAID, "Mark paid"), (InvoiceStatus.VOID, "Void")],
+}
 
 
 def _scope(request):
@@ -46,13 +64,53 @@ def invoices(request):
     return render(request, "billing/invoices.html", context)
 
 
-@login_required
-def invoice_document(request, pk: int):
+def _invoice(request, pk: int) -> Invoice:
     try:
-        invoice = invoice_get(tenant=_scope(request), pk=pk)
+        return invoice_get(tenant=_scope(request), pk=pk)
     except Invoice.DoesNotExist:
         raise Http404("no such invoice") from None
+
+
+@login_required
+def invoice_document(request, pk: int):
+    return _document(request, _invoice(request, pk))
+
+
+@login_required
+@require_POST
+def invoice_action(request, pk: int):
+    """One of finance staff's moves; a bad one re-shows the invoice with a
+    400 naming the field, a refused one with a 409; nothing is changed."""
+    if not principal_for_session(request).is_finance:
+        raise PermissionDenied
+    invoice = _invoice(request, pk)
+    action = request.POST.get("action", "")
+    try:
+        if action == "credit_note":
+            note = credit_note_create(
+                invoice_id=invoice.pk,
+                amount_minor=minor_parse(
+                    request.POST.get("amount", ""), invoice.currency, field="amount"
+                ),
+                reason=request.POST.get("reason", ""),
+                created_by=request.user,
+            )
+            messages.success(request, f"Credit note {note.number} issued.")
+        elif action in dict(INVOICE_TARGET_STATUSES):
+            invoice = invoice_status_set(invoice_id=invoice.pk, to=action)
+            messages.success(request, f"Invoice {invoice.number} is now {invoice.status}.")
+        else:
+            raise BillingInputError("action", f"unknown action {action!r}")
+    except BillingInputError as error:
+        return _document(request, invoice, error=f"{error.field}: {error.message}", status=400)
+    except InvoiceStateError as error:
+        return _document(request, invoice, error=str(error), status=409)
+    return redirect("invoice", pk=invoice.pk)
+
+
+def _document(request, invoice: Invoice, *, error: str = "", status: int = 200):
     lines = list(invoice.lines.all())
+    principal = principal_for_session(request)
     context = {
         "invoice": invoice,
         "usage": [line for line in lines if not line.late and line.kind != "credit"],
@@ -60,8 +118,12 @@ def invoice_document(request, pk: int):
         "credits": [line for line in lines if line.kind == "credit"],
         "amount_due_minor": invoice_amount_due_minor(invoice),
         "download": "download" in request.GET,
+        "can_act": principal.is_finance and principal.tenant is None,
+        "actions": INVOICE_ACTIONS.get(invoice.status, []),
+        "messages": messages.get_messages(request),
+        "error": error,
     }
-    response = render(request, "billing/invoice_document.html", context)
+    response = render(request, "billing/invoice_document.html", context, status=status)
     if context["download"]:
         name = invoice.number or f"draft-{invoice.pk}"
         response["Content-Disposition"] = f'attachment; filename="{name}.html"'

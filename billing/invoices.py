@@ -232,6 +232,14 @@ def invoice_finalize(*, invoice_id: int, now: datetime | None = None) -> Invoice
     return invoice
 
 
+def invoice_status_set(*, invoice_id: int, to: str) -> Invoice:
+    """What finance staff ask for: finalize a draft, or move a finalized
+    invoice to paid, void or uncollectible."""
+    if to == InvoiceStatus.FINALIZED:
+        return invoice_finalize(invoice_id=invoice_id)
+    return invoice_transition(invoice_id=invoice_id, to=to)
+
+
 def invoice_transition(
     *, invoice_id: int, to: str, at: datetime | None = None, from_stripe: bool = False
 ) -> Invoice:

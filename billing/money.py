@@ -4,7 +4,7 @@ sums and splits are exact and nothing is ever a float amount of money."""
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 NANO = 10**9
 NANO_PLACES = Decimal("0.000000001")
@@ -50,3 +50,20 @@ def from_minor(minor: int, currency: str) -> Decimal:
 def money_format(minor: int, currency: str) -> str:
     """'1,234.50 USD' — for pages and PDFs, never for arithmetic."""
     return f"{from_minor(minor, currency):,} {currency.upper()}"
+
+
+def minor_parse(text: str, currency: str, *, field: str) -> int:
+    """An amount typed by a person ("12.50") as minor units; more decimal
+    places than the currency has, or not a positive number, is refused."""
+    from billing.errors import BillingInputError
+
+    try:
+        amount = Decimal(text.strip().replace(",", ""))
+    except (InvalidOperation, AttributeError):
+        raise BillingInputError(field, f"{text!r} is not an amount") from None
+    if not amount.is_finite() or amount <= 0:
+        raise BillingInputError(field, "must be a positive amount")
+    exponent = minor_exponent(currency)
+    if amount != amount.quantize(Decimal(1).scaleb(-exponent)):
+        raise BillingInputError(field, f"{currency} has {exponent} decimal places")
+    return int(amount.scaleb(exponent))

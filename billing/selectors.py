@@ -171,7 +171,9 @@ def pool_utilization_series(
             buckets.append(row["bucket"])
         if row["capacity"]:
             ratio = row["busy"] / row["capacity"] * 100
-            pct.setdefault(row["pool__name"], {})[row["bucket"]] = round(float(ratio), 2)  # ok-float
+            pct.setdefault(row["pool__name"], {})[row["bucket"]] = round(
+                float(ratio), 2
+            )  # ok-float
     fmt = "%Y-%m-%d %H:00" if bucket == "hour" else "%Y-%m-%d"
     return {
         "labels": [b.strftime(fmt) for b in buckets],

@@ -9,5 +9,6 @@ urlpatterns = [
     path("usage/", portal.usage, name="usage-page"),
     path("invoices/", invoice_pages.invoices, name="invoices"),
     path("invoices/<int:pk>/", invoice_pages.invoice_document, name="invoice"),
+    path("invoices/<int:pk>/action", invoice_pages.invoice_action, name="invoice-action"),
     path("stripe/webhook", webhooks.stripe_webhook, name="stripe-webhook"),
 ]

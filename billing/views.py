@@ -41,9 +41,7 @@ def costs(request):
     pools = pool_utilization_summary(start=start, end=end)
     for row in pools:
         row["pct"] = row["utilization"] * 100
-    series = pool_utilization_series(
-        start=start, end=end, bucket="hour" if days <= 7 else "day"
-    )
+    series = pool_utilization_series(start=start, end=end, bucket="hour" if days <= 7 else "day")
     runs = list(AllocationRun.objects.select_related("scenario")[:20])
     context = {
         "days": days,

@@ -13,12 +13,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.api import invoice_serializers as s
-from billing.choices import InvoiceStatus
 from billing.credit_notes import credit_note_create
 from billing.credits import wallet_balances
 from billing.invoice_run import invoice_run_create
 from billing.invoice_selectors import invoice_get, invoice_list, invoice_run_list
-from billing.invoices import invoice_finalize, invoice_transition
+from billing.invoices import invoice_status_set
 from config.api_errors import ERROR_RESPONSES, ErrorOut
 from tenants.api.permissions import (
     IsFinanceStaff,
@@ -76,11 +75,7 @@ class InvoiceStatusView(APIView):
     )
     def post(self, request, pk: int):
         to = _valid(s.InvoiceTransitionIn, request.data)["status"]
-        invoice = invoice_get(tenant=None, pk=pk)
-        if to == InvoiceStatus.FINALIZED:
-            invoice_finalize(invoice_id=invoice.pk)
-        else:
-            invoice_transition(invoice_id=invoice.pk, to=to)
+        invoice_status_set(invoice_id=invoice_get(tenant=None, pk=pk).pk, to=to)
         return Response(s.InvoiceDetailOut(invoice_get(tenant=None, pk=pk)).data)
 
 

@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 
 from billing.allocation_run import allocation_run_create, allocation_run_execute
+from billing.invoices import invoice_draft_build, invoice_finalize
 from billing.models import AllocationRun, ModelPrice, PriceBook
 from billing.rates import cost_rate_create
 from metering.models import UsageRollup
@@ -145,3 +146,20 @@ def stripe_fake(settings):
     settings.STRIPE_TIMEOUT_SECONDS = 1.0
     yield fake
     fake.stop()
+
+
+@pytest.fixture
+def issued(world):
+    """Alpha's and Bravo's October invoices, finalized; Alpha's November draft."""
+    world.price()
+    for tenant in (world.a, world.b):
+        world.tokens(tenant, hour=OCT + timedelta(hours=1), completion=1_000_000)
+    out = {}
+    for tenant in (world.a, world.b):
+        draft, _ = invoice_draft_build(tenant=tenant, period_start=OCT, period_end=NOV)
+        out[tenant.slug] = invoice_finalize(invoice_id=draft.pk)
+    world.tokens(world.a, hour=NOV + timedelta(hours=1), completion=1_000_000)
+    out["draft"], _ = invoice_draft_build(
+        tenant=world.a, period_start=NOV, period_end=NOV + timedelta(days=30)
+    )
+    return out

@@ -27,7 +27,9 @@ def demo_fleet(db):
     placements = fleet_demo_seed()
     replica_set_status(replica=placements["demo-shared"].replica, status=ReplicaStatus.UP)
     scenario = CostScenario.objects.create(
-        name="cheap power", start=datetime(2026, 1, 1, tzinfo=UTC), end=datetime(2027, 1, 1, tzinfo=UTC)
+        name="cheap power",
+        start=datetime(2026, 1, 1, tzinfo=UTC),
+        end=datetime(2027, 1, 1, tzinfo=UTC),
     )
     CostRate.objects.create(
         component="energy",
@@ -65,7 +67,7 @@ def test_finance_sees_pools_replicas_gpus_reservations_and_rates(client, demo_fl
     assert len(rates) == 8 and all(r.scenario_id is None for r in rates)
     html = page.content.decode()
     assert "28000.00 USD / 48 months / 2800.00" in html
-    assert "7:00–21:00" in html and "0.011" not in html
+    assert "7:00\u201321:00" in html and "0.011" not in html
 
 
 def test_tenant_members_and_anonymous_visitors_cannot_see_the_fleet(client, demo_fleet):

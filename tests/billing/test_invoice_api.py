@@ -11,7 +11,6 @@ from decimal import Decimal
 import pytest
 
 from billing import tasks
-from billing.invoices import invoice_draft_build, invoice_finalize
 from billing.models import CreditGrant, CreditNote, Invoice
 from tests.billing.conftest import NOV, OCT
 from tests.conftest import client_for_key, client_for_user
@@ -23,23 +22,6 @@ INVOICES = "/api/v1/invoices"
 @pytest.fixture
 def finance(db):
     return client_for_user(make_finance_user())
-
-
-@pytest.fixture
-def issued(world):
-    """Alpha's and Bravo's October invoices, finalized; Alpha's November draft."""
-    world.price()
-    for tenant in (world.a, world.b):
-        world.tokens(tenant, hour=OCT + timedelta(hours=1), completion=1_000_000)
-    out = {}
-    for tenant in (world.a, world.b):
-        draft, _ = invoice_draft_build(tenant=tenant, period_start=OCT, period_end=NOV)
-        out[tenant.slug] = invoice_finalize(invoice_id=draft.pk)
-    world.tokens(world.a, hour=NOV + timedelta(hours=1), completion=1_000_000)
-    out["draft"], _ = invoice_draft_build(
-        tenant=world.a, period_start=NOV, period_end=NOV + timedelta(days=30)
-    )
-    return out
 
 
 def test_a_tenant_reads_only_its_own_issued_invoices(world, issued):

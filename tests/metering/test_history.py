@@ -27,9 +27,7 @@ def _streams(ledger, *, heavy: int = 40_000_000) -> list[HistoryStream]:
     }
     return [
         HistoryStream(tenant_id=ledger.a.pk, tokens_per_hour=heavy, **common),
-        HistoryStream(
-            tenant_id=ledger.b.pk, tokens_per_hour=200_000, shape="nightly", **common
-        ),
+        HistoryStream(tenant_id=ledger.b.pk, tokens_per_hour=200_000, shape="nightly", **common),
     ]
 
 
@@ -53,9 +51,15 @@ def test_the_shape_shows_in_the_hours(ledger):
     by = defaultdict(int)
     for hour, tenant, *_, prompt, _cached, completion, _requests, _seconds in rows:
         if tenant == ledger.a.pk:
-            by["weekday-noon" if hour.weekday() < 5 and hour.hour == 13 else
-               "weekday-3am" if hour.weekday() < 5 and hour.hour == 3 else
-               "weekend-noon" if hour.hour == 13 else "other"] += prompt + completion
+            by[
+                "weekday-noon"
+                if hour.weekday() < 5 and hour.hour == 13
+                else "weekday-3am"
+                if hour.weekday() < 5 and hour.hour == 3
+                else "weekend-noon"
+                if hour.hour == 13
+                else "other"
+            ] += prompt + completion
         elif hour.hour < 6:
             by["nightly-night"] += prompt + completion
         else:

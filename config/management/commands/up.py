@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand
 from django.db import connection
 
 from billing.demo import cost_rates_demo_seed, prices_demo_seed
+from config.demo_history import demo_history_fill
 from config.demo_stack import (
     GATEWAY_PORT,
     pipeline_run,
@@ -27,7 +28,6 @@ from config.demo_stack import (
     vllm_replicas_start,
     workload,
 )
-from config.demo_history import demo_history_fill
 from config.embedded_postgres import embedded_postgres_stop
 from config.processes import ManagedProcess, url_answers, uvicorn_argv
 from serving.demo import fleet_demo_seed
