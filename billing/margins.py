@@ -98,8 +98,10 @@ def margin_table(data: MarginData, level: str, previous: MarginData | None = Non
         before = margin_table(previous, level)[[*keys, "revenue", "cost", "margin"]]
         before = before.rename(columns={c: f"prev_{c}" for c in ("revenue", "cost", "margin")})
         table = table.merge(before, on=keys, how="outer")
-        for column in ("revenue", "cost", "margin", "prev_revenue", "prev_cost", "prev_margin"):
+        # A row only last month had (a tenant gone, idle then but not now) is zero now.
+        for column in (*MONEY, "cost", "margin", "tokens", *before.columns.drop(keys)):
             table[column] = table[column].fillna(0).astype(np.int64)
+        table["device_seconds"] = table["device_seconds"].fillna(0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             table["revenue_change_pct"] = np.where(
                 table["prev_revenue"] != 0,

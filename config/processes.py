@@ -102,3 +102,20 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def database_url_for_subprocess(*, name: str | None = None) -> str:
+    """A DATABASE_URL naming the database this process is using (or `name`
+    on the same server), so a worker or server we start sees the same rows."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    s = connection.settings_dict
+    connection.ensure_connection()  # the embedded backend fills HOST/PORT on connect
+    user = quote(s["USER"], safe="")
+    password = f":{quote(s['PASSWORD'], safe='')}" if s.get("PASSWORD") else ""
+    host = str(s["HOST"])
+    if host.startswith("/"):  # a Unix socket directory travels in the path (django-environ)
+        return f"postgres://{user}{password}@/{quote(host, safe='')}/{name or s['NAME']}"
+    return f"postgres://{user}{password}@{host}:{s['PORT']}/{name or s['NAME']}"

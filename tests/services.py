@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import os
 import socket
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
 
-from config.processes import free_port  # noqa: F401 (tests import it from here)
+from config.processes import database_url_for_subprocess, free_port  # noqa: F401 (re-exported)
 
 IN_CI = os.environ.get("CI") == "true"
 
@@ -41,16 +39,3 @@ def redis_url() -> str | None:
     if port_answers("127.0.0.1", 6379):
         return "redis://127.0.0.1:6379/15"
     return None
-
-
-def database_url_for_subprocess() -> str:
-    """A DATABASE_URL naming the database this test process is using (the
-    test database), so a worker or server we start sees the same rows."""
-    s = connection.settings_dict
-    connection.ensure_connection()  # the embedded backend fills HOST/PORT on connect
-    user = quote(s["USER"], safe="")
-    password = f":{quote(s['PASSWORD'], safe='')}" if s.get("PASSWORD") else ""
-    host = str(s["HOST"])
-    if host.startswith("/"):  # a Unix socket directory travels in the path (django-environ)
-        return f"postgres://{user}{password}@/{quote(host, safe='')}/{s['NAME']}"
-    return f"postgres://{user}{password}@{host}:{s['PORT']}/{s['NAME']}"

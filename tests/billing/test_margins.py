@@ -216,3 +216,33 @@ def test_a_period_with_cost_against_one_without_capacity(world):
     assert table.set_index("tier").loc["reserved", "prev_revenue"] == 4 * 10**9  # 2 h x $2
     rows = earlier.set_index("pool")
     assert rows.loc["res", "revenue"] == 4 * 10**9 and rows.loc["res", "gpu_hours"] == 0
+
+
+def test_a_row_only_last_period_had_is_zero_now_and_the_report_builds(world):
+    """Bravo used the GPU last hour only: its row this hour is all zeros
+    (not blanks), and the stored report (CSV and HTML) is built."""
+    from billing.choices import ReportKind, RunStatus
+    from billing.margin_reports import margin_report_build, margin_report_request
+
+    world.price()
+    pool = world.pool("shared", policy="platform")
+    replica = world.replica("r1", pool, [world.gpu("g1")])
+    _use(world, world.b, replica, seconds=900, completion=500_000, hour=H0 - HOUR)
+    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.allocate(start=H0 - HOUR, end=H0 + HOUR)
+
+    table = margin_table(
+        margin_data(start=H0, end=H0 + HOUR),
+        "tenant",
+        previous=margin_data(start=H0 - HOUR, end=H0),
+    ).set_index("tenant")
+
+    bravo = table.loc[world.b.slug]
+    assert (bravo["revenue"], bravo["cost"], bravo["tokens"], bravo["capital"]) == (0, 0, 0, 0)
+    assert bravo["prev_revenue"] > 0
+    assert not table[["capital", "idle", "tokens", "device_seconds"]].isna().any().any()
+    report = margin_report_build(
+        report_id=margin_report_request(kind=ReportKind.ADHOC, start=H0, end=H0 + HOUR).pk
+    )
+    assert report.status == RunStatus.DONE, report.error
+    assert world.b.slug in report.csv
