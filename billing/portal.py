@@ -16,7 +16,7 @@ from django.utils import timezone
 from billing.budgets import budget_spend
 from billing.invoice_selectors import invoice_list
 from billing.periods import tenant_period
-from metering.selectors import UsageQuery, usage_summary
+from metering.selectors import UsageQuery, requests_recent, usage_summary
 from tenants.access import principal_for_session
 
 DAYS = {"7": 7, "30": 30, "90": 90}
@@ -27,8 +27,14 @@ def usage(request):
     principal = principal_for_session(request)
     if principal is None or principal.tenant is None:
         raise PermissionDenied  # finance staff pick a tenant on the finance pages
-    tenant = principal.tenant
-    days = DAYS.get(request.GET.get("days", "30"), 30)
+    context = usage_context(tenant=principal.tenant, days=request.GET.get("days", "30"))
+    return render(request, "billing/usage.html", context)
+
+
+def usage_context(*, tenant, days: str) -> dict:
+    """What the usage page shows of one tenant (its portal, or finance
+    staff's drill-down into it)."""
+    days = DAYS.get(days, 30)
     now = timezone.now()
     end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     start = (end - timedelta(days=days)).replace(hour=0)
@@ -43,7 +49,7 @@ def usage(request):
     spend = budget_spend(tenant=tenant, start=period_start, end=now)
     policy = tenant.policy
     budget = policy.monthly_budget
-    context = {
+    return {
         "tenant": tenant,
         "days": days,
         "periods": DAYS,
@@ -60,9 +66,9 @@ def usage(request):
         "blocked": policy.budget_blocked_at is not None,
         "block_message": policy.budget_block_message,
         "invoices": list(invoice_list(tenant=tenant)[:5]),
+        "requests": requests_recent(tenant=tenant),
         "export_range": f"start={start:%Y-%m-%dT%H:%M:%SZ}&end={end:%Y-%m-%dT%H:%M:%SZ}",
     }
-    return render(request, "billing/usage.html", context)
 
 
 def _chart(rows: list[dict], *, start, days: int) -> dict:

@@ -10,7 +10,8 @@ from decimal import Decimal
 from django.db.models import F, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 
-from billing.models import CostAllocation, CostScenario, PoolHourCost
+from billing.choices import ReportKind, RunStatus
+from billing.models import CostAllocation, CostScenario, MarginReport, PoolHourCost
 from metering.models import UsageRollup
 
 COST_COLUMNS = ("capital", "energy", "other_opex", "idle", "total")
@@ -182,3 +183,17 @@ def pool_utilization_series(
             for pool, values in sorted(pct.items())
         ],
     }
+
+
+def margin_report_latest(*, moment: datetime | None = None) -> MarginReport | None:
+    """The stored report to show: the month-to-date one if computed, else
+    the newest; with `moment`, the newest covering it, if any. Without
+    its CSV and HTML (pages read its tables)."""
+    done = MarginReport.objects.filter(status=RunStatus.DONE).defer("csv", "html")
+    if moment is not None:
+        covering = done.filter(period_start__lte=moment, period_end__gt=moment)
+        return covering.order_by("-finished_at").first()
+    return (
+        done.filter(kind=ReportKind.MONTH_TO_DATE).order_by("-period_end").first()
+        or done.order_by("-period_end", "-finished_at").first()
+    )

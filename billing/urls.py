@@ -1,11 +1,22 @@
 from django.urls import path
 
-from billing import finance_pages, fleet_page, invoice_pages, portal, views, webhooks
+from billing import (
+    finance_pages,
+    fleet_page,
+    invoice_pages,
+    portal,
+    request_trace,
+    views,
+    webhooks,
+)
 
 urlpatterns = [
     path("costs/", views.costs, name="costs"),
     path("finance/", finance_pages.finance_overview, name="finance"),
+    path("finance/tenants/<slug:slug>/", finance_pages.finance_tenant, name="finance-tenant"),
+    path("reconciliation/", finance_pages.reconciliation, name="reconciliation"),
     path("fleet/", fleet_page.fleet, name="fleet"),
+    path("requests/<str:request_id>/", request_trace.request_trace, name="request-trace"),
     path("usage/", portal.usage, name="usage-page"),
     path("invoices/", invoice_pages.invoices, name="invoices"),
     path("invoices/<int:pk>/", invoice_pages.invoice_document, name="invoice"),

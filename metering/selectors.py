@@ -149,3 +149,59 @@ def request_device_seconds(*, tenant: Tenant | None, request_id: str) -> dict[da
         request_ids__contains=[request_id],
     ).select_related("window")
     return {row.window.start: row.as_seconds()[request_id] for row in rows}
+
+
+def requests_recent(*, tenant: Tenant | None, limit: int = 10) -> list[UsageEvent]:
+    """The latest requests (of one tenant, or of all for finance staff)."""
+    events = UsageEvent.objects.all()
+    if tenant is not None:
+        events = events.filter(tenant=tenant)
+    return list(events.select_related("tenant").order_by("-received_at")[:limit])
+
+
+def request_get(*, tenant: Tenant | None, request_id: str) -> UsageEvent:
+    """One request from the ledger; another tenant's is DoesNotExist."""
+    events = UsageEvent.objects.filter(request_id=request_id)
+    if tenant is not None:
+        events = events.filter(tenant=tenant)
+    return events.select_related("tenant").get()
+
+
+def rollup_of_request(*, event: UsageEvent) -> UsageRollup | None:
+    """The hourly rollup row the request was counted in."""
+    return UsageRollup.objects.filter(
+        hour=event.received_at.replace(minute=0, second=0, microsecond=0),
+        tenant_id=event.tenant_id,
+        served_model_id=event.served_model_id,
+        pool_id=event.pool_id,
+        replica_id=event.replica_id,
+        priority=event.priority,
+    ).first()
+
+
+def reconciliation_gaps(*, start: datetime, end: datetime) -> tuple[list, dict]:
+    """Windows where vLLM's own token counters and the metered tokens
+    disagree (largest first), and the totals over every window: tokens
+    served but not metered, hence not billed, show as a positive gap."""
+    from metering.models import ReconciliationGap
+
+    rows = ReconciliationGap.objects.filter(start__gte=start, start__lt=end)
+    totals = rows.aggregate(
+        vllm_prompt=Coalesce(Sum("vllm_prompt_tokens"), 0),
+        vllm_generation=Coalesce(Sum("vllm_generation_tokens"), 0),
+        metered_prompt=Coalesce(Sum("metered_prompt_tokens"), 0),
+        metered_generation=Coalesce(Sum("metered_generation_tokens"), 0),
+    )
+    totals["windows"] = rows.count()
+    totals["prompt_gap"] = totals["vllm_prompt"] - totals["metered_prompt"]
+    totals["generation_gap"] = totals["vllm_generation"] - totals["metered_generation"]
+    gaps = (
+        rows.annotate(
+            prompt_diff=F("vllm_prompt_tokens") - F("metered_prompt_tokens"),
+            generation_diff=F("vllm_generation_tokens") - F("metered_generation_tokens"),
+        )
+        .exclude(prompt_diff=0, generation_diff=0)
+        .select_related("replica", "replica__pool")
+        .order_by((F("generation_diff") + F("prompt_diff")).desc(), "-start")
+    )
+    return list(gaps[:200]), totals

@@ -9,6 +9,7 @@ from tenants.choices import Role
 from tenants.models import Membership, Tenant
 from tests.factories import make_key, make_member, make_tenant
 from tests.fleet import fleet, gateway, vllm  # noqa: F401 (fixtures for every test package)
+from tests.ledger import ledger  # noqa: F401 (fixture for every test package)
 
 
 @dataclass

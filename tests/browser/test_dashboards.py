@@ -11,6 +11,7 @@ import time
 
 import pytest
 from django.conf import settings
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
@@ -44,7 +45,7 @@ def sign_in(browser, live_server, username: str) -> None:
 def chart_drawn(browser, selector: str) -> bool:
     try:
         WebDriverWait(browser, 10).until(lambda b: b.execute_script(DRAWN, selector))
-    except Exception:  # noqa: BLE001 (reported by the assertion)
+    except TimeoutException:  # reported by the caller's assertion
         return False
     return True
 
