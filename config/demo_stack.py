@@ -103,7 +103,16 @@ def pipeline_run() -> dict:
             kind=ReportKind.MONTH_TO_DATE, start=month_start, end=next_hour
         ).pk
     )
+    from metering.models import UsageEvent
+
+    example = (
+        UsageEvent.objects.filter(status="ok", synthetic=False)
+        .select_related("tenant")
+        .order_by("-received_at")
+        .first()
+    )
     return {
+        "example": example,
         "windows": metered.windows,
         "allocation": allocation.status,
         "drafts": drafts.invoices_created,

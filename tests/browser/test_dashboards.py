@@ -108,9 +108,11 @@ def test_a_tenant_owner_sees_usage_manages_keys_and_downloads_an_export(
     form = browser.find_element(By.CSS_SELECTOR, "[data-testid=create-key]")
     form.find_element(By.NAME, "name").send_keys("browser test key")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    secret = WebDriverWait(browser, 10).until(
-        ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=secret]"))
-    ).text
+    secret = (
+        WebDriverWait(browser, 10)
+        .until(ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=secret]")))
+        .text
+    )
     key = ApiKey.objects.get(name="browser test key")
     assert key.prefix in secret and key.tenant.slug == "hooli"
     assert client_for_key(secret).get("/api/v1/tenants/me").status_code == 200
@@ -135,7 +137,9 @@ def test_a_viewer_sees_the_usage_chart_but_no_key_form(browser, live_server, dem
     assert not browser.find_elements(By.CSS_SELECTOR, "[data-testid=create-key]")
     assert "Only the tenant's owners and admins" in browser.page_source
     browser.get(f"{live_server.url}/finance/")
-    assert "403" in browser.title or "Forbidden" in browser.page_source or (
-        not browser.find_elements(By.CSS_SELECTOR, "#tier-chart")
+    assert (
+        "403" in browser.title
+        or "Forbidden" in browser.page_source
+        or (not browser.find_elements(By.CSS_SELECTOR, "#tier-chart"))
     )
     shots(browser, "viewer")

@@ -62,3 +62,4 @@ def test_the_main_job_runs_the_whole_product(tmp_path):
     served = [int(part.split(" ok")[0].split()[-1]) for part in workload.split(";")]
     assert len(served) == 6 and all(n > 0 for n in served), workload
     assert "draft invoices" in out and "allocation done" in out
+    assert "Follow a request:" in out and "/requests/" in out  # one of the workload's

@@ -150,7 +150,7 @@ class Command(BaseCommand):
                     f"{done['drafts']} draft invoices, month-to-date margin "
                     f"{done['margin'].get('margin', '0')}"
                 )
-            self.banner(base_url, gateway_url)
+            self.banner(base_url, gateway_url, example=done["example"])
             if check:
                 if not url_answers(f"{base_url}/login/"):
                     raise SystemExit("the login page did not answer")
@@ -186,8 +186,17 @@ class Command(BaseCommand):
         self.stdout.write(f"\n    {message}", ending="")
         self.stdout.flush()
 
-    def banner(self, base_url: str, gateway_url: str) -> None:
+    def banner(self, base_url: str, gateway_url: str, example=None) -> None:
         password = settings.DEMO_PASSWORD
+        follow = (
+            [
+                f"Follow a request:  {base_url}/requests/{example.request_id}/",
+                f"                   (as {FINANCE_USERNAME}: gateway -> device-seconds -> hour ->"
+                f" invoice line -> GPU cost -> margin; as {example.tenant.slug}-owner: its own)",
+            ]
+            if example
+            else []
+        )
         lines = [
             "",
             f"GPU Ledger is up:  {base_url}/",
@@ -195,7 +204,9 @@ class Command(BaseCommand):
             f"Admin:             {base_url}/admin/",
             f"Finance overview:  {base_url}/finance/   (then /costs/, /invoices/)",
             f"Tenant portal:     {base_url}/usage/     (and /invoices/, /keys/)",
+            f"Fleet, reconciliation: {base_url}/fleet/, {base_url}/reconciliation/",
             f"Gateway:           {gateway_url}/v1  (OpenAI-compatible)",
+            *follow,
             "",
             f"Demo logins (password for all: {password}):",
             f"  finance staff    {FINANCE_USERNAME}",

@@ -1,0 +1,137 @@
+"""docker-compose.yml: every service the product needs, validated by a
+Compose implementation (`docker compose config`, or docker-compose 1.29
+installed into a cached virtualenv where the machine has no Compose
+plugin: no Docker engine runs here, so nothing is started); the vLLM-CPU
+image runs the same server flags as the local replicas."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from serving.launcher import replica_argv
+from tests.services import require
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_VENV = Path(
+    os.environ.get("COMPOSE_VENV", Path.home() / ".cache" / "gpu-ledger" / "venv-compose")
+)
+ENV = {**os.environ, "DJANGO_SECRET_KEY": "compose-config-check"}
+
+
+def compose_cli() -> list[str] | None:
+    """A Compose command line: Docker's plugin, a docker-compose on PATH,
+    or docker-compose 1.29.2 installed into COMPOSE_VENV (about a minute,
+    once; its PyYAML 5 needs Cython < 3 to build)."""
+    if shutil.which("docker"):
+        plugin = subprocess.run(["docker", "compose", "version"], capture_output=True)
+        if plugin.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    binary = COMPOSE_VENV / "bin" / "docker-compose"
+    if not binary.exists():
+        pip = [str(COMPOSE_VENV / "bin" / "python"), "-m", "pip", "install", "-q"]
+        steps = [
+            [sys.executable, "-m", "venv", str(COMPOSE_VENV)],
+            [*pip, "cython<3", "wheel", "setuptools"],
+            [*pip, "--no-build-isolation", "pyyaml==5.4.1"],
+            [*pip, "docker-compose==1.29.2"],
+        ]
+        for step in steps:
+            if subprocess.run(step, capture_output=True, timeout=900).returncode != 0:
+                return None
+    return [str(binary)]
+
+
+@pytest.fixture(scope="module")
+def compose():
+    cli = compose_cli()
+    require(cli is not None, "a Compose implementation (docker compose, or docker-compose)")
+    return cli
+
+
+def _config(compose, path: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*compose, "-f", str(path), "--profile", "gpu", "--profile", "cpu", "config", *extra],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_compose_validates_and_has_every_service(compose):
+    result = _config(compose, ROOT / "docker-compose.yml")
+    assert result.returncode == 0, result.stderr
+    resolved = yaml.safe_load(result.stdout)["services"]
+    assert set(resolved) == {
+        "postgres", "redis", "migrate", "web", "gateway", "worker", "beat",
+        "vllm", "register-gpu", "vllm-cpu", "register-cpu",
+    }  # fmt: skip
+    gpu = resolved["vllm"]["deploy"]["resources"]["reservations"]["devices"][0]
+    assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
+    assert resolved["vllm"]["image"].startswith("vllm/vllm-openai:")
+    for name in ("web", "gateway", "worker", "beat", "register-cpu"):
+        env = resolved[name]["environment"]
+        assert env["DATABASE_URL"].endswith("@postgres:5432/gpu_ledger"), name
+        assert env["REDIS_URL"] == "redis://redis:6379/0", name
+    published = [p for s in resolved.values() for p in s.get("ports", [])]
+    # Loopback only (v1 prints "127.0.0.1:8000:8000", v2 a mapping with host_ip).
+    hosts = [p["host_ip"] if isinstance(p, dict) else p.split(":")[0] for p in published]
+    assert hosts and set(hosts) == {"127.0.0.1"}
+
+
+@pytest.mark.slow
+def test_the_validator_rejects_a_broken_file(compose, tmp_path):
+    broken = tmp_path / "docker-compose.yml"
+    text = (ROOT / "docker-compose.yml").read_text()
+    broken.write_text(text.replace("reservations:", "reservation:", 1))
+    result = _config(compose, broken, "-q")
+    assert result.returncode != 0 and "reservation" in (result.stderr + result.stdout)
+
+
+def test_services_run_commands_that_exist():
+    from django.core.management import get_commands
+
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    commands = [s["command"] for s in services.values() if isinstance(s.get("command"), list)]
+    managed = {c[2] for c in commands if c[:2] == ["python", "manage.py"]}
+    assert managed == {"migrate", "gateway", "replica_register"}
+    assert managed <= set(get_commands())
+
+
+def test_the_vllm_cpu_image_serves_with_the_local_replicas_flags():
+    cmd = re.search(r"^CMD (\[.*\])$", (ROOT / "Dockerfile.vllm-cpu").read_text(), re.M)
+    image = json.loads(cmd.group(1))
+    local = replica_argv(
+        model_dir=Path("/models/tiny-llama"),
+        served_model="tiny-llama",
+        port=8000,
+        max_num_seqs=64,
+        max_model_len=2048,
+    )
+    assert image[:1] == ["python"] and local[1:3] == image[1:3] == [
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+    ]
+
+    def flags(argv):
+        pairs, rest = {}, argv[3:]
+        for i, arg in enumerate(rest):
+            if arg.startswith("--"):
+                nxt = rest[i + 1] if i + 1 < len(rest) else None
+                pairs[arg] = nxt if nxt is not None and not nxt.startswith("--") else True
+        return pairs
+
+    assert flags(image) == {**flags(local), "--host": "0.0.0.0"}  # noqa: S104 (in a container)
