@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -22,6 +23,7 @@ from billing.models import Invoice
 from billing.money import minor_parse
 from tenants.access import principal_for_session
 
+PAGE_SIZE = 50
 # The moves each status offers on the page (the state machine has the last word).
 INVOICE_ACTIONS = {
     InvoiceStatus.DRAFT: [(InvoiceStatus.FINALIZED, "Finalize")],
@@ -49,12 +51,16 @@ def invoices(request):
     status = request.GET.get("status") or None
     if status not in (None, *InvoiceStatus.values):
         status = None
-    rows = list(invoice_list(tenant=tenant, status=status)[:200])
+    page = Paginator(invoice_list(tenant=tenant, status=status), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    rows = list(page.object_list)
     for invoice in rows:
         invoice.amount_due_minor = invoice_amount_due_minor(invoice)
     runs = list(invoice_run_list()[:10]) if tenant is None else []
     context = {
         "invoices": rows,
+        "page": page,
         "statuses": InvoiceStatus.choices,
         "status": status,
         "all": tenant is None,

@@ -155,3 +155,19 @@ def test_finance_sees_every_invoice_and_the_runs_with_their_progress(client, wor
     member = make_member(world.a)
     client.force_login(member.user)
     assert 'data-testid="invoice-runs"' not in client.get("/invoices/").content.decode()
+
+
+def test_the_invoice_list_is_paged(client, world, issued, monkeypatch):
+    from billing import invoice_pages
+
+    monkeypatch.setattr(invoice_pages, "PAGE_SIZE", 2)
+    client.force_login(make_finance_user())
+
+    first = client.get("/invoices/")
+    second = client.get("/invoices/", {"page": 2})
+
+    assert len(first.context["invoices"]) == 2 and len(second.context["invoices"]) == 1
+    seen = {i.pk for i in first.context["invoices"]} | {i.pk for i in second.context["invoices"]}
+    assert seen == {issued[world.a.slug].pk, issued[world.b.slug].pk, issued["draft"].pk}
+    assert "page 1 of 2 (3 invoices)" in first.content.decode()
+    assert client.get("/invoices/", {"page": "x"}).status_code == 200  # the first page

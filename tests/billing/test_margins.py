@@ -5,8 +5,11 @@ idle cost and the period before."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
+
+import pytest
 
 from billing.margins import margin_data, margin_table, margin_totals
 from metering.models import UsageRollup
@@ -187,6 +190,10 @@ def test_the_finance_overview_shows_the_month_to_date_report(world, client):
     assert [d["data"] for d in chart["datasets"][:3]] == [[4.0], [1.0], [3.0]]
     html = response.content.decode()
     assert 'id="tier-chart"' in html and world.a.slug in html and "(unabsorbed)" in html
+    # The tenant table is built in the browser from strict JSON (no NaN).
+    blob = html.split('id="tenant-rows" type="application/json">')[1].split("</script>")[0]
+    rows = json.loads(blob, parse_constant=lambda c: pytest.fail(f"{c} in the page's JSON"))
+    assert {row["tenant"] for row in rows} == {world.a.slug, "(unabsorbed)"}
     member = make_member(world.a)
     client.force_login(member.user)
     assert client.get("/finance/").status_code == 403

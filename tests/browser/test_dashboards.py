@@ -58,6 +58,11 @@ def test_finance_sees_charts_and_issues_a_credit_note(browser, live_server, demo
     tiers = browser.find_element(By.CSS_SELECTOR, "[data-testid=by-tier]").text
     assert "shared" in tiers and "dedicated" in tiers
     shots(browser, "finance")
+    browser.find_element(By.LINK_TEXT, "hooli").click()  # drill into a tenant
+    WebDriverWait(browser, 10).until(ec.url_contains("/finance/tenants/hooli/"))
+    assert chart_drawn(browser, "#usage-chart")
+    assert "Margin" in browser.find_element(By.CSS_SELECTOR, "[data-testid=tenant-margin]").text
+    shots(browser, "finance-tenant")
 
     browser.get(f"{live_server.url}/costs/?days=30")
     assert chart_drawn(browser, "#utilization-chart")
