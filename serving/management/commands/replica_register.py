@@ -31,10 +31,11 @@ class Command(BaseCommand):
         deadline = time.monotonic() + wait
         while True:
             try:
-                if httpx.get(f"{base_url.rstrip('/')}/health", timeout=5).status_code == 200:
-                    break
+                answered = httpx.get(f"{base_url.rstrip('/')}/health", timeout=5).status_code
             except httpx.HTTPError:
-                pass
+                answered = None  # not up yet: ask again
+            if answered == 200:
+                break
             if time.monotonic() > deadline:
                 raise CommandError(f"{base_url}/health did not answer within {wait:.0f} s")
             time.sleep(2)
