@@ -10,27 +10,19 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from billing.portal import usage_context
-from billing.selectors import margin_report_latest
-from metering.selectors import reconciliation_gaps
-from tenants.access import principal_for_session
+from billing.selectors import cost_per_million_tokens, margin_report_latest
+from metering.selectors import model_usage_by_tenant, reconciliation_gaps
+from serving.models import ServedModel
+from tenants.access import finance_staff_required
 from tenants.models import Tenant
 
 
-def _finance_only(request) -> None:
-    principal = principal_for_session(request)
-    if principal is None or not principal.is_finance:
-        raise PermissionDenied
-
-
-@login_required
+@finance_staff_required
 def finance_overview(request):
-    _finance_only(request)
     report = margin_report_latest()
     tables = report.tables if report else {}
     tiers = tables.get("tier", [])
@@ -57,9 +49,8 @@ def finance_overview(request):
     return render(request, "billing/finance.html", context)
 
 
-@login_required
+@finance_staff_required
 def finance_tenant(request, slug: str):
-    _finance_only(request)
     tenant = get_object_or_404(Tenant, slug=slug)
     context = usage_context(tenant=tenant, days=request.GET.get("days", "30"))
     report = margin_report_latest()
@@ -73,12 +64,32 @@ def finance_tenant(request, slug: str):
     return render(request, "billing/usage.html", context)
 
 
-@login_required
+@finance_staff_required
 def reconciliation(request):
-    _finance_only(request)
     days = {"1": 1, "7": 7, "30": 30}.get(request.GET.get("days", "7"), 7)
     end = timezone.now()
     start = end - timedelta(days=days)
     gaps, totals = reconciliation_gaps(start=start, end=end)
     context = {"gaps": gaps, "totals": totals, "days": days, "start": start, "end": end}
     return render(request, "billing/reconciliation.html", context)
+
+
+@finance_staff_required
+def finance_model(request, name: str):
+    """One model: its margin in the report, cost per million tokens by
+    pool and its heaviest tenants over the last 30 days."""
+    model = get_object_or_404(ServedModel, name=name)
+    end = timezone.now().replace(minute=0, second=0, microsecond=0)
+    start = end - timedelta(days=30)
+    report = margin_report_latest()
+    rows = report.tables.get("model", []) if report else []
+    context = {
+        "model": model,
+        "report": report,
+        "margin": next((row for row in rows if row["model"] == name), None),
+        "pools": [r for r in cost_per_million_tokens(start=start, end=end) if r["model"] == name],
+        "tenants": model_usage_by_tenant(model=name, start=start, end=end),
+        "start": start,
+        "end": end,
+    }
+    return render(request, "billing/finance_model.html", context)

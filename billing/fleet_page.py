@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 from django.utils import timezone
 
@@ -19,14 +17,11 @@ from serving.selectors import (
     replicas_overview,
     reservations_overview,
 )
-from tenants.access import principal_for_session
+from tenants.access import finance_staff_required
 
 
-@login_required
+@finance_staff_required
 def fleet(request):
-    principal = principal_for_session(request)
-    if principal is None or not principal.is_finance:
-        raise PermissionDenied
     now = timezone.now()
     end = now.replace(minute=0, second=0, microsecond=0)
     day = {

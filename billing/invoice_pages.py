@@ -21,7 +21,7 @@ from billing.invoice_selectors import invoice_get, invoice_list, invoice_run_lis
 from billing.invoices import invoice_amount_due_minor, invoice_status_set
 from billing.models import Invoice
 from billing.money import minor_parse
-from tenants.access import principal_for_session
+from tenants.access import finance_staff_required, principal_for_session
 
 PAGE_SIZE = 50
 # The moves each status offers on the page (the state machine has the last word).
@@ -82,13 +82,11 @@ def invoice_document(request, pk: int):
     return _document(request, _invoice(request, pk))
 
 
-@login_required
+@finance_staff_required
 @require_POST
 def invoice_action(request, pk: int):
     """One of finance staff's moves; a bad one re-shows the invoice with a
     400 naming the field, a refused one with a 409; nothing is changed."""
-    if not principal_for_session(request).is_finance:
-        raise PermissionDenied
     invoice = _invoice(request, pk)
     action = request.POST.get("action", "")
     try:

@@ -14,6 +14,7 @@ urlpatterns = [
     path("costs/", views.costs, name="costs"),
     path("finance/", finance_pages.finance_overview, name="finance"),
     path("finance/tenants/<slug:slug>/", finance_pages.finance_tenant, name="finance-tenant"),
+    path("finance/models/<str:name>/", finance_pages.finance_model, name="finance-model"),
     path("reconciliation/", finance_pages.reconciliation, name="reconciliation"),
     path("fleet/", fleet_page.fleet, name="fleet"),
     path("requests/<str:request_id>/", request_trace.request_trace, name="request-trace"),

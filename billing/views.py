@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
 from django.utils import timezone
 
@@ -19,15 +17,13 @@ from billing.selectors import (
     pool_utilization_summary,
     unallocated_summary,
 )
-from tenants.access import principal_for_session
+from tenants.access import finance_staff_required
 
 PERIODS = {"7": 7, "30": 30, "90": 90, "365": 365}
 
 
-@login_required
+@finance_staff_required
 def costs(request):
-    if not principal_for_session(request).is_finance:
-        raise PermissionDenied
     days = PERIODS.get(request.GET.get("days", "7"), 7)
     end = timezone.now().replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(days=days)

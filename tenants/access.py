@@ -109,3 +109,21 @@ def principal_for_session(request) -> Principal | None:
         p = principal_for_user(user, tenant_slug=p.tenant_choices[0].slug)
     request._principal = p
     return p
+
+
+def finance_staff_required(view):
+    """A page for platform finance staff: sign in first, anyone else 403."""
+    from functools import wraps
+
+    from django.contrib.auth.decorators import login_required
+    from django.core.exceptions import PermissionDenied
+
+    @login_required
+    @wraps(view)
+    def guarded(request, *args, **kwargs):
+        principal = principal_for_session(request)
+        if principal is None or not principal.is_finance:
+            raise PermissionDenied
+        return view(request, *args, **kwargs)
+
+    return guarded

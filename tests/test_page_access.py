@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from serving.models import ServedModel
 from tests.factories import make_finance_user
 
 FINANCE_PAGES = [
@@ -16,6 +17,7 @@ FINANCE_PAGES = [
     "/fleet/",
     "/reconciliation/",
     "/finance/tenants/{slug}/",
+    "/finance/models/tiny-llama/",
 ]
 TENANT_PAGES = ["/usage/", "/keys/"]
 SHARED_PAGES = ["/", "/invoices/"]
@@ -24,6 +26,7 @@ ALL = FINANCE_PAGES + TENANT_PAGES + SHARED_PAGES
 
 @pytest.fixture
 def people(world_a):
+    ServedModel.objects.create(name="tiny-llama")
     return {
         "finance": make_finance_user(),
         "owner": world_a.owner.user,

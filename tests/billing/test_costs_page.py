@@ -9,6 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from billing.allocation_run import allocation_run_create
+from metering.models import UsageRollup
 from tests.factories import PASSWORD, make_finance_user, make_member
 
 
@@ -59,3 +60,32 @@ def test_the_utilization_chart_goes_day_by_day_over_a_month(world):
 def test_tenant_members_cannot_see_costs(world):
     member = make_member(world.a)
     assert _client(member.user).get("/costs/").status_code == 403
+
+
+def test_finance_drills_into_a_model(world, client):
+    from billing.margin_reports import margin_report_build, margin_report_request
+
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    world.price()
+    pool = world.pool("shared-eu", policy="spread")
+    replica = world.replica("r1", pool, [world.gpu("g1")])
+    world.use(world.a, replica, 900, hour=hour)
+    world.use(world.b, replica, 2700, hour=hour)
+    for tenant, tokens in ((world.a, 1_000), (world.b, 5_000)):
+        UsageRollup.objects.filter(tenant=tenant).update(completion_tokens=tokens)
+    world.allocate(start=hour)
+    margin_report_build(
+        report_id=margin_report_request(kind="mtd", start=hour, end=hour + timedelta(hours=1)).pk
+    )
+    client.force_login(make_finance_user())
+
+    page = client.get(f"/finance/models/{world.model.name}/")
+
+    assert page.status_code == 200
+    assert [t["tenant__slug"] for t in page.context["tenants"]] == [world.b.slug, world.a.slug]
+    (pool_row,) = page.context["pools"]
+    assert pool_row["pool"] == "shared-eu" and pool_row["cost"] > 0
+    assert page.context["margin"]["model"] == world.model.name
+    assert client.get("/finance/models/no-such-model/").status_code == 404
+    overview = client.get("/finance/").content.decode()
+    assert f'href="/finance/models/{world.model.name}/"' in overview
