@@ -57,6 +57,9 @@ PAGES_FINANCE = [
     "/costs/?days=30",
     "/fleet/",
     "/invoices/",
+    "/finance/tenants/bench-0/",
+    "/finance/models/bench-llama-8b/",
+    "/reconciliation/",
 ]
 PAGES_TENANT = [
     "/usage/",

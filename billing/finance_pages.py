@@ -14,11 +14,13 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from billing.portal import usage_context
-from billing.selectors import cost_per_million_tokens, margin_report_latest
-from metering.selectors import model_usage_by_tenant, reconciliation_gaps
+from billing.selectors import margin_report_latest
+from metering.selectors import reconciliation_gaps
 from serving.models import ServedModel
 from tenants.access import finance_staff_required
 from tenants.models import Tenant
+
+MODEL_TENANTS_SHOWN = 50  # the rest are in the report's CSV
 
 
 @finance_staff_required
@@ -76,20 +78,23 @@ def reconciliation(request):
 
 @finance_staff_required
 def finance_model(request, name: str):
-    """One model: its margin in the report, cost per million tokens by
-    pool and its heaviest tenants over the last 30 days."""
+    """One model, from the stored margin report like the overview: its
+    margin, where it ran (revenue, cost and cost per million tokens by
+    pool) and who used it (the heaviest tenants by tokens, with margin)."""
     model = get_object_or_404(ServedModel, name=name)
-    end = timezone.now().replace(minute=0, second=0, microsecond=0)
-    start = end - timedelta(days=30)
     report = margin_report_latest()
-    rows = report.tables.get("model", []) if report else []
+    tables = report.tables if report else {}
+
+    def rows(level: str) -> list[dict]:
+        return [row for row in tables.get(level, []) if row["model"] == name]
+
+    tenants = sorted(rows("model_tenant"), key=lambda row: (-row["tokens"], row["tenant"]))
     context = {
         "model": model,
         "report": report,
-        "margin": next((row for row in rows if row["model"] == name), None),
-        "pools": [r for r in cost_per_million_tokens(start=start, end=end) if r["model"] == name],
-        "tenants": model_usage_by_tenant(model=name, start=start, end=end),
-        "start": start,
-        "end": end,
+        "margin": next(iter(rows("model")), None),
+        "pools": rows("model_pool"),
+        "tenants": tenants[:MODEL_TENANTS_SHOWN],
+        "tenants_total": len(tenants),
     }
     return render(request, "billing/finance_model.html", context)

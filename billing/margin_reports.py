@@ -131,9 +131,6 @@ def _html_context(tables: dict[str, pd.DataFrame]) -> dict:
     for row in tiers:  # bar widths, percent of the widest figure
         row["revenue_bar"] = float(abs(row["revenue"]) / widest * 100)  # ok-float: display
         row["cost_bar"] = float(abs(row["cost"]) / widest * 100)  # ok-float: display
-    return {
-        "tiers": tiers,
-        "pools": rows(tables["pool"]),
-        "tenants": rows(tables["tenant"]),
-        "models": rows(tables["model"]),
+    return {"tiers": tiers} | {
+        f"{level}s": rows(tables[level]) for level in LEVELS if level != "tier"
     }

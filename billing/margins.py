@@ -8,7 +8,8 @@ energy, other opex, its share of idle) plus each pool's unabsorbed idle
 cost (idle no tenant carries), shown on its own "(unabsorbed)" row; spare
 GPUs that no replica holds are the "(spare)" tier.
 
-Levels: tier (shared, reserved, dedicated), pool, tenant, model; each row
+Levels: tier (shared, reserved, dedicated), pool, tenant, model, and model
+by pool and by tenant (a model's drill-down); each row
 with margin %, tokens, cost per million tokens and, where capacity is
 known (tier and pool), GPU-hours, utilization and revenue per GPU-hour.
 `previous` adds the same figures for the period before (month over month)."""
@@ -31,7 +32,14 @@ from tenants.models import Tenant
 
 KEYS = ["tier", "pool", "tenant", "model"]
 MONEY = ["revenue", "capital", "energy", "other_opex", "idle", "unabsorbed"]
-LEVELS = {"tier": ["tier"], "pool": ["tier", "pool"], "tenant": ["tenant"], "model": ["model"]}
+LEVELS = {
+    "tier": ["tier"],
+    "pool": ["tier", "pool"],
+    "tenant": ["tenant"],
+    "model": ["model"],
+    "model_pool": ["model", "pool"],  # a model's drill-down: where it ran
+    "model_tenant": ["model", "tenant"],  # and who used it
+}
 UNABSORBED, SPARE = "(unabsorbed)", "(spare)"
 NANO = 10**9
 

@@ -205,22 +205,3 @@ def reconciliation_gaps(*, start: datetime, end: datetime) -> tuple[list, dict]:
         .order_by((F("generation_diff") + F("prompt_diff")).desc(), "-start")
     )
     return list(gaps[:200]), totals
-
-
-def model_usage_by_tenant(
-    *, model: str, start: datetime, end: datetime, limit: int = 50
-) -> list[dict]:
-    """Finance staff: who used one model most over a period (tokens,
-    requests, device-seconds per tenant), from the rollups."""
-    return list(
-        UsageRollup.objects.filter(served_model__name=model, hour__gte=start, hour__lt=end)
-        .values("tenant__slug", "tenant__name")
-        .annotate(
-            tokens=Sum(F("prompt_tokens") + F("completion_tokens")),  # before the names shadow
-            prompt_tokens=Sum("prompt_tokens"),
-            completion_tokens=Sum("completion_tokens"),
-            requests=Sum("requests_ok"),
-            device_seconds=Sum("device_seconds"),
-        )
-        .order_by("-tokens", "tenant__slug")[:limit]
-    )

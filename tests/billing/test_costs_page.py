@@ -4,6 +4,7 @@ carried and unallocated, utilization by pool; finance staff only."""
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 from django.test import Client
 from django.utils import timezone
@@ -82,10 +83,19 @@ def test_finance_drills_into_a_model(world, client):
     page = client.get(f"/finance/models/{world.model.name}/")
 
     assert page.status_code == 200
-    assert [t["tenant__slug"] for t in page.context["tenants"]] == [world.b.slug, world.a.slug]
+    heaviest = page.context["tenants"]
+    assert [(t["tenant"], t["tokens"]) for t in heaviest] == [
+        (world.b.slug, 5_000),
+        (world.a.slug, 1_000),
+    ]
     (pool_row,) = page.context["pools"]
-    assert pool_row["pool"] == "shared-eu" and pool_row["cost"] > 0
-    assert page.context["margin"]["model"] == world.model.name
+    assert pool_row["pool"] == "shared-eu" and Decimal(pool_row["cost"]) > 0
+    margin = page.context["margin"]
+    assert margin["model"] == world.model.name
+    # The drill-down adds up to the model's row: by pool and by tenant.
+    for rows in (page.context["pools"], heaviest):
+        assert sum(Decimal(r["cost"]) for r in rows) == Decimal(margin["cost"])
+        assert sum(r["tokens"] for r in rows) == margin["tokens"] == 6_000
     assert client.get("/finance/models/no-such-model/").status_code == 404
     overview = client.get("/finance/").content.decode()
     assert f'href="/finance/models/{world.model.name}/"' in overview

@@ -31,6 +31,12 @@ for (let i = 3; i < pixels.length; i += 4) if (pixels[i] > 0) return true;
 return false;
 """
 
+# One column of a table's body, top to bottom.
+COLUMN = """
+const rows = document.querySelector(`[data-testid=${arguments[0]}] tbody`).rows;
+return Array.from(rows, (row) => row.cells[arguments[1]].textContent.trim());
+"""
+
 
 def sign_in(browser, live_server, username: str) -> None:
     browser.get(f"{live_server.url}/login/")
@@ -58,6 +64,17 @@ def test_finance_sees_charts_and_issues_a_credit_note(browser, live_server, demo
     tiers = browser.find_element(By.CSS_SELECTOR, "[data-testid=by-tier]").text
     assert "shared" in tiers and "dedicated" in tiers
     shots(browser, "finance")
+    revenue = browser.find_element(By.XPATH, "//table[@data-testid='by-tenant']//th[.='Revenue']")
+    for order in (sorted, lambda xs: sorted(xs, reverse=True)):  # a click sorts, another reverses
+        revenue.click()
+        column = [float(v) for v in browser.execute_script(COLUMN, "by-tenant", 1)]
+        assert len(column) > 3 and column == order(column)
+
+    browser.find_element(By.CSS_SELECTOR, "[data-testid=model-link]").click()  # a model
+    WebDriverWait(browser, 10).until(ec.url_contains("/finance/models/"))
+    heaviest = browser.find_element(By.CSS_SELECTOR, "[data-testid=model-tenants]").text
+    assert "hooli" in heaviest and "acme" in heaviest
+    shots(browser, "finance-model")
     browser.find_element(By.LINK_TEXT, "hooli").click()  # drill into a tenant
     WebDriverWait(browser, 10).until(ec.url_contains("/finance/tenants/hooli/"))
     assert chart_drawn(browser, "#usage-chart")
