@@ -96,6 +96,7 @@ def test_finance_drills_into_a_model(world, client):
     for rows in (page.context["pools"], heaviest):
         assert sum(Decimal(r["cost"]) for r in rows) == Decimal(margin["cost"])
         assert sum(r["tokens"] for r in rows) == margin["tokens"] == 6_000
+    assert "6,000 tokens" in page.content.decode()
     assert client.get("/finance/models/no-such-model/").status_code == 404
     overview = client.get("/finance/").content.decode()
     assert f'href="/finance/models/{world.model.name}/"' in overview

@@ -50,6 +50,7 @@ def test_a_member_sees_their_usage_chart_and_spend_only(client, world_a, world_b
     assert json.loads(html.split('id="usage-data" type="application/json">')[1].split("<")[0])
     assert response.context["totals"]["requests"] == 3
     assert "777" not in html
+    assert "<dd>1,000 (0 cached)</dd>" in html  # grouped thousands, as people read them
     assert "of a 100.00 USD budget" in html
     assert 'data-testid="export-csv"' in html
 

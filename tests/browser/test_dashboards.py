@@ -69,6 +69,12 @@ def test_finance_sees_charts_and_issues_a_credit_note(browser, live_server, demo
         revenue.click()
         column = [float(v) for v in browser.execute_script(COLUMN, "by-tenant", 1)]
         assert len(column) > 3 and column == order(column)
+    # Tokens are shown grouped ("2,142,680,504") and still sort as numbers.
+    browser.find_element(By.XPATH, "//table[@data-testid='by-tenant']//th[.='Tokens']").click()
+    tokens = browser.execute_script(COLUMN, "by-tenant", 5)
+    assert any("," in t for t in tokens)
+    counts = [int(t.replace(",", "")) for t in tokens]
+    assert counts == sorted(counts)
 
     browser.find_element(By.CSS_SELECTOR, "[data-testid=model-link]").click()  # a model
     WebDriverWait(browser, 10).until(ec.url_contains("/finance/models/"))

@@ -2,6 +2,7 @@
 main job migrates, answers HTTP requests, and stops the server on exit."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,8 @@ def test_up_check_on_embedded_postgres(tmp_path):
     assert "usage rows (marked synthetic)" in history and " 18 invoices" in history, history
     assert "[5/9] vLLM replicas … ok" in out and "skipped (--no-vllm)" in out
     assert "[9/9] attribution, allocation, draft invoices, margins … ok" in out
+    # Money to the cent, grouped: the report's nano precision stays in the report.
+    assert re.search(r"month-to-date revenue [\d,]+\.\d\d, margin -?[\d,]+\.\d\d\n", out), out
 
 
 @pytest.mark.slow

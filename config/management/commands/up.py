@@ -9,9 +9,11 @@ process id, and the embedded database."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from contextlib import contextmanager
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.management import call_command
@@ -147,8 +149,9 @@ class Command(BaseCommand):
                 done = pipeline_run()
                 self.detail = (
                     f"{done['windows']} windows, allocation {done['allocation']}, "
-                    f"{done['drafts']} draft invoices, month-to-date margin "
-                    f"{done['margin'].get('margin', '0')}"
+                    f"{done['drafts']} draft invoices, month-to-date revenue "
+                    f"{_cents(done['margin'].get('revenue'))}, margin "
+                    f"{_cents(done['margin'].get('margin'))}"
                 )
             self.banner(base_url, gateway_url, example=done["example"])
             if check:
@@ -177,7 +180,13 @@ class Command(BaseCommand):
         self.stdout.write(f"[{self.step_no}/{self.total_steps}] {name} …", ending="")
         self.stdout.flush()
         started = time.monotonic()
-        yield
+        # The jobs run in-process here: their INFO lines would break the
+        # progress line, and the step's summary says what they did.
+        logging.disable(logging.INFO)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
         took = time.monotonic() - started
         extra = f"  {self.detail}" if self.detail else ""
         self.stdout.write(self.style.SUCCESS(f" ok ({took:.1f}s)") + extra)
@@ -232,3 +241,8 @@ class _Discard:
 
     def flush(self) -> None:
         pass
+
+
+def _cents(amount: str | None) -> str:
+    """A report total (nano precision) as people read it: 2,192.28."""
+    return f"{Decimal(amount or 0).quantize(Decimal('0.01')):,}"
