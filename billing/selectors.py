@@ -171,10 +171,8 @@ def pool_utilization_series(
         if not buckets or buckets[-1] != row["bucket"]:
             buckets.append(row["bucket"])
         if row["capacity"]:
-            ratio = row["busy"] / row["capacity"] * 100
-            pct.setdefault(row["pool__name"], {})[row["bucket"]] = round(
-                float(ratio), 2
-            )  # ok-float
+            ratio = round(float(row["busy"] / row["capacity"] * 100), 2)  # ok-float: a chart's y
+            pct.setdefault(row["pool__name"], {})[row["bucket"]] = ratio
     fmt = "%Y-%m-%d %H:00" if bucket == "hour" else "%Y-%m-%d"
     return {
         "labels": [b.strftime(fmt) for b in buckets],
