@@ -47,6 +47,11 @@ def _scope(request):
 
 @login_required
 def invoices(request):
+    return invoices_page(request)
+
+
+def invoices_page(request, *, error: str = "", http_status: int = 200):
+    """The list; for finance staff also the runs, and a run form's error."""
     tenant = _scope(request)
     status = request.GET.get("status") or None
     if status not in (None, *InvoiceStatus.values):
@@ -66,8 +71,10 @@ def invoices(request):
         "all": tenant is None,
         "runs": runs,
         "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
+        "error": error,
+        "run_form": request.POST if error else {},
     }
-    return render(request, "billing/invoices.html", context)
+    return render(request, "billing/invoices.html", context, status=http_status)
 
 
 def _invoice(request, pk: int) -> Invoice:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery import shared_task
+from django.db import transaction
 from django.utils import timezone
 
 from billing.allocation_run import allocation_run_create, allocation_run_execute
@@ -29,6 +30,11 @@ def allocation_run_task(run_id: int) -> str:
     """Compute one queued run. Acknowledged only when done, so a worker
     killed mid-run hands it to the next worker, which rewrites it whole."""
     return allocation_run_execute(run_id=run_id).status
+
+
+def allocation_run_enqueue(run_id: int) -> None:
+    """Hand a created run to a worker once its row is committed."""
+    transaction.on_commit(lambda: allocation_run_task.delay(run_id))
 
 
 @shared_task(name="billing.allocation_daily", time_limit=3600, ignore_result=True)
@@ -57,6 +63,11 @@ def invoice_run_task(run_id: int) -> str:
     """One queued invoice run. Safe to run again: each tenant is one
     transaction, and finalized invoices are skipped."""
     return invoice_run_execute(run_id=run_id).status
+
+
+def invoice_run_enqueue(run_id: int) -> None:
+    """Hand a created run to a worker once its row is committed."""
+    transaction.on_commit(lambda: invoice_run_task.delay(run_id))
 
 
 @shared_task(name="billing.invoice_daily", time_limit=3600, ignore_result=True)

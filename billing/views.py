@@ -24,6 +24,11 @@ PERIODS = {"7": 7, "30": 30, "90": 90, "365": 365}
 
 @finance_staff_required
 def costs(request):
+    return costs_page(request)
+
+
+def costs_page(request, *, error: str = "", http_status: int = 200):
+    """The page, with a run form's error when there is one."""
     days = PERIODS.get(request.GET.get("days", "7"), 7)
     end = timezone.now().replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(days=days)
@@ -49,5 +54,9 @@ def costs(request):
         "series": series,
         "runs": runs,
         "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
+        "error": error,
+        "run_form": request.POST
+        if error
+        else {"first_day": f"{end:%Y-%m}-01", "last_day": f"{end:%Y-%m-%d}"},
     }
-    return render(request, "billing/costs.html", context)
+    return render(request, "billing/costs.html", context, status=http_status)

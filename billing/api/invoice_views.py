@@ -5,7 +5,6 @@ notes, and start and watch invoice runs."""
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -18,6 +17,7 @@ from billing.credits import wallet_balances
 from billing.invoice_run import invoice_run_create
 from billing.invoice_selectors import invoice_get, invoice_list, invoice_run_list
 from billing.invoices import invoice_status_set
+from billing.tasks import invoice_run_enqueue
 from config.api_errors import ERROR_RESPONSES, ErrorOut
 from tenants.api.permissions import (
     IsFinanceStaff,
@@ -132,9 +132,7 @@ class InvoiceRunListView(APIView):
             finalize=params["finalize"],
             requested_by=request.user,
         )
-        from billing.tasks import invoice_run_task
-
-        transaction.on_commit(lambda: invoice_run_task.delay(run.pk))
+        invoice_run_enqueue(run.pk)
         return Response(s.InvoiceRunOut(run).data, status=status.HTTP_202_ACCEPTED)
 
 

@@ -23,6 +23,7 @@ from billing.selectors import (
     pool_utilization,
     unallocated_summary,
 )
+from billing.tasks import allocation_run_enqueue
 from config.api_errors import ERROR_RESPONSES, ErrorOut
 from tenants.api.permissions import IsFinanceStaff
 
@@ -33,12 +34,6 @@ def _valid(serializer_class, data, **kwargs) -> dict:
     serializer = serializer_class(data=data, **kwargs)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
-
-
-def _enqueue(run: AllocationRun) -> None:
-    from billing.tasks import allocation_run_task
-
-    transaction.on_commit(lambda: allocation_run_task.delay(run.pk))
 
 
 class FinanceView(APIView):
@@ -118,7 +113,7 @@ class AllocationRunListView(FinanceView):
             run = allocation_run_create(
                 **_valid(s.AllocationRunIn, request.data), user=request.user
             )
-            _enqueue(run)
+            allocation_run_enqueue(run.pk)
         return Response(s.AllocationRunOut(run).data, status=status.HTTP_202_ACCEPTED)
 
 
@@ -194,7 +189,7 @@ class ScenarioListView(FinanceView):
     def post(self, request):
         with transaction.atomic():
             _, run = cost_scenario_create(**_valid(s.ScenarioIn, request.data), user=request.user)
-            _enqueue(run)
+            allocation_run_enqueue(run.pk)
         return Response(s.AllocationRunOut(run).data, status=status.HTTP_202_ACCEPTED)
 
 
