@@ -66,7 +66,7 @@ def test_finance_sees_pools_replicas_gpus_reservations_and_rates(client, demo_fl
     rates = list(page.context["rates"])
     assert len(rates) == 8 and all(r.scenario_id is None for r in rates)
     html = page.content.decode()
-    assert "28000.00 USD / 48 months / 2800.00" in html
+    assert "28,000.00 USD / 48 months / 2,800.00" in html
     assert "7:00\u201321:00" in html and "0.011" not in html
 
 
