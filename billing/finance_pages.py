@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from billing.portal import usage_context
 from billing.selectors import margin_report_latest
+from billing.unbilled import unpriced_usage
 from metering.selectors import reconciliation_gaps
 from serving.models import ServedModel
 from tenants.access import finance_staff_required
@@ -72,7 +73,16 @@ def reconciliation(request):
     end = timezone.now()
     start = end - timedelta(days=days)
     gaps, totals = reconciliation_gaps(start=start, end=end)
-    context = {"gaps": gaps, "totals": totals, "days": days, "start": start, "end": end}
+    unpriced = unpriced_usage(start=start.replace(minute=0, second=0, microsecond=0), end=end)
+    context = {
+        "gaps": gaps,
+        "totals": totals,
+        "unpriced": unpriced,
+        "unpriced_tokens": sum(row["tokens"] for row in unpriced),
+        "days": days,
+        "start": start,
+        "end": end,
+    }
     return render(request, "billing/reconciliation.html", context)
 
 

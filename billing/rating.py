@@ -90,11 +90,14 @@ def charges_compute(
 ) -> list[Charge]:
     """Rating itself, from loaded inputs (no database reads beyond the
     cached price books)."""
-    books = _books(tier=tenant.tier, start=start, end=end)
-    unpriced: set[str] = set()
+    books = price_books(tier=tenant.tier, start=start, end=end)
+    unpriced: dict[str, int] = defaultdict(int)
     usage = _charges_usage(inputs.usage, books=books, unpriced=unpriced)
     if warnings is not None:
-        warnings.extend(f"usage of {name} has no price: not billed" for name in sorted(unpriced))
+        warnings.extend(
+            f"usage of {name} has no price: {tokens:,} tokens not billed"
+            for name, tokens in sorted(unpriced.items())
+        )
     fees = _charges_reservations(inputs.reservations, start=start, end=end, books=books)
     fees += _charges_dedicated(inputs.dedicated_gpus, start=start, end=end, books=books)
     return usage + fees + _charges_plan(inputs.subscription, usage=usage, fees=fees)
@@ -111,7 +114,7 @@ def rating_inputs(
     edges = sorted(
         set().union(
             *(
-                _books(tier=t, start=start, end=end).edges(start, end)
+                price_books(tier=t, start=start, end=end).edges(start, end)
                 for t in {x.tier for x in tenants}
             )
         )
@@ -178,6 +181,9 @@ class Books:
     def price(self, book: PriceBook, model_id: int) -> ModelPrice | None:
         return self.prices.get((book.pk, model_id))
 
+    def priced_models(self, book: PriceBook | None) -> set[int]:
+        return {model_id for book_id, model_id in self.prices if book and book_id == book.pk}
+
     def label(self, book_id: int) -> str:
         book = next(b for b in self.books if b.pk == book_id)
         return f"{book.name} v{book.version}"
@@ -209,7 +215,8 @@ def rating_session():
         _books_cache.reset(token)
 
 
-def _books(*, tier: str, start: datetime, end: datetime) -> Books:
+def price_books(*, tier: str, start: datetime, end: datetime) -> Books:
+    """The books that may price a tier's usage in [start, end)."""
     cache = _books_cache.get()
     if cache is None:
         return _books_load(tier=tier, start=start, end=end)
@@ -234,14 +241,14 @@ def _books_load(*, tier: str, start: datetime, end: datetime) -> Books:
     return Books(books, prices)
 
 
-def _charges_usage(usage: list[tuple], *, books: Books, unpriced: set[str]) -> list[Charge]:
+def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]) -> list[Charge]:
     volume: dict[tuple[int, str], int] = defaultdict(int)  # the period's tokens so far
     lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
     for since, model_id, name, prompt, cached, completion, seconds, _ in usage:
         book = books.at(since)
         price = books.price(book, model_id) if book else None
         if price is None:
-            unpriced.add(name)
+            unpriced[name] += prompt + completion
             continue
         counts = {
             TokenKind.INPUT: prompt - cached,
