@@ -60,6 +60,7 @@ PAGES_FINANCE = [
     "/finance/tenants/bench-0/",
     "/finance/models/bench-llama-8b/",
     "/reconciliation/",
+    "/reconciliation/?days=30",
 ]
 PAGES_TENANT = [
     "/usage/",
@@ -115,6 +116,9 @@ def world_build(*, tenants: int, days: int, now: datetime) -> dict:
         owner = users.objects.create_user("bench-owner", password=PASSWORD)
         Membership.objects.create(tenant=people[0], user=owner, role=Role.OWNER)
         model = ServedModel.objects.create(name="bench-llama-8b")
+        # In the catalogue, priced by no book: /reconciliation/ must read the
+        # rollups to find its (absent) usage, its worst case.
+        ServedModel.objects.create(name="bench-unpriced")
         sku = GpuSku.objects.create(name="bench H100", power_idle_watts=90, power_busy_watts=700)
         node = Node.objects.create(name="bench-node", site="bench")
         replicas = []
@@ -349,7 +353,8 @@ def main() -> None:
     took = ", ".join(f"{k} {v:.0f} s" for k, v in setup.items()) or "reused"
     body = "\n".join(lines) + (
         f"\n\n{args.tenants:,} tenants, {rows:,} hourly rollup rows over {args.days} days "
-        f"(one per tenant per hour), ten pools of eight GPUs, the last 30 days allocated, "
+        f"(one per tenant per hour), ten pools of eight GPUs, a second model in the catalogue "
+        "that no book prices (so /reconciliation/ reads the rollups), the last 30 days allocated, "
         f"the month-to-date margin report built, last month invoiced (setup, not timed: "
         f"{took}). {args.requests} sequential requests per page after five warm-up ones, "
         "one uvicorn worker, a client on loopback. "

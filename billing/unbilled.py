@@ -12,6 +12,7 @@ from django.db.models import F, Max, Min, Sum
 
 from billing.rating import price_books
 from metering.models import UsageRollup
+from serving.models import ServedModel
 from tenants.choices import Tier
 
 
@@ -19,14 +20,17 @@ def unpriced_usage(*, start: datetime, end: datetime) -> list[dict]:
     """Per tenant and model: tokens, requests and the first and last hour
     of usage in [start, end) that nothing prices; the largest first."""
     found: dict[tuple[str, str], dict] = {}
+    catalogue = set(ServedModel.objects.values_list("pk", flat=True))
     for tier in Tier.values:
         books = price_books(tier=tier, start=start, end=end)
         for since, until in pairwise([*sorted(books.edges(start, end)), end]):
+            unpriced = catalogue - books.priced_models(books.at(since))
+            if not unpriced:
+                continue  # the usual case: no rollup needs reading
             rows = (
                 UsageRollup.objects.filter(
-                    hour__gte=since, hour__lt=until, tenant__tier=tier, served_model__isnull=False
+                    hour__gte=since, hour__lt=until, tenant__tier=tier, served_model_id__in=unpriced
                 )
-                .exclude(served_model_id__in=books.priced_models(books.at(since)))
                 .values(tenant_slug=F("tenant__slug"), model=F("served_model__name"))
                 .annotate(
                     tokens=Sum(F("prompt_tokens") + F("completion_tokens")),
