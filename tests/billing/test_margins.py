@@ -253,3 +253,23 @@ def test_a_row_only_last_period_had_is_zero_now_and_the_report_builds(world):
     )
     assert report.status == RunStatus.DONE, report.error
     assert world.b.slug in report.csv
+
+
+def test_a_tier_that_loses_money_is_marked_on_the_overview(world, client):
+    from billing.margin_reports import margin_report_build, margin_report_request
+    from tests.factories import make_finance_user
+
+    world.price(output_per_mtok=Decimal("0.1"))  # $0.10 of revenue against $1 of cost
+    pool = world.pool("shared", policy="platform")
+    replica = world.replica("r1", pool, [world.gpu("g1")])
+    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.allocate()
+    margin_report_build(
+        report_id=margin_report_request(kind="mtd", start=H0, end=H0 + HOUR).pk
+    )
+    client.force_login(make_finance_user())
+
+    html = client.get("/finance/").content.decode()
+
+    tier_row = html.split('data-testid="by-tier"')[1].split("</tr>")[1]
+    assert '<td class="error">-0.90</td>' in tier_row
