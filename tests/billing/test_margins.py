@@ -264,9 +264,7 @@ def test_a_tier_that_loses_money_is_marked_on_the_overview(world, client):
     replica = world.replica("r1", pool, [world.gpu("g1")])
     _use(world, world.a, replica, seconds=1800, completion=1_000_000)
     world.allocate()
-    margin_report_build(
-        report_id=margin_report_request(kind="mtd", start=H0, end=H0 + HOUR).pk
-    )
+    margin_report_build(report_id=margin_report_request(kind="mtd", start=H0, end=H0 + HOUR).pk)
     client.force_login(make_finance_user())
 
     html = client.get("/finance/").content.decode()
