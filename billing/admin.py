@@ -17,6 +17,7 @@ from billing.models import (
     CostScenario,
     CreditGrant,
     CreditNote,
+    FxRate,
     Invoice,
     InvoiceLine,
     InvoiceRun,
@@ -72,6 +73,36 @@ class CostRateAdmin(admin.ModelAdmin):
             cost_rate_update(rate=obj, **{k: getattr(obj, k) for k in EDITABLE})
         else:
             obj.pk = cost_rate_create(**form.cleaned_data, user=request.user).pk
+
+
+class FxRateForm(forms.ModelForm):
+    class Meta:
+        model = FxRate
+        fields = ["base", "quote", "date", "rate", "source"]
+        help_texts = {"rate": "Units of quote per one base (EUR/USD 1.08: 1 EUR = 1.08 USD)."}
+
+    def clean_base(self):
+        return self.cleaned_data["base"].strip().upper()
+
+    def clean_quote(self):
+        return self.cleaned_data["quote"].strip().upper()
+
+
+@admin.register(FxRate)
+class FxRateAdmin(admin.ModelAdmin):
+    """Dated FX rates margin reports convert revenue with (billing.fx); a
+    file of reference rates goes in with `manage.py fx_rates_import`."""
+
+    form = FxRateForm
+    list_display = ["date", "base", "quote", "rate", "source", "created_by"]
+    list_filter = ["base", "quote", "source"]
+    date_hierarchy = "date"
+    readonly_fields = ["created_by", "created_at"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(CostScenario)

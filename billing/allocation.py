@@ -1,4 +1,4 @@
-"""Who carries each pool-hour's cost (DESIGN.md, "Cost"). Pure: arrays and
+"""Who carries each pool-hour's cost (docs/architecture.md, "Cost"). Pure: arrays and
 frames in, integer nano-unit rows out, exactly conserved per pool-hour.
 
 Each pool-hour is cut into slices of capacity, each with an owner or none:

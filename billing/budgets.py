@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from billing.models import BudgetState
 from billing.periods import tenant_period, tenants_by_period
+from billing.queueing import after_commit
 from billing.rating import TenantInputs, charges_compute, rating_inputs, rating_session
 from tenants.choices import KEY_MANAGER_ROLES
 from tenants.models import Membership, Tenant, TenantPolicy
@@ -153,6 +154,97 @@ def _notify(tenant: Tenant, *, subject: str, body: str) -> None:
     if not emails:
         logger.warning("budget alert for %s has no one to send to: %s", tenant.slug, subject)
         return
-    transaction.on_commit(
-        lambda: send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, emails, fail_silently=False)
+    after_commit(
+        lambda: send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, emails, fail_silently=False),
+        what=f"budget alert to {tenant.slug} ({subject})",
     )
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """Where one tenant stands against its monthly budget now (read only:
+    nothing is notified or blocked by reading it)."""
+
+    tenant: Tenant
+    currency: str
+    period_start: datetime
+    period_end: datetime
+    budget: Decimal | None
+    spend: Decimal
+    soft: Decimal | None
+    hard: Decimal | None
+    soft_percent: int
+    hard_percent: int
+    blocked: bool
+    block_message: str
+    checked_at: datetime | None  # the budget job's last check this period
+
+    @property
+    def used_percent(self) -> Decimal | None:
+        if not self.budget:
+            return None
+        return (self.spend / self.budget * 100).quantize(Decimal("0.1"))
+
+    @property
+    def level(self) -> str:
+        """ok | soft (past the soft threshold) | hard (past the hard one) |
+        none (no budget)."""
+        if self.budget is None:
+            return "none"
+        if self.spend >= self.hard:
+            return "hard"
+        return "soft" if self.spend >= self.soft else "ok"
+
+
+def budget_status_list(*, now: datetime | None = None) -> list[BudgetStatus]:
+    """Every tenant with a monthly budget, or blocked by one: spend this
+    billing period rated now, the same way the budget check rates it (one
+    read per billing period, not per tenant), its thresholds, and whether
+    the gateway refuses it."""
+    now = now or timezone.now()
+    policies = {
+        p.tenant_id: p
+        for p in TenantPolicy.objects.filter(
+            Q(monthly_budget__isnull=False) | Q(budget_blocked_at__isnull=False)
+        ).select_related("tenant")
+    }
+    checked = {}
+    out = []
+    with rating_session():
+        groups = tenants_by_period(
+            tenants=[p.tenant for p in policies.values()], moment=now, closed=False
+        )
+        for (start, end), group in groups.items():
+            checked |= dict(
+                BudgetState.objects.filter(tenant__in=group, period_start=start).values_list(
+                    "tenant_id", "checked_at"
+                )
+            )
+            budgeted = [t for t in group if policies[t.pk].monthly_budget is not None]
+            inputs = rating_inputs(tenants=budgeted, start=start, end=now) if budgeted else {}
+            for tenant in group:
+                policy = policies[tenant.pk]
+                budget = policy.monthly_budget
+                spend = Decimal(0)
+                if budget is not None:
+                    spend = budget_spend(
+                        tenant=tenant, start=start, end=now, inputs=inputs[tenant.pk]
+                    )
+                out.append(
+                    BudgetStatus(
+                        tenant=tenant,
+                        currency=tenant.billing_currency,
+                        period_start=start,
+                        period_end=end,
+                        budget=budget,
+                        spend=spend,
+                        soft=None if budget is None else budget * policy.budget_soft_percent / 100,
+                        hard=None if budget is None else budget * policy.budget_hard_percent / 100,
+                        soft_percent=policy.budget_soft_percent,
+                        hard_percent=policy.budget_hard_percent,
+                        blocked=policy.budget_blocked_at is not None,
+                        block_message=policy.budget_block_message,
+                        checked_at=checked.get(tenant.pk),
+                    )
+                )
+    return sorted(out, key=lambda s: s.tenant.name)

@@ -1,4 +1,4 @@
-"""What each GPU cost in each hour (DESIGN.md, "Cost"), vectorised over
+"""What each GPU cost in each hour (docs/architecture.md, "Cost"), vectorised over
 GPUs x hours. Pure: inputs are arrays, outputs are int64 nano-units.
 
 Capital is exact integer arithmetic: straight-line depreciation spreads

@@ -1,16 +1,21 @@
 """The demo world's booked cost rates and prices (used by `manage.py up`):
 a peak / off-peak energy tariff, a PUE and the usual overheads; price
 books, plans, subscriptions and a credit grant; all in force from the
-start of 2026. Idempotent: what is already there is left."""
+start of 2026; and demo FX rates (Initech and Umbrella bill in EUR).
+Idempotent: what is already there is left."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import math
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+
+from django.conf import settings
 
 from billing.models import (
     CostRate,
     CreditGrant,
+    FxRate,
     ModelPrice,
     Plan,
     PriceBook,
@@ -42,6 +47,53 @@ def cost_rates_demo_seed() -> int:
         cost_rate_create(effective_from=SINCE, note="demo", **fields)
         created += 1
     return created
+
+
+# Units per euro around which the demo's rates wander (plausible levels, not
+# real rates), ECB style: base EUR, business days only, 4 places.
+DEMO_FX_LEVELS = {"USD": 1.08, "GBP": 0.85, "CHF": 0.95, "JPY": 162.0}  # ok-float: demo knobs
+DEMO_FX_SOURCE = "demo: synthetic, not a real rate"
+
+
+def fx_rate_demo(quote: str, day: date) -> Decimal:
+    """The demo's EUR/`quote` rate on `day`: the same every run (two slow
+    waves around the level, within about 3 %)."""
+    n = day.toordinal()
+    # ok-float: a generator's wave, turned into a 4-place Decimal once
+    wave = 0.025 * math.sin(2 * math.pi * n / 120) + 0.006 * math.sin(2 * math.pi * n / 9)
+    places = Decimal("0.01") if DEMO_FX_LEVELS[quote] > 50 else Decimal("0.0001")
+    return Decimal(repr(DEMO_FX_LEVELS[quote] * (1 + wave))).quantize(places)
+
+
+def fx_rates_demo_seed(*, start: date | None = None, end: date | None = None) -> int:
+    """Demo EUR rates for each business day of [start, end] (default: the
+    start of 2026 to today, UTC) against the reporting currency and the
+    demo tenants' currencies, marked as demo rates. Days already holding a
+    rate are left. Returns rows created."""
+    from tenants.models import Tenant
+
+    start = start or SINCE.date()
+    end = end or datetime.now(UTC).date()
+    wanted = {
+        settings.REPORTING_CURRENCY,
+        *Tenant.objects.values_list("billing_currency", flat=True),
+    }
+    quotes = sorted(c for c in wanted if c in DEMO_FX_LEVELS)
+    if "EUR" not in wanted or not quotes:
+        return 0
+    rows, day = [], start
+    while day <= end:
+        if day.weekday() < 5:
+            rows += [
+                FxRate(
+                    base="EUR", quote=q, date=day, rate=fx_rate_demo(q, day), source=DEMO_FX_SOURCE
+                )
+                for q in quotes
+            ]
+        day += timedelta(days=1)
+    before = FxRate.objects.count()
+    FxRate.objects.bulk_create(rows, ignore_conflicts=True, batch_size=2000)
+    return FxRate.objects.count() - before
 
 
 def prices_demo_seed() -> int:

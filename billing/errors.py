@@ -7,6 +7,21 @@ class InvoiceStateError(Exception):
     code = "invoice_state"
 
 
+class InvoicePeriodOpenError(InvoiceStateError):
+    """Finalizing an invoice whose billing period has not ended, without
+    asking to finalize early (409): the message names the period's end."""
+
+    code = "period_not_ended"
+
+    def __init__(self, *, period_start, period_end) -> None:
+        self.period_start, self.period_end = period_start, period_end
+        super().__init__(
+            f"the billing period {period_start:%Y-%m-%d} to {period_end:%Y-%m-%d} has not "
+            f"ended (it ends {period_end:%Y-%m-%d %H:%M} UTC): an invoice for it is finalized "
+            f"only when asked to finalize early, with a reason"
+        )
+
+
 class BillingInputError(Exception):
     """Bad input to a billing service, naming the field (400)."""
 
@@ -16,3 +31,30 @@ class BillingInputError(Exception):
         super().__init__(message)
         self.field = field
         self.message = message
+
+
+class FxError(Exception):
+    """Money in two currencies that cannot be put into one (409): a margin
+    report fails with this message rather than adding them 1:1."""
+
+    code = "fx"
+
+
+class FxRateMissingError(FxError):
+    """No exchange rate for a currency pair on a day a report needs."""
+
+    code = "fx_rate_missing"
+
+    def __init__(self, base: str, quote: str, day, lookback_days: int) -> None:
+        self.base, self.quote, self.day = base, quote, day
+        super().__init__(
+            f"no {base}/{quote} exchange rate for {day:%Y-%m-%d} (nor in the "
+            f"{lookback_days} days before): enter one (admin, POST /api/v1/fx-rates) or "
+            f"import reference rates (manage.py fx_rates_import)"
+        )
+
+
+class CostCurrencyError(FxError):
+    """Cost entered in a currency other than the reporting currency."""
+
+    code = "cost_currency"

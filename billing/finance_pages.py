@@ -1,20 +1,26 @@
 """Finance pages. The overview: revenue, cost and margin by tier this month
-so far against last month (a chart), unabsorbed idle cost, and margin by
-tenant and by model (sortable), each tenant a link to its drill-down (its
-usage, spend, invoices, requests and margin). It reads the stored
+so far against the same days of last month (a chart) with a run-rate
+forecast of the whole month, unabsorbed idle cost, and margin by tenant
+and by model (sortable), each tenant a link to its drill-down (its usage,
+spend, invoices, requests and margin). Every figure is in the report's
+currency (the reporting currency), revenue billed in other currencies
+converted at the rates the report lists. It reads the stored
 month-to-date margin report (computed nightly, or on request), never rating
-live, so it stays fast. Reconciliation: tokens vLLM served that metering
+live, so it stays fast; a newer report that failed (a missing FX rate, say)
+is shown with its reason. Reconciliation: tokens vLLM served that metering
 did not record (so nobody was billed for them), window by window."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
+from billing.choices import ReportKind
+from billing.models import MarginReport
 from billing.portal import usage_context
-from billing.selectors import margin_report_latest
+from billing.selectors import margin_report_failed_after, margin_report_latest
 from billing.unbilled import unpriced_usage
 from metering.selectors import reconciliation_gaps
 from serving.models import ServedModel
@@ -22,6 +28,37 @@ from tenants.access import finance_staff_required
 from tenants.models import Tenant
 
 MODEL_TENANTS_SHOWN = 50  # the rest are in the report's CSV
+PREVIOUS_LABEL = {
+    ReportKind.MONTH_TO_DATE: "same days last month",
+    ReportKind.CLOSE: "last month",
+}
+
+
+def report_context(report: MarginReport | None) -> dict:
+    """What every page showing a stored report says about it: its currency,
+    the period it is compared with, the FX rates it used, the run-rate
+    forecast, and a newer report that failed."""
+    context = {"report": report, "report_failed": margin_report_failed_after(report=report)}
+    if report is None:
+        return context
+    forecast = dict(report.forecast or {})
+    for key in ("month_start", "month_end"):
+        if key in forecast:
+            forecast[key] = datetime.fromisoformat(forecast[key])
+    return context | {
+        "report_currency": report.currency,
+        "previous_end": report.previous_period_end,
+        "previous_label": PREVIOUS_LABEL.get(report.kind, "previous period"),
+        "fx_rates": [
+            rate
+            | {
+                "period_start": datetime.fromisoformat(rate["period_start"]),
+                "period_end": datetime.fromisoformat(rate["period_end"]),
+            }
+            for rate in report.fx_rates or []
+        ],
+        "forecast": forecast,
+    }
 
 
 @finance_staff_required
@@ -29,6 +66,10 @@ def finance_overview(request):
     report = margin_report_latest()
     tables = report.tables if report else {}
     tiers = tables.get("tier", [])
+    forecast_tiers = (report.forecast or {}).get("tiers", {}) if report else {}
+    for row in tiers:
+        row["forecast"] = forecast_tiers.get(row["tier"])
+    previous = PREVIOUS_LABEL.get(report.kind, "previous period") if report else ""
     chart = {
         "labels": [row["tier"] for row in tiers],
         "datasets": [
@@ -37,12 +78,11 @@ def finance_overview(request):
                 ("Revenue", "revenue"),
                 ("Cost", "cost"),
                 ("Margin", "margin"),
-                ("Margin, last month", "prev_margin"),
+                (f"Margin, {previous}", "prev_margin"),
             )
         ],
     }
-    context = {
-        "report": report,
+    context = report_context(report) | {
         "tiers": tiers,
         "tenants": tables.get("tenant", []),
         "models": tables.get("model", []),
@@ -58,9 +98,8 @@ def finance_tenant(request, slug: str):
     context = usage_context(tenant=tenant, days=request.GET.get("days", "30"))
     report = margin_report_latest()
     rows = report.tables.get("tenant", []) if report else []
-    context |= {
+    context |= report_context(report) | {
         "drill": True,
-        "report": report,
         "margin": next((row for row in rows if row["tenant"] == slug), None),
         "tenant_param": f"&tenant={slug}",
     }
@@ -99,9 +138,8 @@ def finance_model(request, name: str):
         return [row for row in tables.get(level, []) if row["model"] == name]
 
     tenants = sorted(rows("model_tenant"), key=lambda row: (-row["tokens"], row["tenant"]))
-    context = {
+    context = report_context(report) | {
         "model": model,
-        "report": report,
         "margin": next(iter(rows("model")), None),
         "pools": rows("model_pool"),
         "tenants": tenants[:MODEL_TENANTS_SHOWN],

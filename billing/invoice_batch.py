@@ -17,10 +17,14 @@ from django.utils import timezone
 
 from billing.choices import InvoiceStatus, StripeSync
 from billing.credits import wallet_balances
+from billing.errors import InvoicePeriodOpenError
 from billing.invoices import (
+    FinalizeEarly,
     credits_apply,
     draft_compose,
     draft_fill,
+    finalize_early_check,
+    finalize_early_of_run,
     invoice_bill_period,
     number_assign,
     numbers_take,
@@ -52,6 +56,20 @@ def invoices_bill_many(
     finalize: bool,
     progress=None,
 ) -> list[Outcome]:
+    early = None
+    if finalize:  # a period not ended: every tenant refused, unless the run finalizes early
+        try:
+            early = finalize_early_check(
+                period_start=start,
+                period_end=end,
+                now=timezone.now(),
+                early=finalize_early_of_run(run),
+            )
+        except InvoicePeriodOpenError as refused:
+            outcomes = [Outcome(t, "failed", error=str(refused)) for t in tenants]
+            if progress:
+                progress(outcomes)
+            return outcomes
     final = set(
         Invoice.objects.filter(tenant__in=tenants, period_start=start)
         .exclude(status__in=[InvoiceStatus.VOID, InvoiceStatus.DRAFT])
@@ -67,7 +85,9 @@ def invoices_bill_many(
     for at in range(0, len(tenants), CHUNK):
         chunk = tenants[at : at + CHUNK]
         try:
-            outcomes += _chunk_bill(chunk, start, end, run, finalize, inputs, earlier, with_credit)
+            outcomes += _chunk_bill(
+                chunk, start, end, run, finalize, inputs, earlier, with_credit, early
+            )
         except Exception:
             logger.exception("invoice chunk failed; invoicing its tenants one by one")
             outcomes += [_one(t, start, end, run, finalize) for t in chunk]
@@ -76,7 +96,7 @@ def invoices_bill_many(
     return outcomes
 
 
-def _chunk_bill(tenants, start, end, run, finalize, inputs, earlier, with_credit):
+def _chunk_bill(tenants, start, end, run, finalize, inputs, earlier, with_credit, early):
     now = timezone.now()
     outcomes, built = [], []
     with transaction.atomic():
@@ -134,7 +154,7 @@ def _chunk_bill(tenants, start, end, run, finalize, inputs, earlier, with_credit
                 for n, line in enumerate(own, start=1)
             ]
         invoices = [invoice for invoice, _ in built]
-        final = _numbers_assign(invoices, now=now) if finalize else {}
+        final = _numbers_assign(invoices, now=now, early=early) if finalize else {}
         # Written as drafts (lines may only be added to a draft), then moved
         # on in one statement per status.
         Invoice.objects.bulk_create(invoices, batch_size=1000)
@@ -149,7 +169,9 @@ def _chunk_bill(tenants, start, end, run, finalize, inputs, earlier, with_credit
     return outcomes
 
 
-def _numbers_assign(invoices: list[Invoice], *, now: datetime) -> dict[str, list[Invoice]]:
+def _numbers_assign(
+    invoices: list[Invoice], *, now: datetime, early: FinalizeEarly | None
+) -> dict[str, list[Invoice]]:
     """Numbers for the chunk, per issuer in one step each; the invoices
     stay drafts in memory, grouped by the status they move on to."""
     by_issuer: dict[int, list[Invoice]] = defaultdict(list)
@@ -160,7 +182,7 @@ def _numbers_assign(invoices: list[Invoice], *, now: datetime) -> dict[str, list
         mine = by_issuer[issuer_id]
         issuer, first = numbers_take(issuer_id=issuer_id, count=len(mine))
         for n, invoice in enumerate(mine):
-            number_assign(invoice, issuer=issuer, sequence=first + n, now=now)
+            number_assign(invoice, issuer=issuer, sequence=first + n, now=now, early=early)
             final[invoice.status].append(invoice)
             invoice.status = InvoiceStatus.DRAFT
     return final

@@ -2,23 +2,33 @@
 for finance staff) and one invoice as a print-ready document, also
 downloadable as a self-contained HTML file that prints to PDF. Finance
 staff act on it there: finalize, mark paid, void, mark uncollectible,
-issue a credit note."""
+issue a credit note. A draft whose period has not ended offers "Finalize
+early" with a required reason instead of "Finalize" (the same rule as the
+API and the invoice run: billing.invoices.finalize_early_check)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus, RunStatus
 from billing.credit_notes import credit_note_create
 from billing.errors import BillingInputError, InvoiceStateError
 from billing.invoice_selectors import invoice_get, invoice_list, invoice_run_list
-from billing.invoices import invoice_amount_due_minor, invoice_status_set
+from billing.invoices import (
+    finalize_early_request,
+    invoice_amount_due_minor,
+    invoice_status_set,
+)
 from billing.models import Invoice
 from billing.money import minor_parse
 from tenants.access import finance_staff_required, principal_for_session
@@ -108,7 +118,12 @@ def invoice_action(request, pk: int):
             )
             messages.success(request, f"Credit note {note.number} issued.")
         elif action in dict(INVOICE_TARGET_STATUSES):
-            invoice = invoice_status_set(invoice_id=invoice.pk, to=action)
+            early = None
+            if request.POST.get("finalize_early"):
+                early = finalize_early_request(
+                    reason=request.POST.get("reason"), by=request.user.get_username()
+                )
+            invoice = invoice_status_set(invoice_id=invoice.pk, to=action, early=early)
             messages.success(request, f"Invoice {invoice.number} is now {invoice.status}.")
         else:
             raise BillingInputError("action", f"unknown action {action!r}")
@@ -122,6 +137,7 @@ def invoice_action(request, pk: int):
 def _document(request, invoice: Invoice, *, error: str = "", status: int = 200):
     lines = list(invoice.lines.all())
     principal = principal_for_session(request)
+    net_days = settings.BILLING["NET_DAYS"]
     context = {
         "invoice": invoice,
         "usage": [line for line in lines if not line.late and line.kind != "credit"],
@@ -131,6 +147,11 @@ def _document(request, invoice: Invoice, *, error: str = "", status: int = 200):
         "download": "download" in request.GET,
         "can_act": principal.is_finance and principal.tenant is None,
         "actions": INVOICE_ACTIONS.get(invoice.status, []),
+        # A draft: not issued yet; issued when finalized, due net_days later.
+        "period_open": not invoice.is_final and invoice.period_end > timezone.now(),
+        "net_days": net_days,
+        "expected_due": invoice.period_end + timedelta(days=net_days),
+        "early_reason": request.POST.get("reason", "") if error else "",
         "messages": messages.get_messages(request),
         "error": error,
     }

@@ -3,7 +3,9 @@ that period's invoice, built and (unless told not to) finalized; a tenant
 is either fully invoiced or untouched (billing.invoice_batch).
 A run is safe to repeat and to run beside another: finalized invoices are
 skipped, drafts rebuilt, and the tenant's row lock keeps two runs from
-building the same invoice at once. Progress is on the run's row."""
+building the same invoice at once. Progress is on the run's row.
+An `as_of` later than now picks periods that have not ended: such a run
+is refused unless it finalizes early with a reason, or builds drafts."""
 
 from __future__ import annotations
 
@@ -13,9 +15,15 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from billing.choices import RunStatus
+from billing.choices import InvoiceStatus, RunStatus
+from billing.errors import BillingInputError
 from billing.invoice_batch import invoices_bill_many
-from billing.invoices import invoice_bill_period, invoicing_session
+from billing.invoices import (
+    FinalizeEarly,
+    finalize_early_check,
+    invoice_bill_period,
+    invoicing_session,
+)
 from billing.models import InvoiceRun
 from billing.periods import tenants_by_period
 from tenants.models import Tenant
@@ -24,8 +32,56 @@ logger = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
 
 
-def invoice_run_create(*, as_of: datetime, finalize: bool = True, requested_by=None) -> InvoiceRun:
-    return InvoiceRun.objects.create(as_of=as_of, finalize=finalize, requested_by=requested_by)
+def invoice_run_create(
+    *,
+    as_of: datetime,
+    finalize: bool = True,
+    requested_by=None,
+    early: FinalizeEarly | None = None,
+) -> InvoiceRun:
+    """A run, checked before anything is written: the periods it picks
+    must have begun (else BillingInputError naming as_of) and, when it
+    finalizes, have ended unless `early` (else InvoicePeriodOpenError
+    naming the period's end). The page, the API and the command all
+    come through here."""
+    early = invoice_run_periods_check(as_of=as_of, finalize=finalize, early=early)
+    return InvoiceRun.objects.create(
+        as_of=as_of,
+        finalize=finalize,
+        requested_by=requested_by,
+        finalize_early_reason=early.reason if early else "",
+        finalize_early_by=early.by if early else "",
+    )
+
+
+def invoice_run_periods_check(
+    *, as_of: datetime, finalize: bool, early: FinalizeEarly | None
+) -> FinalizeEarly | None:
+    """What finalizing early the run needs: None when every period it
+    picks has ended (then `early` is not recorded), else `early`."""
+    if early is not None and not finalize:
+        raise BillingInputError("finalize_early", "a run that leaves drafts finalizes nothing")
+    now = timezone.now()
+    if as_of <= now:
+        return None  # periods ended by as_of ended by now
+    try:
+        periods = tenants_by_period(
+            tenants=list(Tenant.objects.only("pk")), moment=as_of, closed=True
+        )
+    except (OverflowError, ValueError):  # past the last year a date can hold
+        raise BillingInputError("as_of", "is later than any billing period") from None
+    for start, end in sorted(periods):
+        if start >= now:
+            raise BillingInputError(
+                "as_of",
+                f"{as_of:%Y-%m-%d %H:%M} UTC picks the billing period {start:%Y-%m-%d} to "
+                f"{end:%Y-%m-%d}, which has not begun",
+            )
+    open_periods = sorted((end, start) for start, end in periods if end > now)
+    if not finalize or not open_periods:
+        return None
+    end, start = open_periods[-1]
+    return finalize_early_check(period_start=start, period_end=end, now=now, early=early)
 
 
 def invoice_run_execute(
@@ -57,7 +113,7 @@ def invoice_run_execute(
             done_before = counts["done"]
 
             def progress(outcomes, done_before=done_before):
-                _count(outcomes, counts, failures, warnings, done_before)
+                _count(outcomes, counts, failures, warnings, done_before, run_id=run.pk)
                 _progress_save(run, counts, failures, warnings)
                 if report:
                     report(counts["done"], len(tenants))
@@ -77,18 +133,35 @@ def invoice_run_execute(
     return run
 
 
-def _count(outcomes, counts, failures, warnings, done_before) -> None:
-    """Running totals from a period group's outcomes so far."""
+def _count(outcomes, counts, failures, warnings, done_before, *, run_id: int) -> None:
+    """Running totals from a period group's outcomes so far. An invoice
+    found final that this run wrote (a chunk redone one by one after its
+    commit, a message delivered again) counts as this run's, not skipped."""
     fresh = outcomes[counts["done"] - done_before :]
     for o in fresh:
+        ours = o.outcome == "final" and o.invoice is not None and o.invoice.run_id == run_id
         if o.outcome == "failed":
             failures.append({"tenant": o.tenant.slug, "error": o.error})
-        elif o.outcome in ("created", "rebuilt"):
+        elif o.outcome in ("created", "rebuilt") or ours:
             counts["created"] += 1
             warnings += [f"{o.tenant.slug}: {w}" for w in o.invoice.warnings]
         else:
             counts["skipped"] += 1
     counts["done"] += len(fresh)
+
+
+def invoice_run_summary(*, run: InvoiceRun) -> dict[str, int]:
+    """What a run did, for a person: invoices it finalized and drafts it
+    left (read from the invoices it wrote), tenants skipped (already
+    invoiced, or nothing to bill) and tenants that failed."""
+    statuses = list(run.invoices.values_list("status", flat=True))
+    drafts = statuses.count(InvoiceStatus.DRAFT)
+    return {
+        "finalized": len(statuses) - drafts,
+        "drafts": drafts,
+        "skipped": run.invoices_skipped,
+        "failed": len(run.failures),
+    }
 
 
 def invoice_bill(*, tenant: Tenant, as_of: datetime, run: InvoiceRun | None = None):

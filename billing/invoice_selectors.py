@@ -1,13 +1,43 @@
 """Reads of invoices. Every tenant-facing read takes the tenant
-(invariant 5); finance staff pass tenant=None to see every tenant."""
+(invariant 5); finance staff pass tenant=None to see every tenant.
+Open invoices (finalized, something left to pay) are what a tenant owes
+and what finance's receivables ageing is made of; amounts are per
+currency, never added across currencies."""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    F,
+    OuterRef,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
 
 from billing.choices import InvoiceStatus
-from billing.models import Invoice, InvoiceRun
+from billing.models import CreditNote, Invoice, InvoiceRun
 from tenants.models import Tenant
+
+# Receivables by days past the due date (an invoice is overdue from the
+# instant after its due_at; a part of a day counts as a day).
+AGE_BUCKETS = [
+    ("current", "Current (not yet due)"),
+    ("1-30", "1-30 days overdue"),
+    ("31-60", "31-60 days overdue"),
+    ("61-90", "61-90 days overdue"),
+    ("90+", "Over 90 days overdue"),
+]
+OPEN_INVOICES_SHOWN = 200
 
 
 def invoice_list(*, tenant: Tenant | None, status: str | None = None) -> QuerySet[Invoice]:
@@ -32,3 +62,96 @@ def invoice_get(*, tenant: Tenant | None, pk: int) -> Invoice:
 
 def invoice_run_list() -> QuerySet[InvoiceRun]:
     return InvoiceRun.objects.order_by("-created_at")
+
+
+def invoices_open(*, tenant: Tenant | None) -> QuerySet[Invoice]:
+    """Finalized invoices with something left to pay (not paid, void or
+    uncollectible; credit notes deducted), each with `due_minor`; the
+    oldest due first. tenant=None: every tenant's (finance staff)."""
+    credited = (
+        CreditNote.objects.filter(invoice=OuterRef("pk"))
+        .values("invoice")
+        .annotate(minor=Sum("amount_minor"))
+        .values("minor")
+    )
+    invoices = Invoice.objects.filter(status=InvoiceStatus.FINALIZED)
+    if tenant is not None:
+        invoices = invoices.filter(tenant=tenant)
+    return (
+        invoices.annotate(due_minor=F("total_minor") - Coalesce(Subquery(credited), 0))
+        .filter(due_minor__gt=0)
+        .select_related("tenant")
+        .order_by("due_at", "pk")
+    )
+
+
+@dataclass
+class Receivables:
+    """Open invoices by age at `as_of`: totals[currency][bucket] in minor
+    units (and totals[currency]["total"]), counts likewise; the oldest
+    open invoices listed with their age."""
+
+    as_of: datetime
+    totals: dict[str, dict[str, int]] = field(default_factory=dict)
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    invoices: list[Invoice] = field(default_factory=list)
+    open_count: int = 0
+    buckets: list[tuple[str, str]] = field(default_factory=lambda: list(AGE_BUCKETS))
+
+    @property
+    def rows(self) -> list[tuple[str, list[tuple[str, int]], int]]:
+        """(currency, [(bucket, minor) in bucket order], total) for a table."""
+        return [
+            (currency, [(key, row[key]) for key, _ in self.buckets], row["total"])
+            for currency, row in self.totals.items()
+        ]
+
+
+def _age_bucket(as_of: datetime) -> Case:
+    days = timedelta(days=1)
+    return Case(
+        When(due_at__gte=as_of, then=Value("current")),
+        When(due_at__gte=as_of - 30 * days, then=Value("1-30")),
+        When(due_at__gte=as_of - 60 * days, then=Value("31-60")),
+        When(due_at__gte=as_of - 90 * days, then=Value("61-90")),
+        default=Value("90+"),
+        output_field=CharField(),
+    )
+
+
+def receivables_aging(*, as_of: datetime) -> Receivables:
+    """Accounts receivable for finance staff: every tenant's open
+    invoices, summed in SQL per currency and age bucket."""
+    open_invoices = invoices_open(tenant=None).annotate(bucket=_age_bucket(as_of))
+    out = Receivables(as_of=as_of)
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_keys(), 0))
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_keys(), 0))
+    rows = (
+        open_invoices.order_by()
+        .values("currency", "bucket")
+        .annotate(minor=Sum("due_minor"), n=Count("pk"))
+        .values_list("currency", "bucket", "minor", "n")
+    )
+    for currency, bucket, minor, n in rows:
+        for key in (bucket, "total"):
+            totals[currency][key] += minor
+            counts[currency][key] += n
+        out.open_count += n
+    out.totals = {c: totals[c] for c in sorted(totals)}
+    out.counts = {c: counts[c] for c in sorted(counts)}
+    out.invoices = list(open_invoices.select_related("issuer")[:OPEN_INVOICES_SHOWN])
+    for invoice in out.invoices:
+        invoice.days_overdue = days_overdue(due_at=invoice.due_at, as_of=as_of)
+    return out
+
+
+def days_overdue(*, due_at: datetime, as_of: datetime) -> int:
+    """Whole days past due, a started day counting as one; 0 when not due."""
+    if as_of <= due_at:
+        return 0
+    late = as_of - due_at
+    return late.days + (1 if late % timedelta(days=1) else 0)
+
+
+def _keys() -> list[str]:
+    return [key for key, _ in AGE_BUCKETS] + ["total"]

@@ -2,6 +2,11 @@
 number, prepaid credit applied, immutable from then on), move it on to
 paid, void or uncollectible.
 
+A period that has not ended is finalized only when asked to "finalize
+early" with a reason (recorded on the invoice); otherwise it is refused
+(409). One rule, `finalize_early_check`, for the invoice page, the API,
+the invoice run and `manage.py invoice`.
+
 Locks are always taken in one order: the tenant, the invoice, the
 tenant's credit grants, the issuer last (held for the shortest time, as
 every finalization in the issuer's sequence waits for it)."""
@@ -19,10 +24,11 @@ from django.utils import timezone
 
 from billing.choices import INVOICE_TRANSITIONS, InvoiceStatus, StripeSync
 from billing.credits import credits_plan, wallet_balances
-from billing.errors import InvoiceStateError
+from billing.errors import BillingInputError, InvoicePeriodOpenError, InvoiceStateError
 from billing.invoice_lines import LineDraft, credit_line, lines_from_charges
 from billing.late_usage import EarlierPeriods, late_usage_lines
 from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
+from billing.periods import tenant_period
 from billing.rating import TenantInputs, charges_compute, rating_inputs, rating_session
 from billing.stripe_sync import sync_enqueue
 from tenants.models import Tenant
@@ -47,6 +53,47 @@ def invoicing_session():
             yield
     finally:
         _issuer_cache.reset(token)
+
+
+@dataclass(frozen=True)
+class FinalizeEarly:
+    """A request to finalize before the billing period ends: why, and who
+    asked (a user name, or who ran the command)."""
+
+    reason: str
+    by: str
+
+
+REASON_MAX = 300
+
+
+def finalize_early_request(*, reason: str | None, by: str) -> FinalizeEarly:
+    """A checked request to finalize early: a reason is required."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise BillingInputError("reason", "finalizing early needs a reason (it is recorded)")
+    if len(reason) > REASON_MAX:
+        raise BillingInputError("reason", f"at most {REASON_MAX} characters")
+    return FinalizeEarly(reason=reason, by=(by or "unknown")[:200])
+
+
+def finalize_early_check(
+    *, period_start: datetime, period_end: datetime, now: datetime, early: FinalizeEarly | None
+) -> FinalizeEarly | None:
+    """The one rule for finalizing: a period that has ended is finalized
+    as usual (None); one that has not is refused unless finalizing early
+    was asked for, and then that request is what the invoice records."""
+    if period_end <= now:
+        return None
+    if early is None:
+        raise InvoicePeriodOpenError(period_start=period_start, period_end=period_end)
+    return early
+
+
+def finalize_early_of_run(run: InvoiceRun | None) -> FinalizeEarly | None:
+    if run is None or not run.finalize_early_reason:
+        return None
+    return FinalizeEarly(reason=run.finalize_early_reason, by=run.finalize_early_by)
 
 
 @dataclass
@@ -141,7 +188,7 @@ def invoice_bill_period(
             tenant=tenant, period_start=start, period_end=end, run=run
         )
         if invoice is not None and outcome != "final" and finalize:
-            invoice = invoice_finalize(invoice_id=invoice.pk)
+            invoice = invoice_finalize(invoice_id=invoice.pk, early=finalize_early_of_run(run))
     return outcome, invoice
 
 
@@ -178,8 +225,23 @@ def numbers_take(*, issuer_id: int, count: int) -> tuple[Issuer, int]:
     return issuer, first
 
 
-def number_assign(invoice: Invoice, *, issuer: Issuer, sequence: int, now: datetime) -> None:
-    """Draft -> finalized, in memory: number, dates, Stripe status."""
+def number_assign(
+    invoice: Invoice,
+    *,
+    issuer: Issuer,
+    sequence: int,
+    now: datetime,
+    early: FinalizeEarly | None = None,
+) -> None:
+    """Draft -> finalized, in memory: number, dates, Stripe status, and
+    (its period not ended, checked by finalize_early_check) why early."""
+    if invoice.period_end > now:
+        if early is None:  # the callers check first; never number an open period silently
+            raise InvoicePeriodOpenError(
+                period_start=invoice.period_start, period_end=invoice.period_end
+            )
+        invoice.finalized_early_reason = early.reason
+        invoice.finalized_early_by = early.by
     invoice.sequence = sequence
     invoice.number = f"{issuer.invoice_prefix}-{sequence:06d}"
     invoice.status = InvoiceStatus.FINALIZED
@@ -212,31 +274,41 @@ def credits_apply(invoice: Invoice, balances) -> tuple[list, list[LineDraft]]:
     return applications, lines
 
 
-def invoice_finalize(*, invoice_id: int, now: datetime | None = None) -> Invoice:
+def invoice_finalize(
+    *, invoice_id: int, now: datetime | None = None, early: FinalizeEarly | None = None
+) -> Invoice:
     """Draft → finalized: apply prepaid credit, take the issuer's next
-    number, fix the due date. From here the invoice never changes."""
+    number, fix the due date. From here the invoice never changes. A
+    period that has not ended needs `early` (else InvoicePeriodOpenError,
+    before anything is written or numbered)."""
     now = now or timezone.now()
     with transaction.atomic():
         invoice = Invoice.objects.select_for_update().select_related("tenant").get(pk=invoice_id)
         if invoice.status != InvoiceStatus.DRAFT:
             raise InvoiceStateError(f"invoice {invoice} is {invoice.status}, not a draft")
+        early = finalize_early_check(
+            period_start=invoice.period_start, period_end=invoice.period_end, now=now, early=early
+        )
         balances = wallet_balances(tenant=invoice.tenant, lock=True)
         applications, credits = credits_apply(invoice, balances)
         CreditApplication.objects.bulk_create(applications)
         lines_write(invoice, credits, first=invoice.lines.count() + 1)
         issuer, sequence = numbers_take(issuer_id=invoice.issuer_id, count=1)
-        number_assign(invoice, issuer=issuer, sequence=sequence, now=now)
+        number_assign(invoice, issuer=issuer, sequence=sequence, now=now, early=early)
         invoice.save()
         if invoice.stripe_sync == StripeSync.PENDING:
             sync_enqueue(invoice.pk)
     return invoice
 
 
-def invoice_status_set(*, invoice_id: int, to: str) -> Invoice:
-    """What finance staff ask for: finalize a draft, or move a finalized
-    invoice to paid, void or uncollectible."""
+def invoice_status_set(*, invoice_id: int, to: str, early: FinalizeEarly | None = None) -> Invoice:
+    """What finance staff ask for: finalize a draft (early, with a reason,
+    when its period has not ended), or move a finalized invoice to paid,
+    void or uncollectible."""
     if to == InvoiceStatus.FINALIZED:
-        return invoice_finalize(invoice_id=invoice_id)
+        return invoice_finalize(invoice_id=invoice_id, early=early)
+    if early is not None:
+        raise BillingInputError("finalize_early", "only a draft being finalized is finalized early")
     return invoice_transition(invoice_id=invoice_id, to=to)
 
 
@@ -267,11 +339,48 @@ def invoice_transition(
 
 def invoice_amount_due_minor(invoice: Invoice) -> int:
     """What is still to collect: the total less credit notes, nothing once
-    paid, void or uncollectible."""
+    paid, void or uncollectible. A draft's is its total (what it would ask
+    for if finalized now; prepaid credit is applied when it is finalized)."""
+    if invoice.status == InvoiceStatus.DRAFT:
+        return invoice.total_minor
     if invoice.status != InvoiceStatus.FINALIZED:
         return 0
     credited = sum(note.amount_minor for note in invoice.credit_notes.all())
     return max(invoice.total_minor - credited, 0)
+
+
+@dataclass(frozen=True)
+class InvoiceEstimate:
+    """The current period's invoice as it would be built now: usage so far
+    rated, plus the period's fixed fees (reservations, dedicated GPUs),
+    the commitment true-up and late usage; before prepaid credit. When the
+    period's invoice is already issued (finalized early), that invoice."""
+
+    period_start: datetime
+    period_end: datetime
+    currency: str
+    total_minor: int
+    as_of: datetime
+    issued: Invoice | None = None
+
+
+def invoice_estimate(*, tenant: Tenant, now: datetime | None = None) -> InvoiceEstimate:
+    """What the tenant's invoice for the running period comes to so far
+    (read only: rated like a draft, nothing written)."""
+    now = now or timezone.now()
+    start, end = tenant_period(tenant=tenant, moment=now)
+    issued = (
+        Invoice.objects.filter(tenant=tenant, period_start=start)
+        .exclude(status__in=[InvoiceStatus.DRAFT, InvoiceStatus.VOID])
+        .first()
+    )
+    if issued is not None:
+        return InvoiceEstimate(start, end, issued.currency, issued.total_minor, now, issued)
+    with invoicing_session():
+        inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
+        content = draft_compose(tenant=tenant, start=start, end=end, inputs=inputs)
+    total = content.total_minor if content is not None else 0
+    return InvoiceEstimate(start, end, tenant.billing_currency, total, now)
 
 
 def lines_write(invoice: Invoice, lines: list[LineDraft], first: int = 1) -> None:

@@ -12,22 +12,35 @@ Levels: tier (shared, reserved, dedicated), pool, tenant, model, and model
 by pool and by tenant (a model's drill-down); each row
 with margin %, tokens, cost per million tokens and, where capacity is
 known (tier and pool), GPU-hours, utilization and revenue per GPU-hour.
-`previous` adds the same figures for the period before (month over month)."""
+`previous` adds the same figures for the period before (month over month).
+
+Currency: every amount is in the reporting currency (billing.fx). Revenue
+billed in another currency (the tenant's billing currency, the currency of
+its invoices) is converted at the period's average rate, once per (tenant,
+pool, model) row, rounded half-even to a nano-unit; levels sum converted
+rows, so margin = revenue - cost stays exact. The amounts as billed are
+kept beside it, one `revenue_in_<CUR>` column per billing currency. Cost
+is booked in the reporting currency: a cost rate or GPU price entered in
+another currency fails the report (CostCurrencyError) rather than being
+added to it as if it were the same money."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from django.db.models import Sum
+from django.db.models import Q, Sum
 
-from billing.models import PoolHourCost
+from billing.choices import RateBasis
+from billing.errors import CostCurrencyError
+from billing.fx import FxConversion, fx_convert_nano, fx_period_rate, reporting_currency
+from billing.models import CostRate, PoolHourCost
 from billing.revenue import revenue_rows
 from billing.selectors import cost_allocation_summary
 from metering.models import UsageRollup
-from serving.models import Pool, ServedModel
+from serving.models import Gpu, Pool, ServedModel
 from tenants.models import Tenant
 
 KEYS = ["tier", "pool", "tenant", "model"]
@@ -42,19 +55,34 @@ LEVELS = {
 }
 UNABSORBED, SPARE = "(unabsorbed)", "(spare)"
 NANO = 10**9
+ORIGINAL = "revenue_in_"  # + ISO code: revenue as billed, in that currency
 
 
 @dataclass
 class MarginData:
-    detail: pd.DataFrame  # KEYS + MONEY (int nano) + tokens, device_seconds
+    detail: pd.DataFrame  # KEYS + MONEY (int nano) + tokens, device_seconds, ORIGINAL*
     capacity: pd.DataFrame  # tier, pool, capacity_seconds, busy_seconds
+    currency: str = "USD"  # of every MONEY column
+    conversions: list[FxConversion] = field(default_factory=list)
 
 
-def margin_data(*, start: datetime, end: datetime) -> MarginData:
+def original_columns(frame: pd.DataFrame) -> list[str]:
+    """The revenue-as-billed columns, one per billing currency, sorted."""
+    return sorted(c for c in frame.columns if c.startswith(ORIGINAL))
+
+
+def margin_data(*, start: datetime, end: datetime, currency: str | None = None) -> MarginData:
+    """The period's figures in `currency` (default: the reporting currency).
+    Raises FxRateMissingError or CostCurrencyError (billing.errors)."""
+    currency = currency or reporting_currency()
+    _cost_currency_check(start=start, end=end, currency=currency)
     pools = {p.pk: (p.name, p.kind) for p in Pool.objects.all()}
-    tenants = {t.pk: (t.slug, t.tier) for t in Tenant.objects.all()}
+    tenants = {t.pk: (t.slug, t.tier, t.billing_currency) for t in Tenant.objects.all()}
+    revenue, conversions = _revenue(
+        start=start, end=end, pools=pools, tenants=tenants, currency=currency
+    )
     parts = [
-        _revenue(start=start, end=end, pools=pools, tenants=tenants),
+        revenue,
         _costs(start=start, end=end),
         _unabsorbed(start=start, end=end, pools=pools),
         _tokens(start=start, end=end, pools=pools, tenants=tenants),
@@ -66,15 +94,23 @@ def margin_data(*, start: datetime, end: datetime) -> MarginData:
         detail[column] = detail.get(column, 0)
     detail["device_seconds"] = detail.get("device_seconds", 0.0)
     detail[KEYS] = detail[KEYS].fillna("")
-    detail[[*MONEY, "tokens"]] = detail[[*MONEY, "tokens"]].fillna(0).astype(np.int64)
+    integers = [*MONEY, "tokens", *original_columns(detail)]
+    detail[integers] = detail[integers].fillna(0).astype(np.int64)
     detail["device_seconds"] = detail["device_seconds"].fillna(0.0).astype(np.float64)
     detail = detail.groupby(KEYS, as_index=False).sum()
-    return MarginData(detail=detail, capacity=_capacity(start=start, end=end, pools=pools))
+    return MarginData(
+        detail=detail,
+        capacity=_capacity(start=start, end=end, pools=pools),
+        currency=currency,
+        conversions=conversions,
+    )
 
 
 def margin_table(data: MarginData, level: str, previous: MarginData | None = None) -> pd.DataFrame:
     keys = LEVELS[level]
-    table = data.detail.groupby(keys, as_index=False)[[*MONEY, "tokens", "device_seconds"]].sum()
+    originals = original_columns(data.detail)
+    sums = [*MONEY, "tokens", "device_seconds", *originals]
+    table = data.detail.groupby(keys, as_index=False)[sums].sum()
     table["cost"] = table[MONEY[1:]].sum(axis=1)
     table["margin"] = table["revenue"] - table["cost"]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -107,7 +143,7 @@ def margin_table(data: MarginData, level: str, previous: MarginData | None = Non
         before = before.rename(columns={c: f"prev_{c}" for c in ("revenue", "cost", "margin")})
         table = table.merge(before, on=keys, how="outer")
         # A row only last month had (a tenant gone, idle then but not now) is zero now.
-        for column in (*MONEY, "cost", "margin", "tokens", *before.columns.drop(keys)):
+        for column in (*MONEY, "cost", "margin", "tokens", *originals, *before.columns.drop(keys)):
             table[column] = table[column].fillna(0).astype(np.int64)
         table["device_seconds"] = table["device_seconds"].fillna(0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -125,13 +161,34 @@ def margin_totals(data: MarginData) -> dict[str, int]:
     return {"revenue": int(sums["revenue"]), "cost": cost, "margin": int(sums["revenue"]) - cost}
 
 
+def margin_revenue_by_currency(data: MarginData) -> dict[str, int]:
+    """Revenue as billed, per billing currency (nano-units of each)."""
+    return {
+        column.removeprefix(ORIGINAL): int(data.detail[column].sum())
+        for column in original_columns(data.detail)
+    }
+
+
 # --- the inputs, aggregated in SQL -----------------------------------------
 
 
-def _revenue(*, start, end, pools, tenants) -> pd.DataFrame:
+def _revenue(*, start, end, pools, tenants, currency) -> tuple[pd.DataFrame, list]:
     rows = revenue_rows(start=start, end=end)
     if rows.empty:
-        return rows
+        return rows, []
+    billed_in = rows["tenant_id"].map(lambda t: tenants[t][2])
+    rates, conversions = {}, []
+    for code in sorted(set(billed_in)):
+        if code == currency or not rows.loc[billed_in == code, "revenue"].any():
+            rates[code] = None  # nothing to convert
+            continue
+        conversion = fx_period_rate(base=code, quote=currency, start=start, end=end)
+        rates[code] = conversion.rate
+        conversions.append(conversion)
+    converted = [
+        int(nano) if rates[code] is None else fx_convert_nano(int(nano), rates[code])
+        for nano, code in zip(rows["revenue"], billed_in, strict=True)
+    ]
     out = pd.DataFrame(
         {
             "tenant": rows["tenant_id"].map(lambda t: tenants[t][0]),
@@ -141,10 +198,34 @@ def _revenue(*, start, end, pools, tenants) -> pd.DataFrame:
                 for p, t in zip(rows["pool_id"], rows["tenant_id"], strict=True)
             ],
             "model": rows["model"].astype(object).fillna(""),
-            "revenue": rows["revenue"].astype(np.int64),
+            "revenue": np.array(converted, dtype=np.int64),
         }
     )
-    return out
+    for code in sorted(set(billed_in)):
+        out[f"{ORIGINAL}{code}"] = np.where(billed_in == code, rows["revenue"], 0).astype(np.int64)
+    return out, conversions
+
+
+def _cost_currency_check(*, start, end, currency) -> None:
+    """Allocation adds cost rates and GPU prices as they are entered, so a
+    report refuses any that were entered in another currency."""
+    rates = (
+        CostRate.objects.filter(scenario__isnull=True, effective_from__lt=end)
+        .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
+        .exclude(basis=RateBasis.RATIO)
+        .exclude(currency=currency)
+    )
+    for rate in rates[:1]:
+        raise CostCurrencyError(
+            f"cost rate {rate.pk} ({rate.component}) is in {rate.currency} but the reporting "
+            f"currency is {currency}: enter cost rates in {currency}"
+        )
+    gpus = Gpu.objects.filter(in_service_date__lt=end.date()).exclude(currency=currency)
+    for gpu in gpus[:1]:
+        raise CostCurrencyError(
+            f"GPU {gpu.serial} is priced in {gpu.currency} but the reporting currency is "
+            f"{currency}: enter GPU capex and lease rates in {currency}"
+        )
 
 
 def _costs(*, start, end) -> pd.DataFrame:

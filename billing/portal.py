@@ -1,6 +1,9 @@
 """The tenant portal's usage page: usage over time by model (a chart),
 tokens and device-seconds, spend this billing period against the budget,
-recent invoices, and export downloads. Reads hourly rollups only."""
+what is owed (open invoices per currency, each with how to pay it: the
+Stripe hosted invoice page once synced), an estimate of this period's
+invoice, recent invoices, and export downloads. Reads hourly rollups
+only."""
 
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from billing.budgets import budget_spend
-from billing.invoice_selectors import invoice_list
+from billing.invoice_selectors import days_overdue, invoice_list, invoices_open
+from billing.invoices import invoice_estimate
 from billing.periods import tenant_period
 from metering.selectors import UsageQuery, requests_recent, usage_summary
 from tenants.access import principal_for_session
@@ -49,6 +53,11 @@ def usage_context(*, tenant, days: str) -> dict:
     spend = budget_spend(tenant=tenant, start=period_start, end=now)
     policy = tenant.policy
     budget = policy.monthly_budget
+    open_invoices = list(invoices_open(tenant=tenant))
+    outstanding: dict[str, int] = defaultdict(int)
+    for invoice in open_invoices:
+        outstanding[invoice.currency] += invoice.due_minor
+        invoice.days_overdue = days_overdue(due_at=invoice.due_at, as_of=now)
     return {
         "tenant": tenant,
         "days": days,
@@ -66,6 +75,9 @@ def usage_context(*, tenant, days: str) -> dict:
         "blocked": policy.budget_blocked_at is not None,
         "block_message": policy.budget_block_message,
         "invoices": list(invoice_list(tenant=tenant)[:5]),
+        "open_invoices": open_invoices,
+        "outstanding": dict(sorted(outstanding.items())),
+        "estimate": invoice_estimate(tenant=tenant, now=now),
         "requests": requests_recent(tenant=tenant),
         "export_range": f"start={start:%Y-%m-%dT%H:%M:%SZ}&end={end:%Y-%m-%dT%H:%M:%SZ}",
     }

@@ -15,9 +15,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from billing.allocation_run import allocation_run_create
-from billing.errors import BillingInputError
+from billing.errors import BillingInputError, InvoicePeriodOpenError
 from billing.invoice_pages import invoices_page
 from billing.invoice_run import invoice_run_create
+from billing.invoices import finalize_early_request
 from billing.tasks import allocation_run_enqueue, invoice_run_enqueue
 from billing.views import costs_page
 from tenants.access import finance_staff_required
@@ -70,19 +71,31 @@ def allocation_run_start(request):
 @require_POST
 def invoice_run_start(request):
     """Periods that ended by the start of `as_of` (UTC), or by now when it
-    is left empty; `drafts` leaves the invoices as drafts."""
+    is left empty; `drafts` leaves the invoices as drafts. A day later
+    than today picks periods that have not ended: refused (409) unless
+    drafts, or `finalize_early` with a reason (the rule of the API and the
+    command, in invoice_run_create)."""
     text = request.POST.get("as_of", "").strip()
+    finalize = request.POST.get("drafts") != "on"
     try:
         as_of = day_parse(text, field="as_of") if text else timezone.now()
-        if as_of > timezone.now():
-            raise BillingInputError("as_of", "must not be in the future")
+        early = None
+        if request.POST.get("finalize_early") == "on":
+            early = finalize_early_request(
+                reason=request.POST.get("reason"), by=request.user.get_username()
+            )
+        with transaction.atomic():
+            run = invoice_run_create(
+                as_of=as_of, finalize=finalize, requested_by=request.user, early=early
+            )
+            invoice_run_enqueue(run.pk)
     except BillingInputError as error:
         return invoices_page(request, error=f"{error.field}: {error.message}", http_status=400)
-    finalize = request.POST.get("drafts") != "on"
-    with transaction.atomic():
-        run = invoice_run_create(as_of=as_of, finalize=finalize, requested_by=request.user)
-        invoice_run_enqueue(run.pk)
+    except InvoicePeriodOpenError as error:
+        return invoices_page(request, error=str(error), http_status=409)
     kind = "finalized invoices" if finalize else "drafts"
+    if run.finalize_early_reason:
+        kind = "finalized early: periods not ended yet"
     messages.success(
         request,
         f"Invoice run {run.pk} queued ({kind}, periods ended by {as_of:%Y-%m-%d %H:%M} UTC).",

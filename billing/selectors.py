@@ -195,3 +195,12 @@ def margin_report_latest(*, moment: datetime | None = None) -> MarginReport | No
         done.filter(kind=ReportKind.MONTH_TO_DATE).order_by("-period_end").first()
         or done.order_by("-period_end", "-finished_at").first()
     )
+
+
+def margin_report_failed_after(*, report: MarginReport | None) -> MarginReport | None:
+    """The newest report that failed after `report` was built (or at all,
+    when there is none): the pages say why it is not the one shown."""
+    failed = MarginReport.objects.filter(status=RunStatus.FAILED).defer("csv", "html", "tables")
+    if report is not None and report.finished_at is not None:
+        failed = failed.filter(finished_at__gt=report.finished_at)
+    return failed.order_by("-finished_at").first()

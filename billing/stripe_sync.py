@@ -20,6 +20,7 @@ from django.db.models import Q
 from billing import stripe_api
 from billing.choices import InvoiceStatus, StripeSync
 from billing.models import CreditNote, Invoice
+from billing.queueing import after_commit
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
 
@@ -163,11 +164,18 @@ def _invoice_lock(invoice_id: int):
 
 
 def sync_enqueue(invoice_id: int) -> None:
-    """After the current transaction commits, hand the invoice to a worker."""
+    """After the current transaction commits, hand the invoice to a worker.
+    The caller has marked it pending in that transaction, so if the broker
+    refuses, the sweep (billing.stripe_sweep) queues it later; the reason
+    is kept in stripe_error meanwhile."""
     if not settings.STRIPE_API_KEY:
         return
-    from django.db import transaction
-
     from billing.tasks import invoice_stripe_sync_task
 
-    transaction.on_commit(lambda: invoice_stripe_sync_task.delay(invoice_id))
+    after_commit(
+        lambda: invoice_stripe_sync_task.delay(invoice_id),
+        what=f"Stripe sync of invoice {invoice_id} (the Stripe sweep will retry)",
+        on_refused=lambda reason: Invoice.objects.filter(
+            pk=invoice_id, stripe_sync=StripeSync.PENDING
+        ).update(stripe_error=reason),
+    )

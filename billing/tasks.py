@@ -6,14 +6,16 @@ from __future__ import annotations
 from datetime import timedelta
 
 from celery import shared_task
-from django.db import transaction
 from django.utils import timezone
 
 from billing.allocation_run import allocation_run_create, allocation_run_execute
 from billing.budgets import budgets_check
 from billing.checks import allocation_conservation_check
+from billing.choices import RunStatus
 from billing.invoice_run import invoice_run_create, invoice_run_execute
 from billing.margin_reports import margin_report_build, margin_report_request, report_period
+from billing.models import AllocationRun, InvoiceRun, MarginReport
+from billing.queueing import after_commit
 from billing.stripe_api import TRANSIENT_ERRORS
 from billing.stripe_sync import invoice_stripe_sync, invoices_awaiting_sync
 
@@ -33,11 +35,21 @@ def allocation_run_task(run_id: int) -> str:
 
 
 def allocation_run_enqueue(run_id: int) -> None:
-    """Hand a created run to a worker once its row is committed."""
-    transaction.on_commit(lambda: allocation_run_task.delay(run_id))
+    """Hand a created run to a worker once its row is committed. If the
+    broker refuses, the run is marked failed with the reason (the costs
+    page shows it; start it again), not left queued forever."""
+    after_commit(
+        lambda: allocation_run_task.delay(run_id),
+        what=f"allocation run {run_id}",
+        on_refused=lambda reason: AllocationRun.objects.filter(
+            pk=run_id, status=RunStatus.QUEUED
+        ).update(status=RunStatus.FAILED, error=reason, finished_at=timezone.now()),
+    )
 
 
-@shared_task(name="billing.allocation_daily", time_limit=3600, ignore_result=True)
+@shared_task(
+    name="billing.allocation_daily", time_limit=3600, soft_time_limit=3540, ignore_result=True
+)
 def allocation_daily_task() -> int:
     """Daily: book yesterday (UTC)."""
     today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
@@ -45,7 +57,9 @@ def allocation_daily_task() -> int:
     return allocation_run_execute(run_id=run.pk).pk
 
 
-@shared_task(name="billing.allocation_check", time_limit=600, ignore_result=True)
+@shared_task(
+    name="billing.allocation_check", time_limit=600, soft_time_limit=540, ignore_result=True
+)
 def allocation_check_task() -> int:
     """Daily, after the allocation: pool-hours whose rows do not add up."""
     return len(allocation_conservation_check())
@@ -66,11 +80,24 @@ def invoice_run_task(run_id: int) -> str:
 
 
 def invoice_run_enqueue(run_id: int) -> None:
-    """Hand a created run to a worker once its row is committed."""
-    transaction.on_commit(lambda: invoice_run_task.delay(run_id))
+    """Hand a created run to a worker once its row is committed; refused,
+    the run is marked failed with the reason (start it again)."""
+    after_commit(
+        lambda: invoice_run_task.delay(run_id),
+        what=f"invoice run {run_id}",
+        on_refused=lambda reason: InvoiceRun.objects.filter(
+            pk=run_id, status=RunStatus.QUEUED
+        ).update(
+            status=RunStatus.FAILED,
+            failures=[{"tenant": "", "error": reason}],
+            finished_at=timezone.now(),
+        ),
+    )
 
 
-@shared_task(name="billing.invoice_daily", time_limit=3600, ignore_result=True)
+@shared_task(
+    name="billing.invoice_daily", time_limit=3600, soft_time_limit=3540, ignore_result=True
+)
 def invoice_daily_task() -> str:
     """Daily: invoice every tenant whose billing period ended (the monthly
     run of each anchor day)."""
@@ -87,6 +114,7 @@ def invoice_daily_task() -> str:
     acks_late=True,
     reject_on_worker_lost=True,
     time_limit=300,
+    soft_time_limit=270,
     ignore_result=True,
 )
 def invoice_stripe_sync_task(invoice_id: int) -> str:
@@ -94,29 +122,49 @@ def invoice_stripe_sync_task(invoice_id: int) -> str:
     return invoice_stripe_sync(invoice_id=invoice_id)
 
 
-@shared_task(name="billing.stripe_sweep", time_limit=300, ignore_result=True)
+@shared_task(name="billing.stripe_sweep", time_limit=300, soft_time_limit=270, ignore_result=True)
 def stripe_sweep_task() -> int:
     """Every few minutes: queue what is not yet in step with Stripe (a sync
-    that exhausted its retries while Stripe was down, a lost message)."""
+    that exhausted its retries while Stripe was down, one the broker
+    refused when it was asked for, a lost message)."""
     ids = invoices_awaiting_sync()
     for invoice_id in ids:
         invoice_stripe_sync_task.delay(invoice_id)
     return len(ids)
 
 
-@shared_task(name="billing.budgets_check", time_limit=55, ignore_result=True)
+@shared_task(name="billing.budgets_check", time_limit=55, soft_time_limit=50, ignore_result=True)
 def budgets_check_task() -> int:
     """Every minute: alert at the soft threshold, block at the hard one,
     unblock after a raise or when a new period begins."""
     return sum(check.blocked for check in budgets_check())
 
 
-@shared_task(name="billing.margin_report", time_limit=1800, ignore_result=True)
+@shared_task(
+    name="billing.margin_report", time_limit=1800, soft_time_limit=1740, ignore_result=True
+)
 def margin_report_task(report_id: int) -> str:
     return margin_report_build(report_id=report_id).status
 
 
-@shared_task(name="billing.margin_report_scheduled", time_limit=1800, ignore_result=True)
+def margin_report_enqueue(report_id: int) -> None:
+    """Hand a requested report to a worker once its row is committed;
+    refused, the report is marked failed with the reason (ask again)."""
+    after_commit(
+        lambda: margin_report_task.delay(report_id),
+        what=f"margin report {report_id}",
+        on_refused=lambda reason: MarginReport.objects.filter(
+            pk=report_id, status=RunStatus.QUEUED
+        ).update(status=RunStatus.FAILED, error=reason, finished_at=timezone.now()),
+    )
+
+
+@shared_task(
+    name="billing.margin_report_scheduled",
+    time_limit=1800,
+    soft_time_limit=1740,
+    ignore_result=True,
+)
 def margin_report_scheduled_task(kind: str) -> str:
     """The weekly flash (Mondays), the monthly close (the 2nd) or the
     month to date (nightly, for the finance overview)."""

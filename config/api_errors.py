@@ -19,7 +19,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.fields import get_error_detail
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from billing.errors import BillingInputError, InvoiceStateError
+from billing.errors import BillingInputError, FxError, InvoiceStateError
 from tenants.errors import LastOwnerError
 
 
@@ -45,7 +45,7 @@ def _as_api_exception(exc: Exception) -> Exception:
         return exceptions.NotFound()
     if isinstance(exc, DjangoPermissionDenied):
         return exceptions.PermissionDenied()
-    if isinstance(exc, LastOwnerError | InvoiceStateError):
+    if isinstance(exc, LastOwnerError | InvoiceStateError | FxError):
         return Conflict(str(exc), code=exc.code)
     if isinstance(exc, BillingInputError):
         return exceptions.ValidationError({exc.field: [exc.message]})

@@ -1,8 +1,9 @@
 """Earlier months for the demo world, so its charts show trends: synthetic
 hourly usage for each demo tenant on its pool's replica (marked synthetic),
-then what the platform would have done with it month by month: allocation
-of the GPUs' cost, a finalized invoice per tenant per closed month, and a
-monthly-close margin report per month. Ends where today begins, so the
+then what the platform would have done with it month by month (with demo
+FX rates for the EUR tenants): allocation of the GPUs' cost, a finalized
+invoice per tenant per closed month, and a monthly-close margin report per
+month. Ends where today begins, so the
 live workload's hours stay real. Safe to run again: the same seed writes
 the same rows, finalized invoices are left alone."""
 
@@ -99,6 +100,7 @@ def demo_history_fill(
     reports. `progress(step, done, total)` follows each step."""
     from billing.allocation_run import allocation_run_create, allocation_run_execute
     from billing.choices import ReportKind
+    from billing.demo import SINCE, fx_rates_demo_seed
     from billing.invoice_run import invoice_run_create, invoice_run_execute
     from billing.margin_reports import margin_report_build, margin_report_request
 
@@ -116,6 +118,9 @@ def demo_history_fill(
     report.rows = history_write(
         demo_history_streams(), start=first, end=end, seed=seed, progress=step("usage")
     )
+    # Demo FX rates (marked as such) for the history and today, so the
+    # margin reports can convert the EUR tenants' revenue.
+    fx_rates_demo_seed(start=min(first, SINCE).date(), end=now.date())
     run = allocation_run_create(start=first, end=end)
     report.allocation = allocation_run_execute(run_id=run.pk, progress=step("allocation")).status
     closed = month_starts(first, end)[1:]  # the first instant after each closed month

@@ -14,9 +14,13 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
-from config.processes import ManagedProcess, free_port
+from config.processes import ManagedProcess, ProcessFailed, free_port
 
 GATEWAY_PORT = 8080
+
+
+class WorkloadFailed(RuntimeError):
+    """The demo workload got not one answer through the gateway."""
 
 
 def vllm_replicas_start(*, pools: dict, progress) -> list:
@@ -31,15 +35,20 @@ def vllm_replicas_start(*, pools: dict, progress) -> list:
     return replicas_launch(placements=placements, progress=progress)
 
 
-def services_start(*, log_dir: Path, gateway_port: int = GATEWAY_PORT) -> list[ManagedProcess]:
-    """The gateway, a Celery worker and Celery beat, each its own process."""
+def services_start(
+    *, log_dir: Path, processes: list[ManagedProcess], gateway_port: int = GATEWAY_PORT
+) -> None:
+    """The gateway, a Celery worker and Celery beat, each its own process,
+    added to `processes` before it starts (so the caller stops whatever
+    started, even when the gateway then fails its readiness check)."""
     python = sys.executable
-    processes = [
+    started = [
         ManagedProcess(
             name="gateway",
             argv=[python, "manage.py", "gateway", "--port", str(gateway_port)],
             log_path=log_dir / "gateway.log",
             ready_url=f"http://127.0.0.1:{gateway_port}/healthz",
+            ready_echoes_instance=True,
         ),
         ManagedProcess(
             name="worker",
@@ -52,19 +61,32 @@ def services_start(*, log_dir: Path, gateway_port: int = GATEWAY_PORT) -> list[M
             log_path=log_dir / "beat.log",
         ),
     ]
-    for process in processes:
+    for process in started:
+        processes.append(process)
         process.start()
-    processes[0].wait_ready(timeout=60)
-    return processes
+    started[0].wait_ready(timeout=60)
+    for process in started[1:]:
+        if process.returncode is not None:
+            raise ProcessFailed(process.exit_report(while_doing="while starting"))
 
 
-def workload(*, gateway_url: str, seconds: float) -> dict:
+def workload(*, gateway_url: str, seconds: float):
+    """The demo workload's result (serving.workload.WorkloadResult); raises
+    WorkloadFailed when not one request succeeded, with how many were
+    refused or failed and the first error."""
     from serving.tiny_model import MODEL_NAME
     from serving.workload import workload_run
 
     keys = json.loads(Path(settings.DEMO_KEYS_FILE).read_text())
     time.sleep(settings.GATEWAY["FLEET_REFRESH_SECONDS"] + 0.5)  # the gateway sees the replicas
-    return workload_run(gateway_url=gateway_url, keys=keys, model=MODEL_NAME, seconds=seconds)
+    result = workload_run(gateway_url=gateway_url, keys=keys, model=MODEL_NAME, seconds=seconds)
+    if result.total("ok") == 0:
+        raise WorkloadFailed(
+            f"no request through the gateway at {gateway_url} succeeded: "
+            f"{result.total('refused')} refused, {result.total('failed')} failed; "
+            f"first error: {result.first_error or 'none (no request was sent)'}"
+        )
+    return result
 
 
 def records_flushed(gateway_url: str, *, timeout: float = 30) -> None:

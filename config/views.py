@@ -12,11 +12,16 @@ API_PREFIXES = ("/api/", "/v1/")
 
 
 def healthz(request):
-    """Liveness plus a database round trip."""
+    """Liveness plus a database round trip. A server the main job started
+    echoes its instance token, so the job can tell it from another process
+    on the same port."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
         cursor.fetchone()
-    return JsonResponse({"status": "ok", "database": connection.vendor})
+    health = {"status": "ok", "database": connection.vendor}
+    if settings.SERVER_INSTANCE:
+        health["instance"] = settings.SERVER_INSTANCE
+    return JsonResponse(health)
 
 
 def metrics(request):
@@ -26,10 +31,12 @@ def metrics(request):
     token = settings.METRICS_TOKEN
     if token and request.headers.get("Authorization") != f"Bearer {token}":
         return json_error(status_code=401, code="unauthorized", message="metrics token required")
+    from config.jobs import JobsCollector
     from metering.telemetry import MeteringCollector
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(MeteringCollector())
+    registry.register(JobsCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 

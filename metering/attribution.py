@@ -1,5 +1,5 @@
 """Who used the GPU: splitting one replica's device time in a window among
-the requests resident on it (DESIGN.md, Attribution). Pure computation on
+the requests resident on it (docs/architecture.md, Attribution). Pure computation on
 numpy arrays; metering.windows reads the ledger and stores the results.
 
 A request is resident from being scheduled (sent + vLLM's queue time) to its

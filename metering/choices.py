@@ -12,7 +12,7 @@ class EventSource(models.TextChoices):
 
 class AttributionPolicy(models.TextChoices):
     """How a slice of a replica's device time is split among the requests
-    resident in it (see DESIGN.md, Attribution)."""
+    resident in it (docs/architecture.md, Attribution)."""
 
     EQUAL = "equal", "Equal shares (processor sharing)"
     ROOFLINE = "roofline", "Roofline: weight reads shared, KV cache per request"

@@ -23,19 +23,23 @@ def attribute_window_task(window_id: int) -> int:
     return attribution_window_compute(window_id=window_id).requests
 
 
-@shared_task(name="metering.partitions_ensure", time_limit=120, ignore_result=True)
+@shared_task(
+    name="metering.partitions_ensure", time_limit=120, soft_time_limit=110, ignore_result=True
+)
 def usage_partitions_task() -> list[str]:
     """Daily: ledger partitions for last month to three months ahead."""
     return usage_partitions_ensure_ahead(now=timezone.now())
 
 
-@shared_task(name="metering.conservation_check", time_limit=300, ignore_result=True)
+@shared_task(
+    name="metering.conservation_check", time_limit=300, soft_time_limit=270, ignore_result=True
+)
 def conservation_check_task() -> int:
     """Hourly: windows whose attributed + idle != capacity (logged as errors)."""
     return len(attribution_conservation_check())
 
 
-@shared_task(name="metering.reconcile", time_limit=600, ignore_result=True)
+@shared_task(name="metering.reconcile", time_limit=600, soft_time_limit=540, ignore_result=True)
 def reconcile_task() -> int:
     """Hourly: the previous hour of every replica against vLLM's counters."""
     from datetime import timedelta

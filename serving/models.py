@@ -134,7 +134,7 @@ class ServedModel(models.Model):
         help_text="Used to estimate prompt tokens at admission, before vLLM counts them.",
     )
     max_context_tokens = models.PositiveIntegerField(default=4096)
-    # For roofline attribution (see DESIGN.md): bytes of weights a decode step
+    # For roofline attribution (docs/architecture.md, Attribution): bytes of weights a decode step
     # reads once for the whole batch, and KV-cache bytes per token of context.
     weight_bytes = models.BigIntegerField(null=True, blank=True)
     kv_bytes_per_token = models.PositiveIntegerField(null=True, blank=True)

@@ -12,6 +12,9 @@ from decimal import Decimal
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+# The longest model name a record carries (the usage ledger's column).
+MODEL_NAME_MAX = 200
+
 
 @dataclass
 class CompletedRequest:

@@ -2,14 +2,15 @@
 official openai client: chatty short requests, a long-context batch
 tenant, bursts, and a high-priority tenant, for `seconds`. Each tenant
 uses its own demo API key; refusals (429 over a limit) are counted, not
-retried, as a real client would see them."""
+retried, as a real client would see them. The result keeps the first
+error, so a run where nothing succeeded can say why."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # About 1,000 characters: long for the tiny model's 2,048-token context.
 LONG_PROMPT = " ".join(f"Region {n}: quarterly figures steady, margin flat." for n in range(20))
@@ -36,8 +37,22 @@ SHAPES = [
 ]
 
 
-def workload_run(*, gateway_url: str, keys: dict[str, str], model: str, seconds: float) -> dict:
-    """Per tenant: requests answered, refused (4xx) and failed, and tokens."""
+@dataclass
+class WorkloadResult:
+    """Per tenant: requests answered ("ok"), refused (4xx) and failed, and
+    tokens; and the first error any request met."""
+
+    per_tenant: dict[str, dict[str, int]] = field(default_factory=dict)
+    first_error: str = ""
+
+    def total(self, outcome: str) -> int:
+        return sum(counts.get(outcome, 0) for counts in self.per_tenant.values())
+
+
+def workload_run(
+    *, gateway_url: str, keys: dict[str, str], model: str, seconds: float
+) -> WorkloadResult:
+    """Send the demo shapes through the gateway for `seconds`."""
     import logging
 
     import openai
@@ -47,6 +62,13 @@ def workload_run(*, gateway_url: str, keys: dict[str, str], model: str, seconds:
     results: dict[str, Counter] = {shape.slug: Counter() for shape in SHAPES if shape.slug in keys}
     deadline = time.monotonic() + seconds
     lock = threading.Lock()
+    first_error: list[str] = []
+
+    def count(slug: str, outcome: str, error: Exception) -> None:
+        with lock:
+            results[slug][outcome] += 1
+            if not first_error:
+                first_error.append(f"{slug}: {type(error).__name__}: {error}"[:500])
 
     def one(client, shape: Shape) -> None:
         try:
@@ -71,11 +93,9 @@ def workload_run(*, gateway_url: str, keys: dict[str, str], model: str, seconds:
                 results[shape.slug]["ok"] += 1
                 results[shape.slug]["tokens"] += usage.total_tokens if usage else 0
         except openai.APIStatusError as exc:
-            with lock:
-                results[shape.slug]["refused" if exc.status_code < 500 else "failed"] += 1
-        except openai.APIError:
-            with lock:
-                results[shape.slug]["failed"] += 1
+            count(shape.slug, "refused" if exc.status_code < 500 else "failed", exc)
+        except Exception as exc:  # no connection, or an answer that is not the API's
+            count(shape.slug, "failed", exc)
 
     def loop(shape: Shape) -> None:
         client = openai.OpenAI(
@@ -105,4 +125,7 @@ def workload_run(*, gateway_url: str, keys: dict[str, str], model: str, seconds:
         t.start()
     for t in threads:
         t.join(timeout=seconds + 180)
-    return {slug: dict(counts) for slug, counts in results.items()}
+    return WorkloadResult(
+        per_tenant={slug: dict(counts) for slug, counts in results.items()},
+        first_error=first_error[0] if first_error else "",
+    )

@@ -1,11 +1,16 @@
 """Server-rendered pages: home, choosing which tenant to act for, and the
 tenant's API keys."""
 
+import time
+from datetime import UTC, date, datetime
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from tenants.access import principal_for_session
@@ -34,10 +39,17 @@ def tenant_switch(request):
     return redirect("home")
 
 
+# A created key's secret waits in the session for the page the POST
+# redirects to, which shows it once and drops it; never longer than this.
+NEW_SECRET_SESSION_KEY = "api_key_new_secret"  # noqa: S105 (a session key name)
+NEW_SECRET_SHOWN_WITHIN_SECONDS = 600
+
+
 @login_required
 def keys(request):
-    """The tenant's API keys; owners and admins create (the secret is shown
-    on this one response, never again) and revoke them."""
+    """The tenant's API keys; owners and admins create and revoke them. A
+    create redirects (303) to this page, which shows the new secret once:
+    a refresh neither shows it again nor creates another key."""
     principal = principal_for_session(request)
     if principal is None or principal.tenant is None:
         raise PermissionDenied
@@ -45,24 +57,56 @@ def keys(request):
     if request.method == "POST":
         if not principal.can_manage_keys:
             raise PermissionDenied
-        scopes = request.POST.getlist("scopes")
         try:
-            _, new_secret = api_key_create(
+            _, secret = api_key_create(
                 tenant=tenant,
                 name=request.POST.get("name", ""),
-                scopes=scopes,
+                scopes=request.POST.getlist("scopes"),
+                expires_at=_expiry_parse(request.POST.get("expires_at", "")),
                 created_by=request.user,
             )
         except ValidationError as exc:
             errors = exc.message_dict
+        else:
+            request.session[NEW_SECRET_SESSION_KEY] = {
+                "secret": secret,
+                "tenant_id": tenant.pk,
+                "created": time.time(),
+            }
+            return HttpResponseRedirect(reverse("keys"), status=303)
+    else:
+        new = request.session.pop(NEW_SECRET_SESSION_KEY, None)
+        if (
+            new
+            and new.get("tenant_id") == tenant.pk
+            and time.time() - new.get("created", 0) < NEW_SECRET_SHOWN_WITHIN_SECONDS
+        ):
+            new_secret = new["secret"]
     context = {
         "keys": api_key_list(tenant=tenant),
         "scopes": Scope.choices,
         "new_secret": new_secret,
         "errors": errors,
+        "form": request.POST if errors else {},
         "can_manage": principal.can_manage_keys,
+        "now": timezone.now(),
     }
-    return render(request, "tenants/keys.html", context, status=400 if errors else 200)
+    response = render(request, "tenants/keys.html", context, status=400 if errors else 200)
+    if new_secret:
+        response["Cache-Control"] = "no-store"  # not kept by the browser's history either
+    return response
+
+
+def _expiry_parse(text: str) -> datetime | None:
+    """The form's optional expiry day (YYYY-MM-DD) as that day's 00:00 UTC."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        raise ValidationError({"expires_at": ["a day as YYYY-MM-DD is needed"]}) from None
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
 @login_required

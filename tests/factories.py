@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -42,6 +44,13 @@ def make_member(tenant: Tenant, role: str = Role.OWNER, **user_kwargs) -> Member
 
 
 def make_finance_user(**kwargs):
+    if not Group.objects.filter(name=FINANCE_GROUP).exists():
+        # A transactional test's flush removed what the data migration made.
+        from django.apps import apps
+
+        importlib.import_module("tenants.migrations.0002_finance_group").create_finance_group(
+            apps, None
+        )
     user = UserFactory(**kwargs)
     user.groups.add(Group.objects.get(name=FINANCE_GROUP))
     return user

@@ -18,6 +18,8 @@ FINANCE_PAGES = [
     "/reconciliation/",
     "/finance/tenants/{slug}/",
     "/finance/models/tiny-llama/",
+    "/finance/receivables/",
+    "/jobs/",
 ]
 TENANT_PAGES = ["/usage/", "/keys/"]
 SHARED_PAGES = ["/", "/invoices/"]
@@ -60,4 +62,4 @@ def test_a_viewer_cannot_create_a_key_but_an_owner_can(client, people, world_a):
     client.force_login(people["viewer"])
     assert client.post("/keys/", {"name": "v", "scopes": ["inference"]}).status_code == 403
     client.force_login(people["owner"])
-    assert client.post("/keys/", {"name": "o", "scopes": ["inference"]}).status_code == 200
+    assert client.post("/keys/", {"name": "o", "scopes": ["inference"]}).status_code == 303

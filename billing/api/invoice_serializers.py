@@ -12,6 +12,7 @@ from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus
 from billing.invoices import invoice_amount_due_minor
 from billing.models import CreditNote, Invoice, InvoiceLine, InvoiceRun
 from billing.money import from_minor
+from config.api_time import SupportedDateTimeField
 
 
 @extend_schema_field(OpenApiTypes.DECIMAL)
@@ -80,6 +81,8 @@ class InvoiceOut(serializers.ModelSerializer):
             "total",
             "amount_due_minor",
             "finalized_at",
+            "finalized_early_by",
+            "finalized_early_reason",
             "due_at",
             "paid_at",
             "voided_at",
@@ -110,7 +113,21 @@ class InvoiceListQueryIn(serializers.Serializer):
     tenant = serializers.SlugField(required=False, help_text="Finance staff only.")
 
 
-class InvoiceTransitionIn(serializers.Serializer):
+class FinalizeEarlyIn(serializers.Serializer):
+    finalize_early = serializers.BooleanField(
+        default=False,
+        help_text="Finalize although the billing period has not ended (needs a reason, "
+        "recorded on the invoice). Without it such a finalize is refused with 409.",
+    )
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=300,
+        help_text="Why finalize early; required with finalize_early.",
+    )
+
+
+class InvoiceTransitionIn(FinalizeEarlyIn):
     status = serializers.ChoiceField(
         choices=INVOICE_TARGET_STATUSES,
         help_text="finalized (from draft), or paid / void / uncollectible.",
@@ -122,9 +139,12 @@ class CreditNoteIn(serializers.Serializer):
     reason = serializers.CharField(max_length=300)
 
 
-class InvoiceRunIn(serializers.Serializer):
-    as_of = serializers.DateTimeField(
-        required=False, help_text="Invoice periods that ended by then (default: now)."
+class InvoiceRunIn(FinalizeEarlyIn):
+    as_of = SupportedDateTimeField(
+        required=False,
+        help_text="Invoice periods that ended by then (default: now). Later than now, it "
+        "picks periods that have not ended: refused (409) unless finalize is false or "
+        "finalize_early is true with a reason.",
     )
     finalize = serializers.BooleanField(default=True)
 
@@ -137,6 +157,8 @@ class InvoiceRunOut(serializers.ModelSerializer):
             "as_of",
             "status",
             "finalize",
+            "finalize_early_reason",
+            "finalize_early_by",
             "tenants_total",
             "tenants_done",
             "invoices_created",

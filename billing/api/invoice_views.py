@@ -16,7 +16,7 @@ from billing.credit_notes import credit_note_create
 from billing.credits import wallet_balances
 from billing.invoice_run import invoice_run_create
 from billing.invoice_selectors import invoice_get, invoice_list, invoice_run_list
-from billing.invoices import invoice_status_set
+from billing.invoices import FinalizeEarly, finalize_early_request, invoice_status_set
 from billing.tasks import invoice_run_enqueue
 from config.api_errors import ERROR_RESPONSES, ErrorOut
 from tenants.api.permissions import (
@@ -33,6 +33,13 @@ def _valid(serializer_class, data) -> dict:
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
+
+
+def _early(request, params: dict) -> FinalizeEarly | None:
+    """`finalize_early: true` with its reason (400 naming `reason` without)."""
+    if not params.get("finalize_early"):
+        return None
+    return finalize_early_request(reason=params.get("reason"), by=request.user.get_username())
 
 
 class InvoiceListView(APIView):
@@ -69,13 +76,19 @@ class InvoiceStatusView(APIView):
 
     @extend_schema(
         summary="Finalize a draft, or mark an invoice paid, void or uncollectible",
+        description="A draft whose billing period has not ended is finalized only with "
+        "`finalize_early: true` and a `reason` (recorded on the invoice); otherwise 409.",
         request=s.InvoiceTransitionIn,
         responses={200: s.InvoiceDetailOut, 400: ErrorOut, 409: ErrorOut, **ERROR_RESPONSES},
         tags=TAGS,
     )
     def post(self, request, pk: int):
-        to = _valid(s.InvoiceTransitionIn, request.data)["status"]
-        invoice_status_set(invoice_id=invoice_get(tenant=None, pk=pk).pk, to=to)
+        params = _valid(s.InvoiceTransitionIn, request.data)
+        invoice_status_set(
+            invoice_id=invoice_get(tenant=None, pk=pk).pk,
+            to=params["status"],
+            early=_early(request, params),
+        )
         return Response(s.InvoiceDetailOut(invoice_get(tenant=None, pk=pk)).data)
 
 
@@ -122,7 +135,7 @@ class InvoiceRunListView(APIView):
     @extend_schema(
         summary="Queue an invoice run (every tenant whose period ended by as_of)",
         request=s.InvoiceRunIn,
-        responses={202: s.InvoiceRunOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={202: s.InvoiceRunOut, 400: ErrorOut, 409: ErrorOut, **ERROR_RESPONSES},
         tags=TAGS,
     )
     def post(self, request):
@@ -131,6 +144,7 @@ class InvoiceRunListView(APIView):
             as_of=params.get("as_of") or timezone.now(),
             finalize=params["finalize"],
             requested_by=request.user,
+            early=_early(request, params),
         )
         invoice_run_enqueue(run.pk)
         return Response(s.InvoiceRunOut(run).data, status=status.HTTP_202_ACCEPTED)

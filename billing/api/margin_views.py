@@ -3,7 +3,6 @@ totals and status, download it as CSV or HTML."""
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
@@ -15,6 +14,7 @@ from billing.choices import ReportKind, RunStatus
 from billing.margin_reports import margin_report_request
 from billing.models import MarginReport
 from config.api_errors import ERROR_RESPONSES, Conflict, ErrorOut
+from config.api_time import SupportedDateTimeField
 from tenants.api.permissions import IsFinanceStaff
 
 TAGS = ["margins"]
@@ -32,8 +32,12 @@ class MarginReportOut(serializers.ModelSerializer):
             "period_start",
             "period_end",
             "previous_start",
+            "previous_end",
+            "currency",
             "status",
             "totals",
+            "fx_rates",
+            "forecast",
             "error",
             "created_at",
             "finished_at",
@@ -49,8 +53,8 @@ class MarginReportOut(serializers.ModelSerializer):
 
 
 class MarginReportIn(serializers.Serializer):
-    start = serializers.DateTimeField()
-    end = serializers.DateTimeField()
+    start = SupportedDateTimeField()
+    end = SupportedDateTimeField()
 
     def validate(self, data):
         if data["end"] <= data["start"]:
@@ -82,9 +86,9 @@ class MarginReportListView(APIView):
         report = margin_report_request(
             kind=ReportKind.ADHOC, requested_by=request.user, **params.validated_data
         )
-        from billing.tasks import margin_report_task
+        from billing.tasks import margin_report_enqueue
 
-        transaction.on_commit(lambda: margin_report_task.delay(report.pk))
+        margin_report_enqueue(report.pk)
         return Response(MarginReportOut(report).data, status=status.HTTP_202_ACCEPTED)
 
 
@@ -109,7 +113,8 @@ class MarginReportDownloadView(APIView):
     def get(self, request, pk: int, fmt: str):
         report = MarginReport.objects.get(pk=pk)
         if report.status != RunStatus.DONE:
-            raise Conflict(f"the report is {report.status}", code="report_not_ready")
+            reason = f": {report.error}" if report.error else ""
+            raise Conflict(f"the report is {report.status}{reason}", code="report_not_ready")
         name = f"margin-{report.kind}-{report.period_start:%Y%m%d}-{report.period_end:%Y%m%d}"
         response = HttpResponse(getattr(report, fmt), content_type=self.FORMATS[fmt])
         response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'

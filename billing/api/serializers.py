@@ -12,6 +12,7 @@ from billing.choices import CostComponent, RateBasis
 from billing.models import AllocationRun, CostRate, CostScenario
 from billing.scenarios import COMPARE_BY
 from billing.selectors import GROUP_KEYS
+from config.api_time import SupportedDateTimeField
 from serving.choices import IdleCostPolicy
 from serving.models import Pool
 
@@ -20,8 +21,8 @@ MAX_QUERY = timedelta(days=400)
 
 
 class PeriodIn(serializers.Serializer):
-    start = serializers.DateTimeField(input_formats=DATE_OR_TIME, help_text="Inclusive.")
-    end = serializers.DateTimeField(input_formats=DATE_OR_TIME, help_text="Exclusive.")
+    start = SupportedDateTimeField(input_formats=DATE_OR_TIME, help_text="Inclusive.")
+    end = SupportedDateTimeField(input_formats=DATE_OR_TIME, help_text="Exclusive.")
     scenario = serializers.PrimaryKeyRelatedField(
         queryset=CostScenario.objects.all(),
         required=False,
@@ -67,8 +68,8 @@ class CostRateIn(serializers.Serializer):
     )
     hour_from = serializers.IntegerField(min_value=0, max_value=23, default=0)
     hour_to = serializers.IntegerField(min_value=1, max_value=24, default=24)
-    effective_from = serializers.DateTimeField(input_formats=DATE_OR_TIME)
-    effective_to = serializers.DateTimeField(
+    effective_from = SupportedDateTimeField(input_formats=DATE_OR_TIME)
+    effective_to = SupportedDateTimeField(
         input_formats=DATE_OR_TIME, required=False, allow_null=True
     )
     note = serializers.CharField(max_length=300, required=False, default="", allow_blank=True)
@@ -79,8 +80,8 @@ class CostRateUpdateIn(serializers.Serializer):
     amount = serializers.DecimalField(max_digits=24, decimal_places=9, min_value=0, required=False)
     hour_from = serializers.IntegerField(min_value=0, max_value=23, required=False)
     hour_to = serializers.IntegerField(min_value=1, max_value=24, required=False)
-    effective_from = serializers.DateTimeField(input_formats=DATE_OR_TIME, required=False)
-    effective_to = serializers.DateTimeField(
+    effective_from = SupportedDateTimeField(input_formats=DATE_OR_TIME, required=False)
+    effective_to = SupportedDateTimeField(
         input_formats=DATE_OR_TIME, required=False, allow_null=True
     )
     note = serializers.CharField(max_length=300, required=False, allow_blank=True)
@@ -93,8 +94,8 @@ class CostRateOut(serializers.ModelSerializer):
 
 
 class AllocationRunIn(serializers.Serializer):
-    start = serializers.DateTimeField(input_formats=DATE_OR_TIME)
-    end = serializers.DateTimeField(input_formats=DATE_OR_TIME)
+    start = SupportedDateTimeField(input_formats=DATE_OR_TIME)
+    end = SupportedDateTimeField(input_formats=DATE_OR_TIME)
     scenario = serializers.PrimaryKeyRelatedField(
         queryset=CostScenario.objects.all(), required=False, allow_null=True
     )
@@ -125,8 +126,8 @@ class AllocationRunOut(serializers.ModelSerializer):
 class ScenarioIn(serializers.Serializer):
     name = serializers.CharField(max_length=100)
     description = serializers.CharField(max_length=500, required=False, default="")
-    start = serializers.DateTimeField(input_formats=DATE_OR_TIME)
-    end = serializers.DateTimeField(input_formats=DATE_OR_TIME)
+    start = SupportedDateTimeField(input_formats=DATE_OR_TIME)
+    end = SupportedDateTimeField(input_formats=DATE_OR_TIME)
     idle_cost_policy = serializers.ChoiceField(
         choices=IdleCostPolicy.choices,
         required=False,

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from billing.api import invoice_views, margin_views, views
+from billing.api import fx_views, invoice_views, margin_views, views
 
 urlpatterns = [
     path("costs/rates", views.CostRateListView.as_view(), name="cost-rates"),
@@ -29,6 +29,8 @@ urlpatterns = [
     path("invoice-runs", invoice_views.InvoiceRunListView.as_view(), name="invoice-runs"),
     path("invoice-runs/<int:pk>", invoice_views.InvoiceRunDetailView.as_view(), name="invoice-run"),
     path("credits", invoice_views.CreditBalanceView.as_view(), name="credits"),
+    path("fx-rates", fx_views.FxRateListView.as_view(), name="fx-rates"),
+    path("fx-rates/bulk", fx_views.FxRateBulkView.as_view(), name="fx-rates-bulk"),
     path("margin-reports", margin_views.MarginReportListView.as_view(), name="margin-reports"),
     path(
         "margin-reports/<int:pk>",

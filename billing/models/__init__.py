@@ -9,6 +9,7 @@ from billing.models.costs import (  # noqa: F401
     CostScenario,
     PoolHourCost,
 )
+from billing.models.fx import FxRate  # noqa: F401
 from billing.models.invoices import (  # noqa: F401
     CreditApplication,
     CreditNote,

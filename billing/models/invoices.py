@@ -65,6 +65,10 @@ class InvoiceRun(models.Model):
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Asked to finalize periods that have not ended yet: why, and who asked
+    # (copied onto each invoice it finalizes early).
+    finalize_early_reason = models.CharField(max_length=300, blank=True, default="")
+    finalize_early_by = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -74,7 +78,11 @@ class InvoiceRun(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=RunStatus.values), name="invoicerun_status"
-            )
+            ),
+            models.CheckConstraint(
+                condition=Q(finalize_early_reason="") | Q(finalize=True),
+                name="invoicerun_early_only_when_finalizing",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -117,6 +125,10 @@ class Invoice(models.Model):
     stripe_error = models.TextField(blank=True, default="")
     payment_failed_at = models.DateTimeField(null=True, blank=True)
     hosted_invoice_url = models.URLField(max_length=500, blank=True, default="")
+    # Finalized before its period ended (finalized_at says when): who asked
+    # and why. Immutable once finalized, like the rest (migration 0011).
+    finalized_early_by = models.CharField(max_length=200, blank=True, default="")
+    finalized_early_reason = models.CharField(max_length=300, blank=True, default="")
 
     class Meta:
         ordering = ["-period_start", "tenant_id"]
@@ -138,6 +150,10 @@ class Invoice(models.Model):
                 name="invoice_one_per_period",
             ),
             models.UniqueConstraint(fields=["issuer", "sequence"], name="invoice_number_unique"),
+            models.CheckConstraint(
+                condition=Q(finalized_early_reason="") | Q(sequence__isnull=False),
+                name="invoice_early_only_when_numbered",
+            ),
         ]
         indexes = [models.Index(fields=["tenant", "-period_start"], name="invoice_tenant")]
 
@@ -147,6 +163,10 @@ class Invoice(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status != InvoiceStatus.DRAFT
+
+    @property
+    def finalized_early(self) -> bool:
+        return bool(self.finalized_early_reason)
 
 
 class InvoiceLine(models.Model):

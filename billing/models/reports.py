@@ -12,13 +12,23 @@ from billing.choices import ReportKind, RunStatus
 
 class MarginReport(models.Model):
     """One report of [period_start, period_end): a weekly flash, a monthly
-    close, or one asked for. Re-running the same kind and period replaces
-    its content (booked data may have changed: late usage, a re-run)."""
+    close, or one asked for, against [previous_start, previous_end). Money
+    is in `currency` (the reporting currency when it was built): revenue
+    converted from each billing currency at the rates listed in `fx_rates`,
+    the original amounts kept beside it. Re-running the same kind and
+    period replaces its content (booked data may have changed: late usage,
+    a re-run, a rate entered)."""
 
     kind = models.CharField(max_length=16, choices=ReportKind.choices)
     period_start = models.DateTimeField()
     period_end = models.DateTimeField()
     previous_start = models.DateTimeField()
+    # Empty on reports from before it existed: the previous period then
+    # ran up to period_start.
+    previous_end = models.DateTimeField(null=True, blank=True)
+    currency = models.CharField(max_length=3, blank=True, default="")
+    fx_rates = models.JSONField(default=list, blank=True)  # the conversions used
+    forecast = models.JSONField(default=dict, blank=True)  # month-to-date run rate
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     totals = models.JSONField(default=dict, blank=True)  # revenue, cost, margin (decimal strings)
     tables = models.JSONField(default=dict, blank=True)  # level -> rows, for the dashboard
@@ -44,3 +54,7 @@ class MarginReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.period_start:%Y-%m-%d}"
+
+    @property
+    def previous_period_end(self):
+        return self.previous_end or self.period_start

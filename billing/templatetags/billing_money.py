@@ -21,3 +21,10 @@ def amount(figure) -> str:
     if figure is None or figure == "":
         return "\u2014"
     return f"{Decimal(figure):,f}"
+
+
+@register.filter
+def amount_in(figure, currency: str) -> str:
+    """A report figure with its currency: "1,784.24 USD"."""
+    shown = amount(figure)
+    return f"{shown} {currency}" if currency and shown != "\u2014" else shown

@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_beat",
     "config.apps.PlatformConfig",
+    "core",
     "tenants",
     "serving",
     "metering",
@@ -155,7 +156,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "config.api_errors.api_exception_handler",
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["config.fixed_point.FixedPointJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
@@ -209,6 +210,9 @@ GATEWAY = {
 }
 # Bearer token Prometheus must present at /metrics (empty: open, for loopback).
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
+# Set by the main job on each server it starts; /healthz echoes it, so the
+# job knows that what answers is that process and not another on the port.
+SERVER_INSTANCE = env("SERVER_INSTANCE", default="")
 
 # --- Metering: the usage ledger, attribution, rollups (metering/) ---
 METERING = {
@@ -216,7 +220,7 @@ METERING = {
     "DIRECTORY_SECONDS": env.float("METERING_DIRECTORY_SECONDS", default=5.0),
     # Longer requests are refused; bounds how far back attribution looks.
     "MAX_REQUEST_SECONDS": env.int("METERING_MAX_REQUEST_SECONDS", default=3600),
-    # equal | roofline (see DESIGN.md, Attribution)
+    # equal | roofline (see docs/architecture.md, Attribution)
     "ATTRIBUTION_POLICY": env("METERING_ATTRIBUTION_POLICY", default="roofline"),
     # A window is attributed once it has been closed this long (late records).
     "ATTRIBUTION_GRACE_SECONDS": env.int("METERING_ATTRIBUTION_GRACE_SECONDS", default=120),
@@ -230,6 +234,10 @@ BILLING = {
     # How many earlier invoiced periods each invoice checks for late usage.
     "LATE_USAGE_PERIODS": env.int("BILLING_LATE_USAGE_PERIODS", default=3),
 }
+# The one currency of margin reports and the finance pages (ISO 4217): revenue
+# billed in other currencies is converted at dated FX rates (billing.fx);
+# GPU cost and cost rates must be entered in it.
+REPORTING_CURRENCY = env("REPORTING_CURRENCY", default="USD").strip().upper()
 # Without a key invoices stay local and show "not synced".
 STRIPE_API_KEY = env("STRIPE_API_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="")

@@ -4,6 +4,7 @@ describe them for the OpenAPI schema."""
 
 from rest_framework import serializers
 
+from config.api_time import SupportedDateTimeField
 from metering.validation import MAX_TOKENS
 from serving.choices import RequestStatus
 
@@ -23,10 +24,10 @@ class UsageEventIn(serializers.Serializer):
     prompt_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS, default=0)
     cached_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS, default=0)
     completion_tokens = serializers.IntegerField(min_value=0, max_value=MAX_TOKENS, default=0)
-    received_at = serializers.DateTimeField(help_text="ISO 8601 with a UTC offset.")
-    sent_at = serializers.DateTimeField(required=False)
-    first_token_at = serializers.DateTimeField(required=False)
-    ended_at = serializers.DateTimeField()
+    received_at = SupportedDateTimeField(help_text="ISO 8601 with a UTC offset.")
+    sent_at = SupportedDateTimeField(required=False)
+    first_token_at = SupportedDateTimeField(required=False)
+    ended_at = SupportedDateTimeField()
     queue_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
     ttft_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
     generation_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
@@ -59,10 +60,10 @@ class UsageBatchOut(serializers.Serializer):
 class UsageQueryIn(serializers.Serializer):
     """Parameters of the usage export."""
 
-    start = serializers.DateTimeField(
+    start = SupportedDateTimeField(
         input_formats=["iso-8601", "%Y-%m-%d"], help_text="Inclusive; a date or ISO timestamp."
     )
-    end = serializers.DateTimeField(input_formats=["iso-8601", "%Y-%m-%d"], help_text="Exclusive.")
+    end = SupportedDateTimeField(input_formats=["iso-8601", "%Y-%m-%d"], help_text="Exclusive.")
     group_by = serializers.ChoiceField(choices=["hour", "day", "month"], default="day")
     model = serializers.CharField(required=False, max_length=200)
     tenant = serializers.SlugField(

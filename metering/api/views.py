@@ -9,12 +9,13 @@ from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import exceptions, status
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api_errors import ERROR_RESPONSES, ErrorOut
 from config.csv_stream import csv_response
+from config.fixed_point import FixedPointJSONRenderer
 from metering.api.serializers import (
     FocusQueryIn,
     UsageBatchIn,
@@ -177,7 +178,7 @@ class ParquetDownload(_Download):
 class DownloadView(APIView):
     """An API view that can answer with a file; its errors stay JSON."""
 
-    renderer_classes = [JSONRenderer, CsvDownload, ParquetDownload]
+    renderer_classes = [FixedPointJSONRenderer, CsvDownload, ParquetDownload]
 
     def perform_content_negotiation(self, request, force=False):
         try:
@@ -189,8 +190,8 @@ class DownloadView(APIView):
 
     def finalize_response(self, request, response, *args, **kwargs):
         if isinstance(response, Response) and response.status_code >= 400:
-            request.accepted_renderer = JSONRenderer()
-            request.accepted_media_type = JSONRenderer.media_type
+            request.accepted_renderer = FixedPointJSONRenderer()
+            request.accepted_media_type = FixedPointJSONRenderer.media_type
         return super().finalize_response(request, response, *args, **kwargs)
 
 

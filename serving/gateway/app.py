@@ -44,7 +44,7 @@ from serving.gateway.proxy import (  # noqa: E402
 )
 from serving.gateway.recorder import Recorder  # noqa: E402
 from serving.gateway.telemetry import BACKLOG, exposition, request_observe  # noqa: E402
-from serving.records import CompletedRequest, record_sink  # noqa: E402
+from serving.records import MODEL_NAME_MAX, CompletedRequest, record_sink  # noqa: E402
 
 logger = logging.getLogger("serving.gateway")
 
@@ -193,6 +193,9 @@ class Gateway:
             "event_loop_lag_max_ms": round(self.loop_lag_max * 1000, 2),
             "gc_pause_max_ms": round(self.gc_pause_max * 1000, 2),
             "recent_stalls": [{"at": at, "ms": round(lag * 1000)} for at, lag in self.stalls],
+            # Echoed so whoever started this process can tell it from another
+            # one answering on the same port.
+            **({"instance": settings.SERVER_INSTANCE} if settings.SERVER_INSTANCE else {}),
         }
 
     async def authenticate(self, scope: dict) -> Caller:
@@ -267,7 +270,10 @@ class Gateway:
             )
         except BadRequest as bad:
             record.http_status, record.error = bad.status, bad.message
-            self._finish(record, caller)
+            record.model = bad.model[:MODEL_NAME_MAX]  # an unknown model too: what was asked
+            # A name the client made up never becomes a metrics label.
+            unknown = bad.code == "model_not_found"
+            self._finish(record, caller, model_label="unknown" if unknown else None)
             await respond(
                 send,
                 bad.status,
@@ -368,10 +374,12 @@ class Gateway:
         record.generation_ms = ms(metrics.get("generation_time_ms"))
         self._finish(record, caller)
 
-    def _finish(self, record: CompletedRequest, caller: Caller) -> None:
+    def _finish(
+        self, record: CompletedRequest, caller: Caller, model_label: str | None = None
+    ) -> None:
         record.ended_at = timezone.now()
         self.recorder.add(record)
-        request_observe(record, tenant=caller.tenant_slug)
+        request_observe(record, tenant=caller.tenant_slug, model_label=model_label)
 
 
 async def read_body(receive) -> bytes:

@@ -24,6 +24,7 @@ class BadRequest(Exception):
         self.param = param
         self.status = status
         self.code = code
+        self.model = ""  # the model the client asked for, once the body named one
 
 
 @dataclass
@@ -50,6 +51,29 @@ def prepare(
     model = payload.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is required", param="model")
+    try:
+        return _prepare_for_model(
+            payload,
+            model=model,
+            kind=kind,
+            caller=caller,
+            fleet=fleet,
+            default_max_tokens=default_max_tokens,
+        )
+    except BadRequest as bad:
+        bad.model = model  # a refused request is recorded under the name it asked for
+        raise
+
+
+def _prepare_for_model(
+    payload: dict[str, Any],
+    *,
+    model: str,
+    kind: str,
+    caller: Caller,
+    fleet: FleetSnapshot,
+    default_max_tokens: int,
+) -> Prepared:
     adapter = fleet.adapters.get(model)
     if adapter is not None:
         if adapter.tenant_id != caller.tenant_id:  # another tenant's adapter: not found

@@ -57,8 +57,12 @@ BACKLOG = Gauge(
 )
 
 
-def request_observe(record: CompletedRequest, *, tenant: str) -> None:
-    model = record.model or "unknown"
+def request_observe(
+    record: CompletedRequest, *, tenant: str, model_label: str | None = None
+) -> None:
+    """Count a finished request; `model_label` replaces the record's model
+    where that is not a bounded label (a name the client made up)."""
+    model = model_label or record.model or "unknown"
     REQUESTS.labels(tenant, model, record.status).inc()
     if record.prompt_tokens or record.completion_tokens:
         TOKENS.labels(tenant, model, "prompt").inc(record.prompt_tokens)

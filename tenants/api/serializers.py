@@ -3,6 +3,7 @@
 from django.utils import timezone
 from rest_framework import serializers
 
+from config.api_time import SupportedDateTimeField
 from tenants.choices import Scope
 from tenants.models import ApiKey, Tenant, TenantPolicy
 from tenants.services import API_KEY_NAME_MAX
@@ -96,4 +97,4 @@ class ApiKeyCreateIn(serializers.Serializer):
     scopes = serializers.ListField(
         child=serializers.ChoiceField(choices=Scope.choices), allow_empty=False
     )
-    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    expires_at = SupportedDateTimeField(required=False, allow_null=True)

@@ -17,9 +17,10 @@ def test_finance_finalizes_a_draft_and_credits_an_invoice_from_its_page(client, 
     draft = issued["draft"]
 
     page = client.get(f"/invoices/{draft.pk}/").content.decode()
-    assert 'data-testid="action-finalized"' in page and "credit-note-form" not in page
+    # November has not ended: the page offers to finalize early, with a reason.
+    assert 'data-testid="action-finalize-early"' in page and "credit-note-form" not in page
 
-    response = _act(client, draft, action="finalized")
+    response = _act(client, draft, action="finalized", finalize_early="1", reason="moving on")
     assert response.status_code == 302 and response.url == f"/invoices/{draft.pk}/"
     draft.refresh_from_db()
     assert draft.status == "finalized" and draft.number

@@ -10,12 +10,14 @@ from decimal import Decimal
 
 import pytest
 from django.db import IntegrityError, InternalError, transaction
+from django.utils import timezone
 
 from billing.choices import InvoiceStatus, LineKind
 from billing.credit_notes import credit_note_create
 from billing.errors import BillingInputError, InvoiceStateError
 from billing.invoice_run import invoice_bill, invoice_run_create, invoice_run_execute
 from billing.invoices import (
+    FinalizeEarly,
     invoice_amount_due_minor,
     invoice_draft_build,
     invoice_finalize,
@@ -35,7 +37,9 @@ def _october(world, tenant, **usage):
 
 def _invoice(tenant, start=OCT, end=NOV, finalize=True) -> Invoice:
     invoice, _ = invoice_draft_build(tenant=tenant, period_start=start, period_end=end)
-    return invoice_finalize(invoice_id=invoice.pk) if finalize else invoice
+    # A period still running (November, December) is finalized as of its end.
+    at = max(end, timezone.now())
+    return invoice_finalize(invoice_id=invoice.pk, now=at) if finalize else invoice
 
 
 def test_each_line_is_rounded_once_and_the_lines_sum_to_the_total(world):
@@ -378,7 +382,10 @@ def test_the_run_reads_and_writes_in_bulk_however_many_tenants(world):
             world.tokens(tenant, hour=NOV + timedelta(hours=1), completion=500_000)
         invoice_run_execute(run_id=invoice_run_create(as_of=NOV + timedelta(days=1)).pk)
         with CaptureQueriesContext(connection) as queries:
-            run = invoice_run_execute(run_id=invoice_run_create(as_of=DEC + timedelta(days=1)).pk)
+            december = invoice_run_create(
+                as_of=DEC + timedelta(days=1), early=FinalizeEarly(reason="test", by="test")
+            )  # November has not ended yet: finalized early
+            run = invoice_run_execute(run_id=december.pk)
         november = Invoice.objects.filter(tenant__in=people, period_start=NOV)
         assert run.status == "done" and november.count() == tenants
         assert {i.total_minor for i in november} == {200}  # no late usage: nothing doubled

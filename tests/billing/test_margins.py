@@ -128,7 +128,10 @@ def test_reports_are_stored_as_csv_and_html_and_downloadable_by_finance_only(
         "revenue": "4.000000000",
         "cost": "1.000000000",
         "margin": "3.000000000",
+        "currency": "USD",
+        "revenue_by_currency": {"USD": "4.000000000"},
     }
+    assert report["currency"] == "USD" and report["fx_rates"] == []
 
     download = finance.get(report["csv_url"])
     assert download["Content-Disposition"].endswith('.csv"')

@@ -10,7 +10,7 @@ from io import StringIO
 from django.core.management import call_command
 
 from billing.choices import InvoiceStatus, ReportKind, RunStatus
-from billing.models import AllocationRun, Invoice, MarginReport
+from billing.models import AllocationRun, FxRate, Invoice, MarginReport
 from config.demo_history import DEMO_TRAFFIC, demo_history_fill
 from metering.models import UsageRollup
 from tenants.demo import DEMO_TENANTS
@@ -54,6 +54,15 @@ def test_two_months_of_history_are_usage_cost_invoices_and_reports(db):
     revenues = [float(r.totals["revenue"]) for r in closes]  # ok-float: comparing
     assert revenues[1] > revenues[0] > 0
     assert {row["tier"] for row in mtd.tables["tier"]} >= {"shared", "reserved", "dedicated"}
+    # Initech and Umbrella bill in EUR: converted at the demo's rates, marked as such.
+    for margin_report in (*closes, mtd):
+        assert margin_report.status == RunStatus.DONE, margin_report.error
+        used = margin_report.fx_rates[0]  # then the previous period's, if it had any
+        assert used["pair"] == "EUR/USD"
+        assert used["period_start"] == margin_report.period_start.isoformat()
+        assert set(margin_report.totals["revenue_by_currency"]) == {"EUR", "USD"}
+    latest = FxRate.objects.latest("date")  # business days, as the ECB publishes
+    assert latest.date.isoformat() == "2026-11-20" and latest.source.startswith("demo")
 
 
 def test_the_command_is_safe_to_run_again(db):

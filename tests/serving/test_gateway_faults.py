@@ -202,6 +202,45 @@ class TestBadRequests:
         record = wait_for_records([request_id])[request_id]
         assert (record.status, record.http_status) == ("rejected", status)
 
+    def test_an_unknown_model_is_recorded_under_the_name_asked_for(self):
+        """Not as an empty model: the ledger shows what each client asked
+        for, under its own tenant, cut to the ledger's 200 characters."""
+        self.fleet.add_tenant("b")
+        asked = [("a", "no-such-model"), ("a", "m" * 300), ("b", "gpt-5")]
+        ids = []
+        for tenant, model in asked:
+            response = httpx.post(
+                self.url,
+                json={"model": model, "messages": HELLO},
+                headers={"Authorization": f"Bearer {self.fleet.secrets[tenant]}"},
+                timeout=10,
+            )
+            assert response.status_code == 404
+            assert response.json()["error"]["code"] == "model_not_found"
+            ids.append(response.headers["x-request-id"])
+        records = wait_for_records(ids)
+        assert [(records[i].tenant_id, records[i].model) for i in ids] == [
+            (self.fleet.tenants["a"].pk, "no-such-model"),
+            (self.fleet.tenants["a"].pk, "m" * 200),
+            (self.fleet.tenants["b"].pk, "gpt-5"),
+        ]
+        assert all(
+            (r.status, r.http_status, r.served_model_id) == ("rejected", 404, None)
+            for r in records.values()
+        )
+
+    def test_a_bad_field_is_recorded_under_the_model_asked_for(self):
+        response = httpx.post(
+            self.url,
+            json={"model": MODEL_NAME, "messages": HELLO, "max_tokens": -1},
+            headers=self.headers,
+            timeout=10,
+        )
+        assert response.status_code == 400
+        request_id = response.headers["x-request-id"]
+        record = wait_for_records([request_id])[request_id]
+        assert (record.model, record.status, record.http_status) == (MODEL_NAME, "rejected", 400)
+
     @pytest.mark.parametrize(
         ("header", "code"),
         [

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from billing.allocation_run import allocation_run_create, allocation_run_execute
+from billing.choices import RunStatus
 from billing.models import CostScenario
 
 
@@ -34,9 +35,12 @@ class Command(BaseCommand):
                 raise CommandError(f"no scenario named {scenario!r}")
         run = allocation_run_create(start=start, end=end, scenario=chosen)
         if queue:
-            from billing.tasks import allocation_run_task
+            from billing.tasks import allocation_run_enqueue
 
-            allocation_run_task.delay(run.pk)
+            allocation_run_enqueue(run.pk)
+            run.refresh_from_db()
+            if run.status == RunStatus.FAILED:
+                raise CommandError(f"run {run.pk}: {run.error}")
             self.stdout.write(f"run {run.pk} queued: {run}")
             return
         with tqdm(total=run.hours_total, desc="hours allocated", unit="h") as bar:

@@ -5,7 +5,13 @@ demo pools (skipped with --no-vllm), the web server, the gateway, a Celery
 worker and beat, a minute of multi-tenant workload through the gateway,
 then attribution, allocation, draft invoices and the month-to-date margins;
 finally the URLs and demo logins. Ctrl-C stops everything it started, by
-process id, and the embedded database."""
+process id, and the embedded database.
+
+It fails loudly: a port already taken stops it before anything starts; a
+server counts as ready only when the process it started answers (its
+/healthz echoes the instance token it was given); a workload in which no
+request succeeded fails its step; a child that dies is named, with its exit
+code, its log file and the log's last lines."""
 
 from __future__ import annotations
 
@@ -17,13 +23,14 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from billing.demo import cost_rates_demo_seed, prices_demo_seed
+from billing.demo import cost_rates_demo_seed, fx_rates_demo_seed, prices_demo_seed
 from config.demo_history import demo_history_fill
 from config.demo_stack import (
     GATEWAY_PORT,
+    WorkloadFailed,
     pipeline_run,
     records_flushed,
     services_start,
@@ -31,8 +38,15 @@ from config.demo_stack import (
     workload,
 )
 from config.embedded_postgres import embedded_postgres_stop
-from config.processes import ManagedProcess, url_answers, uvicorn_argv
+from config.processes import (
+    ManagedProcess,
+    ProcessFailed,
+    ports_check_free,
+    url_answers,
+    uvicorn_argv,
+)
 from serving.demo import fleet_demo_seed
+from serving.launcher import VllmVenvUnusable
 from serving.local_replicas import replicas_stop
 from tenants.demo import DEMO_TENANTS, FINANCE_USERNAME
 
@@ -85,10 +99,19 @@ class Command(BaseCommand):
     ):
         self.total_steps = 9
         self.step_no = 0
+        if port == gateway_port:
+            raise CommandError(f"--port and --gateway-port are both {port}: they must differ")
+        try:  # before anything starts: the database, seeding and vLLM take minutes
+            ports_check_free(
+                ports=[(host, port, "--port"), ("127.0.0.1", gateway_port, "--gateway-port")]
+            )
+        except ProcessFailed as busy:
+            raise CommandError(str(busy)) from None
         base_url = f"http://{host}:{port}"
         log_dir = settings.VAR_DIR / "log"
         log_dir.mkdir(parents=True, exist_ok=True)
         processes: list[ManagedProcess] = []
+        replicas: list = []
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         try:
             with self.step("database"):
@@ -101,6 +124,7 @@ class Command(BaseCommand):
                 call_command("seed_demo", stdout=_Discard())
                 cost_rates_demo_seed()
                 prices_demo_seed()
+                fx_rates_demo_seed()  # demo rates up to today (EUR tenants)
                 pools = fleet_demo_seed()
                 self.detail = f"{len(pools)} pools (shared, reserved, dedicated)"
             with self.step("synthetic history"):
@@ -112,7 +136,6 @@ class Command(BaseCommand):
                     if history.rows
                     else "none (--history-months 0)"
                 )
-            replicas = []
             with self.step("vLLM replicas"):
                 if no_vllm:
                     self.detail = "skipped (--no-vllm)"
@@ -125,6 +148,7 @@ class Command(BaseCommand):
                     argv=uvicorn_argv("config.asgi:application", host=host, port=port),
                     log_path=log_dir / "web.log",
                     ready_url=f"{base_url}/healthz",
+                    ready_echoes_instance=True,
                 )
                 processes.append(web)
                 web.start()
@@ -132,7 +156,7 @@ class Command(BaseCommand):
                 self.detail = f"pid {web.pid}, log {web.log_path}"
             gateway_url = f"http://127.0.0.1:{gateway_port}"
             with self.step("gateway, Celery worker and beat"):
-                processes += services_start(log_dir=log_dir, gateway_port=gateway_port)
+                services_start(log_dir=log_dir, processes=processes, gateway_port=gateway_port)
                 self.detail = f"gateway {gateway_url}"
             with self.step("workload through the gateway"):
                 if no_vllm:
@@ -143,7 +167,7 @@ class Command(BaseCommand):
                     records_flushed(gateway_url)
                     self.detail = "; ".join(
                         f"{slug} {c.get('ok', 0)} ok {c.get('refused', 0)} refused"
-                        for slug, c in summary.items()
+                        for slug, c in summary.per_tenant.items()
                     )
             with self.step("attribution, allocation, draft invoices, margins"):
                 done = pipeline_run()
@@ -157,11 +181,18 @@ class Command(BaseCommand):
             if check:
                 if not url_answers(f"{base_url}/login/"):
                     raise SystemExit("the login page did not answer")
+                _raise_if_one_exited(processes)
                 self.stdout.write(self.style.SUCCESS("check passed: everything answered"))
                 return
-            while all(p.popen.poll() is None for p in processes):
+            while all(p.returncode is None for p in processes):
                 time.sleep(0.5)
-            self.stderr.write("a child process exited; stopping")
+            dead = next(p for p in processes if p.returncode is not None)
+            self.stderr.write(f"{dead.exit_report()}\nstopping the others…")
+            raise CommandError(
+                f"{dead.name} exited with code {dead.returncode}; see {dead.log_path}"
+            )
+        except (ProcessFailed, WorkloadFailed, VllmVenvUnusable) as failed:
+            raise CommandError(str(failed)) from None
         except KeyboardInterrupt:
             self.stdout.write("\nstopping…")
         finally:
@@ -185,6 +216,9 @@ class Command(BaseCommand):
         logging.disable(logging.INFO)
         try:
             yield
+        except Exception:
+            self.stdout.write(self.style.ERROR(f" failed ({time.monotonic() - started:.1f}s)"))
+            raise
         finally:
             logging.disable(logging.NOTSET)
         took = time.monotonic() - started
@@ -229,6 +263,12 @@ class Command(BaseCommand):
 
 def _uses_database_url() -> bool:
     return settings.DATABASES["default"]["ENGINE"] != "config.db_embedded"
+
+
+def _raise_if_one_exited(processes: list[ManagedProcess]) -> None:
+    for process in processes:
+        if process.returncode is not None:
+            raise ProcessFailed(process.exit_report())
 
 
 def _raise_keyboard_interrupt(signum, frame):
