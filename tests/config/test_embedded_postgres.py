@@ -50,7 +50,8 @@ def test_up_check_on_embedded_postgres(tmp_path):
     assert "[5/9] vLLM replicas … ok" in out and "skipped (--no-vllm)" in out
     assert "[9/9] attribution, allocation, draft invoices, margins … ok" in out
     # Money to the cent, grouped: the report's nano precision stays in the report.
-    assert re.search(r"month-to-date revenue [\d,]+\.\d\d, margin -?[\d,]+\.\d\d\n", out), out
+    money = r"-?[\d,]+\.\d\d USD"  # in the reporting currency, named
+    assert re.search(rf"month-to-date revenue {money}, margin {money}\n", out), out
 
 
 @pytest.mark.slow

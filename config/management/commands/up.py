@@ -174,8 +174,8 @@ class Command(BaseCommand):
                 self.detail = (
                     f"{done['windows']} windows, allocation {done['allocation']}, "
                     f"{done['drafts']} draft invoices, month-to-date revenue "
-                    f"{_cents(done['margin'].get('revenue'))}, margin "
-                    f"{_cents(done['margin'].get('margin'))}"
+                    f"{_cents(done['margin'].get('revenue'))} {settings.REPORTING_CURRENCY}, "
+                    f"margin {_cents(done['margin'].get('margin'))} {settings.REPORTING_CURRENCY}"
                 )
             self.banner(base_url, gateway_url, example=done["example"])
             if check:
@@ -248,6 +248,7 @@ class Command(BaseCommand):
             f"Finance overview:  {base_url}/finance/   (then /costs/, /invoices/)",
             f"Tenant portal:     {base_url}/usage/     (and /invoices/, /keys/)",
             f"Fleet, reconciliation: {base_url}/fleet/, {base_url}/reconciliation/",
+            f"Jobs, receivables: {base_url}/jobs/, {base_url}/finance/receivables/",
             f"Gateway:           {gateway_url}/v1  (OpenAI-compatible)",
             *follow,
             "",
