@@ -55,16 +55,21 @@ def budget_spend(
     return sum((c.amount for c in charges if c.kind in SPEND_KINDS), Decimal(0))
 
 
-def budgets_check(*, now: datetime | None = None) -> list[BudgetCheck]:
-    """Every tenant with a budget, or blocked by one; their usage is read
-    in one query per billing period, not one per tenant."""
-    now = now or timezone.now()
-    policies = {
+def _budget_policies() -> dict[int, TenantPolicy]:
+    """Tenant id -> policy, for every tenant with a budget or blocked by one."""
+    return {
         p.tenant_id: p
         for p in TenantPolicy.objects.filter(
             Q(monthly_budget__isnull=False) | Q(budget_blocked_at__isnull=False)
         ).select_related("tenant")
     }
+
+
+def budgets_check(*, now: datetime | None = None) -> list[BudgetCheck]:
+    """Every tenant with a budget, or blocked by one; their usage is read
+    in one query per billing period, not one per tenant."""
+    now = now or timezone.now()
+    policies = _budget_policies()
     tenants = [p.tenant for p in policies.values()]
     checks = []
     with rating_session():
@@ -202,12 +207,7 @@ def budget_status_list(*, now: datetime | None = None) -> list[BudgetStatus]:
     read per billing period, not per tenant), its thresholds, and whether
     the gateway refuses it."""
     now = now or timezone.now()
-    policies = {
-        p.tenant_id: p
-        for p in TenantPolicy.objects.filter(
-            Q(monthly_budget__isnull=False) | Q(budget_blocked_at__isnull=False)
-        ).select_related("tenant")
-    }
+    policies = _budget_policies()
     checked = {}
     out = []
     with rating_session():

@@ -34,17 +34,24 @@ def allocation_run_task(run_id: int) -> str:
     return allocation_run_execute(run_id=run_id).status
 
 
-def allocation_run_enqueue(run_id: int) -> None:
-    """Hand a created run to a worker once its row is committed. If the
-    broker refuses, the run is marked failed with the reason (the costs
-    page shows it; start it again), not left queued forever."""
+def _run_enqueue(task, model, pk: int, *, what: str, **failed) -> None:
+    """Hand a created run (allocation, invoices, margin report) to a worker
+    once its row is committed. If the broker refuses, the row is marked
+    failed with the reason (its page shows it; start it again), not left
+    queued forever. `failed` names where the reason goes."""
     after_commit(
-        lambda: allocation_run_task.delay(run_id),
-        what=f"allocation run {run_id}",
-        on_refused=lambda reason: AllocationRun.objects.filter(
-            pk=run_id, status=RunStatus.QUEUED
-        ).update(status=RunStatus.FAILED, error=reason, finished_at=timezone.now()),
+        lambda: task.delay(pk),
+        what=f"{what} {pk}",
+        on_refused=lambda reason: model.objects.filter(pk=pk, status=RunStatus.QUEUED).update(
+            status=RunStatus.FAILED,
+            finished_at=timezone.now(),
+            **{field: make(reason) for field, make in failed.items()},
+        ),
     )
+
+
+def allocation_run_enqueue(run_id: int) -> None:
+    _run_enqueue(allocation_run_task, AllocationRun, run_id, what="allocation run", error=str)
 
 
 @shared_task(
@@ -80,18 +87,12 @@ def invoice_run_task(run_id: int) -> str:
 
 
 def invoice_run_enqueue(run_id: int) -> None:
-    """Hand a created run to a worker once its row is committed; refused,
-    the run is marked failed with the reason (start it again)."""
-    after_commit(
-        lambda: invoice_run_task.delay(run_id),
-        what=f"invoice run {run_id}",
-        on_refused=lambda reason: InvoiceRun.objects.filter(
-            pk=run_id, status=RunStatus.QUEUED
-        ).update(
-            status=RunStatus.FAILED,
-            failures=[{"tenant": "", "error": reason}],
-            finished_at=timezone.now(),
-        ),
+    _run_enqueue(
+        invoice_run_task,
+        InvoiceRun,
+        run_id,
+        what="invoice run",
+        failures=lambda reason: [{"tenant": "", "error": reason}],
     )
 
 
@@ -148,15 +149,7 @@ def margin_report_task(report_id: int) -> str:
 
 
 def margin_report_enqueue(report_id: int) -> None:
-    """Hand a requested report to a worker once its row is committed;
-    refused, the report is marked failed with the reason (ask again)."""
-    after_commit(
-        lambda: margin_report_task.delay(report_id),
-        what=f"margin report {report_id}",
-        on_refused=lambda reason: MarginReport.objects.filter(
-            pk=report_id, status=RunStatus.QUEUED
-        ).update(status=RunStatus.FAILED, error=reason, finished_at=timezone.now()),
-    )
+    _run_enqueue(margin_report_task, MarginReport, report_id, what="margin report", error=str)
 
 
 @shared_task(
