@@ -141,11 +141,6 @@ def _check(tenant, policy, period, now, inputs: TenantInputs | None) -> BudgetCh
     return BudgetCheck(tenant.slug, spend, budget, notify_soft, blocked, unblocked)
 
 
-def budget_state_current(*, tenant: Tenant) -> BudgetState | None:
-    """The latest check of the tenant's budget (for the dashboard banner)."""
-    return BudgetState.objects.filter(tenant=tenant).order_by("-period_start").first()
-
-
 def _notify(tenant: Tenant, *, subject: str, body: str) -> None:
     emails = sorted(
         {

@@ -54,10 +54,6 @@ def subscriptions_at(*, tenant_ids, moment: datetime) -> dict[int, Subscription]
     return out
 
 
-def subscription_at(*, tenant: Tenant, moment: datetime) -> Subscription | None:
-    return subscriptions_at(tenant_ids=[tenant.pk], moment=moment).get(tenant.pk)
-
-
 def tenants_by_period(
     *, tenants: list[Tenant], moment: datetime, closed: bool
 ) -> dict[tuple[datetime, datetime], list[Tenant]]:

@@ -127,10 +127,6 @@ def invoice_finalize(*, invoice_id: int, stripe_invoice_id: str) -> tuple[str, s
     return finalized.status, finalized.hosted_invoice_url or ""
 
 
-def invoice_status(*, stripe_invoice_id: str) -> str:
-    return _client().v1.invoices.retrieve(stripe_invoice_id).status
-
-
 def invoice_pay_out_of_band(*, invoice_id: int, stripe_invoice_id: str) -> None:
     _client().v1.invoices.pay(
         stripe_invoice_id,

@@ -6,21 +6,13 @@ from django.utils import timezone
 from metering.jobs import metering_run
 from metering.partitions import usage_partitions_ensure_ahead
 from metering.reconciliation import reconciliation_run_hour
-from metering.windows import attribution_conservation_check, attribution_window_compute
+from metering.windows import attribution_conservation_check
 
 
 @shared_task(name="metering.run", time_limit=900, soft_time_limit=840, ignore_result=True)
 def metering_run_task() -> int:
     """Every minute: attribute due windows, rebuild dirty hours."""
     return metering_run().windows
-
-
-@shared_task(
-    name="metering.attribute_window", time_limit=600, soft_time_limit=540, ignore_result=True
-)
-def attribute_window_task(window_id: int) -> int:
-    """On demand: (re)compute one window, e.g. after a correction."""
-    return attribution_window_compute(window_id=window_id).requests
 
 
 @shared_task(

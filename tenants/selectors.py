@@ -13,17 +13,8 @@ def api_key_list(*, tenant: Tenant) -> QuerySet[ApiKey]:
     return ApiKey.objects.filter(tenant=tenant).select_related("created_by")
 
 
-def api_key_get(*, tenant: Tenant, key_id: int) -> ApiKey:
-    """Raises ApiKey.DoesNotExist for another tenant's key, as for a missing one."""
-    return api_key_list(tenant=tenant).get(pk=key_id)
-
-
 def membership_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Membership]:
     return Membership.objects.filter(user=user).select_related("tenant", "tenant__policy")
-
-
-def membership_list(*, tenant: Tenant) -> QuerySet[Membership]:
-    return Membership.objects.filter(tenant=tenant).select_related("user")
 
 
 def user_is_finance_staff(*, user: AbstractBaseUser | None) -> bool:

@@ -12,9 +12,8 @@ VAR_DIR = BASE_DIR / "var"  # local state: embedded database, broker folder, dem
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
-SECRET_KEY = env(
-    "DJANGO_SECRET_KEY", default="dev-only-insecure-key-change-me-0123456789abcdefghijklmnop"
-)
+DEV_SECRET_KEY = "dev-only-insecure-key-change-me-0123456789abcdefghijklmnop"  # noqa: S105
+SECRET_KEY = env("DJANGO_SECRET_KEY", default=DEV_SECRET_KEY)
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])

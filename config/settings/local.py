@@ -1,0 +1,5 @@
+"""Development on one machine (`./dev up`, `manage.py`): the base settings
+as they are, embedded PostgreSQL and a folder broker when DATABASE_URL and
+REDIS_URL are unset, development secrets allowed."""
+
+from config.settings.base import *  # noqa: F403

@@ -1,0 +1,63 @@
+"""Production settings refuse the development secrets every clone knows;
+development and tests start with them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from config.settings.base import DEV_SECRET_KEY
+
+PRINT_SECRETS = (
+    "import django; django.setup(); from django.conf import settings; "
+    "print(settings.SECRET_KEY == settings.API_KEY_PEPPER, settings.DEBUG)"
+)
+
+
+def _start(settings_module: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DJANGO_SECRET_KEY", "API_KEY_PEPPER", "DJANGO_SETTINGS_MODULE"}
+    }
+    environment |= {"DJANGO_SETTINGS_MODULE": settings_module, **env}
+    return subprocess.run(
+        [sys.executable, "-c", PRINT_SECRETS],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({}, "DJANGO_SECRET_KEY"),
+        ({"DJANGO_SECRET_KEY": DEV_SECRET_KEY}, "DJANGO_SECRET_KEY"),
+        ({"DJANGO_SECRET_KEY": "change-me"}, "DJANGO_SECRET_KEY"),
+        ({"DJANGO_SECRET_KEY": "s3cret-of-our-own", "API_KEY_PEPPER": DEV_SECRET_KEY}, "PEPPER"),
+    ],
+)
+def test_production_refuses_development_secrets(env, named):
+    started = _start("config.settings.production", **env)
+    assert started.returncode != 0
+    assert f"{named}" in started.stderr and "development default" in started.stderr
+
+
+def test_production_starts_with_its_own_secrets():
+    started = _start(
+        "config.settings.production",
+        DJANGO_SECRET_KEY="s3cret-of-our-own",
+        API_KEY_PEPPER="pepper-of-our-own",
+    )
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.split() == ["False", "False"]  # its own pepper, no debug
+
+
+def test_development_starts_on_the_defaults():
+    started = _start("config.settings.local")
+    assert started.returncode == 0, started.stderr
