@@ -1,7 +1,10 @@
-"""Errors billing's services raise; the API maps them to HTTP statuses."""
+"""Errors billing's services raise; the API maps them to HTTP statuses
+(through core's base classes)."""
+
+from core.errors import ConflictError, InputError
 
 
-class InvoiceStateError(Exception):
+class InvoiceStateError(ConflictError):
     """The invoice is not in a state that allows this (409)."""
 
     code = "invoice_state"
@@ -22,18 +25,11 @@ class InvoicePeriodOpenError(InvoiceStateError):
         )
 
 
-class BillingInputError(Exception):
+class BillingInputError(InputError):
     """Bad input to a billing service, naming the field (400)."""
 
-    code = "invalid"
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
-class FxError(Exception):
+class FxError(ConflictError):
     """Money in two currencies that cannot be put into one (409): a margin
     report fails with this message rather than adding them 1:1."""
 

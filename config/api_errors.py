@@ -19,8 +19,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.fields import get_error_detail
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from billing.errors import BillingInputError, FxError, InvoiceStateError
-from tenants.errors import LastOwnerError
+from core.errors import ConflictError, InputError
 
 
 class Conflict(exceptions.APIException):
@@ -45,9 +44,9 @@ def _as_api_exception(exc: Exception) -> Exception:
         return exceptions.NotFound()
     if isinstance(exc, DjangoPermissionDenied):
         return exceptions.PermissionDenied()
-    if isinstance(exc, LastOwnerError | InvoiceStateError | FxError):
+    if isinstance(exc, ConflictError):
         return Conflict(str(exc), code=exc.code)
-    if isinstance(exc, BillingInputError):
+    if isinstance(exc, InputError):
         return exceptions.ValidationError({exc.field: [exc.message]})
     if isinstance(exc, IntegrityError):  # a constraint a serializer did not check first
         return Conflict(_integrity_message(exc), code="constraint_violated")

@@ -1,5 +1,7 @@
 """Errors the tenants services raise; the API maps them to HTTP statuses."""
 
+from core.errors import ConflictError
+
 
 class AuthenticationError(Exception):
     """The credential is missing, malformed, unknown, revoked or expired (401)."""
@@ -13,7 +15,7 @@ class TenantSuspendedError(Exception):
     code = "tenant_suspended"
 
 
-class LastOwnerError(Exception):
-    """A tenant must keep at least one owner."""
+class LastOwnerError(ConflictError):
+    """A tenant must keep at least one owner (409)."""
 
     code = "last_owner"
