@@ -29,7 +29,7 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from bench.common import LoadResult, load, report_write  # noqa: E402
-from config.processes import ManagedProcess  # noqa: E402
+from core.processes import ManagedProcess  # noqa: E402
 from serving.launcher import (  # noqa: E402
     replica_start,
     replica_stop,

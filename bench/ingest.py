@@ -38,7 +38,7 @@ from django.db import connection  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench.common import PeakRss, report_write  # noqa: E402
-from config.processes import ManagedProcess, uvicorn_argv  # noqa: E402
+from core.processes import ManagedProcess, uvicorn_argv  # noqa: E402
 from metering.choices import EventSource  # noqa: E402
 from metering.ledger import usage_record_batch, usage_rows_record, usage_rows_validate  # noqa: E402
 from serving.models import Pool, Replica  # noqa: E402

@@ -42,7 +42,7 @@ from django.db import connection, connections, transaction  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench.common import report_write  # noqa: E402
-from config.processes import (  # noqa: E402
+from core.processes import (  # noqa: E402
     ManagedProcess,
     database_url_for_subprocess,
     free_port,

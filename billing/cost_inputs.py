@@ -12,7 +12,7 @@ import pandas as pd
 
 from billing.cost_model import HOUR, FleetArrays
 from billing.money import to_nano
-from config.db_frames import query_frame
+from core.db_frames import query_frame
 from serving.models import Gpu, Pool, Replica, Reservation
 
 US = 1_000_000

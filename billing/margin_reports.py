@@ -42,7 +42,7 @@ from billing.margins import (
 from billing.models import MarginReport
 from billing.money import from_nano
 from billing.periods import period_containing
-from config.fixed_point import fixed_point
+from core.fixed_point import fixed_point
 
 logger = logging.getLogger(__name__)
 MONEY_OUT = [*MONEY, "cost", "margin", "prev_revenue", "prev_cost", "prev_margin"]

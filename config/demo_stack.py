@@ -14,7 +14,7 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
-from config.processes import ManagedProcess, ProcessFailed, free_port
+from core.processes import ManagedProcess, ProcessFailed, free_port
 
 GATEWAY_PORT = 8080
 

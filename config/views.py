@@ -6,7 +6,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views.defaults import page_not_found, server_error
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from config.api_errors import json_error
+from core.api_errors import json_error
 
 API_PREFIXES = ("/api/", "/v1/")
 

@@ -1,4 +1,7 @@
 """core: the ground every app may import, and that imports no app of the
-project. For now it records how each background job (a Celery task, and
-the beat entry that sent it) last ended, so finance and Prometheus can see
-a scheduled job that stopped running."""
+project (import-linter holds it). It has the service-error base classes
+and the API's one error shape (errors, api_errors), the checked range of
+API datetimes (api_time), fixed-point decimals in exports (fixed_point),
+the database helpers (db_copy: COPY in, db_frames: frames out, csv_stream),
+process management (processes), and the record of how each background job
+last ended (models, signals), so a scheduled job that stopped is seen."""

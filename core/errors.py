@@ -1,5 +1,5 @@
 """The base classes of the errors services raise. Each app's errors
-subclass one of these, so the API's one error shape (config.api_errors)
+subclass one of these, so the API's one error shape (core.api_errors)
 maps them to HTTP statuses without importing any app."""
 
 from __future__ import annotations

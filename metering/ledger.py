@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from config.db_copy import copy_to_staging
+from core.db_copy import copy_to_staging
 from metering.partitions import LEDGER_TABLE, usage_partitions_ensure
 from metering.validation import LEDGER_COLUMNS, LEDGER_TYPES, EventInvalid, EventValidator
 

@@ -19,7 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from config.db_frames import query_frame
+from core.db_frames import query_frame
 from metering.attribution import Timeline, attribute_window
 from metering.choices import WindowStatus
 from metering.models import AttributionShare, AttributionWindow, RequestShares

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from config.processes import url_answers
+from core.processes import url_answers
 
 Progress = Callable[[str], None]
 

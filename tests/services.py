@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from config.processes import database_url_for_subprocess, free_port  # noqa: F401 (re-exported)
+from core.processes import database_url_for_subprocess, free_port  # noqa: F401 (re-exported)
 
 IN_CI = os.environ.get("CI") == "true"
 

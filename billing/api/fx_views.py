@@ -18,8 +18,8 @@ from billing.fx_rates import (
 )
 from billing.models import FxRate
 from billing.models.fx import FX_RATE
-from config.api_errors import ERROR_RESPONSES, ErrorOut
-from config.api_time import SupportedDateField
+from core.api_errors import ERROR_RESPONSES, ErrorOut
+from core.api_time import SupportedDateField
 from tenants.api.permissions import IsFinanceStaff
 
 TAGS = ["fx"]

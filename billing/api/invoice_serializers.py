@@ -12,7 +12,7 @@ from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus
 from billing.invoices import invoice_amount_due_minor
 from billing.models import CreditNote, Invoice, InvoiceLine, InvoiceRun
 from billing.money import from_minor
-from config.api_time import SupportedDateTimeField
+from core.api_time import SupportedDateTimeField
 
 
 @extend_schema_field(OpenApiTypes.DECIMAL)

@@ -18,7 +18,7 @@ from billing.invoice_run import invoice_run_create
 from billing.invoice_selectors import invoice_get, invoice_list, invoice_run_list
 from billing.invoices import FinalizeEarly, finalize_early_request, invoice_status_set
 from billing.tasks import invoice_run_enqueue
-from config.api_errors import ERROR_RESPONSES, ErrorOut
+from core.api_errors import ERROR_RESPONSES, ErrorOut
 from tenants.api.permissions import (
     IsFinanceStaff,
     require_tenant,

@@ -13,8 +13,8 @@ from rest_framework.views import APIView
 from billing.choices import ReportKind, RunStatus
 from billing.margin_reports import margin_report_request
 from billing.models import MarginReport
-from config.api_errors import ERROR_RESPONSES, Conflict, ErrorOut
-from config.api_time import SupportedDateTimeField
+from core.api_errors import ERROR_RESPONSES, Conflict, ErrorOut
+from core.api_time import SupportedDateTimeField
 from tenants.api.permissions import IsFinanceStaff
 
 TAGS = ["margins"]

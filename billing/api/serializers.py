@@ -12,7 +12,7 @@ from billing.choices import CostComponent, RateBasis
 from billing.models import AllocationRun, CostRate, CostScenario
 from billing.scenarios import COMPARE_BY
 from billing.selectors import GROUP_KEYS
-from config.api_time import SupportedDateTimeField
+from core.api_time import SupportedDateTimeField
 from serving.choices import IdleCostPolicy
 from serving.models import Pool
 

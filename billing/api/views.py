@@ -24,7 +24,7 @@ from billing.selectors import (
     unallocated_summary,
 )
 from billing.tasks import allocation_run_enqueue
-from config.api_errors import ERROR_RESPONSES, ErrorOut
+from core.api_errors import ERROR_RESPONSES, ErrorOut
 from tenants.api.permissions import IsFinanceStaff
 
 TAGS = ["costs"]

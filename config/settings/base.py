@@ -154,8 +154,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "config.api_errors.api_exception_handler",
-    "DEFAULT_RENDERER_CLASSES": ["config.fixed_point.FixedPointJSONRenderer"],
+    "EXCEPTION_HANDLER": "core.api_errors.api_exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["core.fixed_point.FixedPointJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": None,
 }

@@ -4,7 +4,7 @@ describe them for the OpenAPI schema."""
 
 from rest_framework import serializers
 
-from config.api_time import SupportedDateTimeField
+from core.api_time import SupportedDateTimeField
 from metering.validation import MAX_TOKENS
 from serving.choices import RequestStatus
 

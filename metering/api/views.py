@@ -13,9 +13,9 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api_errors import ERROR_RESPONSES, ErrorOut
-from config.csv_stream import csv_response
-from config.fixed_point import FixedPointJSONRenderer
+from core.api_errors import ERROR_RESPONSES, ErrorOut
+from core.csv_stream import csv_response
+from core.fixed_point import FixedPointJSONRenderer
 from metering.api.serializers import (
     FocusQueryIn,
     UsageBatchIn,

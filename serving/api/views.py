@@ -3,7 +3,7 @@
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import viewsets
 
-from config.api_errors import ERROR_RESPONSES
+from core.api_errors import ERROR_RESPONSES
 from serving.api import serializers
 from serving.models import Gpu, GpuSku, LoraAdapter, Node, Pool, Replica, Reservation, ServedModel
 from tenants.api.permissions import IsFinanceStaff

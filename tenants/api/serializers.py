@@ -3,7 +3,7 @@
 from django.utils import timezone
 from rest_framework import serializers
 
-from config.api_time import SupportedDateTimeField
+from core.api_time import SupportedDateTimeField
 from tenants.choices import Scope
 from tenants.models import ApiKey, Tenant, TenantPolicy
 from tenants.services import API_KEY_NAME_MAX

@@ -5,7 +5,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api_errors import ERROR_RESPONSES
+from core.api_errors import ERROR_RESPONSES
 from tenants.api.permissions import (
     IsFinanceStaff,
     IsTenantKeyManager,

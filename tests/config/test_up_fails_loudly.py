@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from config import processes as processes_module
 from config.demo_stack import WorkloadFailed, workload
-from config.processes import (
+from core import processes as processes_module
+from core.processes import (
     ManagedProcess,
     ProcessFailed,
     database_url_for_subprocess,

@@ -38,7 +38,7 @@ from config.demo_stack import (
     workload,
 )
 from config.embedded_postgres import embedded_postgres_stop
-from config.processes import (
+from core.processes import (
     ManagedProcess,
     ProcessFailed,
     ports_check_free,

@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from config.csv_stream import csv_lines
-from config.fixed_point import FixedPointJSONRenderer, fixed_point
+from core.csv_stream import csv_lines
+from core.fixed_point import FixedPointJSONRenderer, fixed_point
 
 
 @pytest.mark.parametrize(

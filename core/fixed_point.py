@@ -3,7 +3,7 @@
 `str(Decimal("0.000000000"))` is "0E-9" and `str(Decimal("0.00000015"))`
 is "1.5E-7"; a float's repr is "1.5e-07". Spreadsheets, FOCUS readers and
 people read neither as the amount they are, so every CSV and JSON export
-writes numbers through `fixed_point` (CSV rows through config.csv_stream,
+writes numbers through `fixed_point` (CSV rows through core.csv_stream,
 API bodies through `FixedPointJSONRenderer`, stored report JSON by the
 writer that builds it)."""
 

@@ -1,6 +1,6 @@
 """Streaming CSV downloads: rows are written as they come from a
 server-side cursor, so an export of any size uses constant memory.
-Numbers are written in plain fixed-point (config.fixed_point)."""
+Numbers are written in plain fixed-point (core.fixed_point)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from django.http import StreamingHttpResponse
 
-from config.fixed_point import fixed_point
+from core.fixed_point import fixed_point
 
 
 class _Line:
