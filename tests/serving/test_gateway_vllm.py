@@ -241,6 +241,9 @@ def test_limits_hold_across_two_gateway_processes(fleet, vllm, tmp_path):
     try:
         fleet.ready()
         time.sleep(0.5)  # both gateways loaded the fleet
+        # Warm the second gateway (key lookup, database connection) first: a
+        # cold first request can take longer than the held stream lasts.
+        assert via_second_gateway().status_code == 200
         with hold_stream(first_url, fleet.secrets["single"]) as held:
             response = via_second_gateway()
             assert response.status_code == 429
