@@ -32,8 +32,8 @@ import numpy as np  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
 from bench.common import PeakRss, fleet_remove, report_write  # noqa: E402
+from billing.costs.rates import cost_rate_create  # noqa: E402
 from billing.models import AllocationRun, CostAllocation, CostRate, PoolHourCost  # noqa: E402
-from billing.rates import cost_rate_create  # noqa: E402
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel  # noqa: E402
 from tenants.models import Tenant  # noqa: E402
 from tenants.services import tenant_create  # noqa: E402
@@ -195,8 +195,8 @@ def rollups_write(replicas: list[Replica], *, days: int, rng: np.random.Generato
 def _allocate(queue, days: int) -> None:
     """In a fresh (spawned) process, so its peak memory is allocation's own."""
     django.setup()
-    from billing.allocation_period import allocation_compute
-    from billing.allocation_run import allocation_run_create, allocation_run_execute
+    from billing.costs.period import allocation_compute
+    from billing.costs.runs import allocation_run_create, allocation_run_execute
 
     end = EPOCH + timedelta(days=days)
     with PeakRss() as rss:

@@ -211,7 +211,7 @@ def usage_generate(world: dict, *, events: int, start: datetime = EPOCH, days: i
 def _invoice(queue) -> None:
     """In a fresh (spawned) process, so its peak memory is the run's own."""
     django.setup()
-    from billing.invoice_run import invoice_run_create, invoice_run_execute
+    from billing.invoicing.runs import invoice_run_create, invoice_run_execute
 
     as_of = MONTH_END + timedelta(hours=2)
     profiler = None

@@ -208,11 +208,11 @@ def rollups_generate(world: dict, *, start: datetime, end: datetime) -> int:
 def derived_build(*, now: datetime) -> dict:
     """What the nightly jobs leave: 30 days allocated, the month-to-date
     margin report, last month's invoices finalized."""
-    from billing.allocation_run import allocation_run_create, allocation_run_execute
     from billing.choices import ReportKind
-    from billing.invoice_run import invoice_run_create, invoice_run_execute
-    from billing.margin_reports import margin_report_build, margin_report_request
-    from billing.periods import period_containing
+    from billing.costs.runs import allocation_run_create, allocation_run_execute
+    from billing.invoicing.runs import invoice_run_create, invoice_run_execute
+    from billing.pricing.periods import period_containing
+    from billing.reports.margin_reports import margin_report_build, margin_report_request
 
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     timings = {}

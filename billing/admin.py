@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.forms.models import construct_instance
 from django.utils import timezone
 
+from billing.costs.rates import EDITABLE, cost_rate_check, cost_rate_create, cost_rate_update
 from billing.models import (
     AllocationRun,
     BudgetState,
@@ -31,7 +32,6 @@ from billing.models import (
     Subscription,
     VolumeTier,
 )
-from billing.rates import EDITABLE, cost_rate_check, cost_rate_create, cost_rate_update
 
 
 class CostRateForm(forms.ModelForm):
@@ -90,7 +90,7 @@ class FxRateForm(forms.ModelForm):
 
 @admin.register(FxRate)
 class FxRateAdmin(admin.ModelAdmin):
-    """Dated FX rates margin reports convert revenue with (billing.fx); a
+    """Dated FX rates margin reports convert revenue with (billing.reports.fx); a
     file of reference rates goes in with `manage.py fx_rates_import`."""
 
     form = FxRateForm

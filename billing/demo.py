@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from django.conf import settings
 
+from billing.costs.rates import cost_rate_create
 from billing.models import (
     CostRate,
     CreditGrant,
@@ -22,7 +23,6 @@ from billing.models import (
     Subscription,
     VolumeTier,
 )
-from billing.rates import cost_rate_create
 
 SINCE = datetime(2026, 1, 1, tzinfo=UTC)
 DEMO_RATES = [

@@ -8,20 +8,20 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from billing.allocation_run import allocation_run_create, allocation_run_execute
-from billing.budgets import budgets_check
-from billing.checks import allocation_conservation_check
 from billing.choices import RunStatus
-from billing.invoice_run import invoice_run_create, invoice_run_execute
-from billing.margin_reports import margin_report_build, margin_report_request, report_period
+from billing.costs.checks import allocation_conservation_check
+from billing.costs.runs import allocation_run_create, allocation_run_execute
+from billing.invoicing.runs import invoice_run_create, invoice_run_execute
 from billing.models import AllocationRun, InvoiceRun, MarginReport
+from billing.payments.stripe_api import TRANSIENT_ERRORS
+from billing.payments.sync import invoice_stripe_sync, invoices_awaiting_sync
+from billing.pricing.budgets import budgets_check
 from billing.queueing import after_commit
-from billing.stripe_api import TRANSIENT_ERRORS
-from billing.stripe_sync import invoice_stripe_sync, invoices_awaiting_sync
+from billing.reports.margin_reports import margin_report_build, margin_report_request, report_period
 
 
 @shared_task(
-    name="billing.allocation_run",
+    name="billing.costs.runs",
     acks_late=True,
     reject_on_worker_lost=True,
     time_limit=3600,
@@ -73,7 +73,7 @@ def allocation_check_task() -> int:
 
 
 @shared_task(
-    name="billing.invoice_run",
+    name="billing.invoicing.runs",
     acks_late=True,
     reject_on_worker_lost=True,
     time_limit=3600,

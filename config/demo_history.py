@@ -98,11 +98,11 @@ def demo_history_fill(
     """Fill the `months` whole months before this one and this month up to
     today: usage, allocation, invoices for the closed months, and margin
     reports. `progress(step, done, total)` follows each step."""
-    from billing.allocation_run import allocation_run_create, allocation_run_execute
     from billing.choices import ReportKind
+    from billing.costs.runs import allocation_run_create, allocation_run_execute
     from billing.demo import SINCE, fx_rates_demo_seed
-    from billing.invoice_run import invoice_run_create, invoice_run_execute
-    from billing.margin_reports import margin_report_build, margin_report_request
+    from billing.invoicing.runs import invoice_run_create, invoice_run_execute
+    from billing.reports.margin_reports import margin_report_build, margin_report_request
 
     def step(name: str) -> Progress:
         return lambda done, total: progress(name, done, total) if progress else None

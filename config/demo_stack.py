@@ -103,11 +103,11 @@ def records_flushed(gateway_url: str, *, timeout: float = 30) -> None:
 def pipeline_run() -> dict:
     """Attribute and roll up what the workload left, allocate today's cost,
     draft this period's invoices and compute the month-to-date margins."""
-    from billing.allocation_run import allocation_run_create, allocation_run_execute
     from billing.choices import ReportKind
-    from billing.invoice_run import invoice_run_create, invoice_run_execute
-    from billing.margin_reports import margin_report_build, margin_report_request
-    from billing.periods import period_containing
+    from billing.costs.runs import allocation_run_create, allocation_run_execute
+    from billing.invoicing.runs import invoice_run_create, invoice_run_execute
+    from billing.pricing.periods import period_containing
+    from billing.reports.margin_reports import margin_report_build, margin_report_request
     from metering.jobs import metering_run
 
     now = timezone.now()

@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus
-from billing.invoices import invoice_amount_due_minor
+from billing.invoicing.invoices import invoice_amount_due_minor
 from billing.models import CreditNote, Invoice, InvoiceLine, InvoiceRun
 from billing.money import from_minor
 from core.api_time import SupportedDateTimeField

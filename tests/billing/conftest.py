@@ -10,10 +10,10 @@ from decimal import Decimal
 
 import pytest
 
-from billing.allocation_run import allocation_run_create, allocation_run_execute
-from billing.invoices import invoice_draft_build, invoice_finalize
+from billing.costs.rates import cost_rate_create
+from billing.costs.runs import allocation_run_create, allocation_run_execute
+from billing.invoicing.invoices import invoice_draft_build, invoice_finalize
 from billing.models import AllocationRun, ModelPrice, PriceBook
-from billing.rates import cost_rate_create
 from metering.models import UsageRollup
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel
 from tenants.models import Tenant

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from billing.demo import prices_demo_seed
-from billing.invoices import invoice_draft_build, invoice_finalize
+from billing.invoicing.invoices import invoice_draft_build, invoice_finalize
 from metering.models import UsageRollup
 from serving.models import Pool, ServedModel
 from tenants.demo import demo_seed

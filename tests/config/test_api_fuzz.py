@@ -33,9 +33,9 @@ from django.db import connections
 from django.test import Client
 from schemathesis.engine import events, from_schema
 
-from billing.invoices import invoice_draft_build, invoice_finalize
-from billing.margin_reports import margin_report_build, margin_report_request
+from billing.invoicing.invoices import invoice_draft_build, invoice_finalize
 from billing.models import FxRate
+from billing.reports.margin_reports import margin_report_build, margin_report_request
 from tests.billing.conftest import H0, NOV, OCT, make_world
 from tests.factories import make_finance_user, make_key
 

@@ -3,8 +3,8 @@ from datetime import UTC, datetime, timedelta
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from billing.allocation_run import allocation_run_create, allocation_run_execute
 from billing.choices import RunStatus
+from billing.costs.runs import allocation_run_create, allocation_run_execute
 from billing.models import CostScenario
 
 

@@ -6,8 +6,8 @@ from tqdm import tqdm
 
 from billing.choices import RunStatus
 from billing.errors import BillingInputError, InvoicePeriodOpenError
-from billing.invoice_run import invoice_run_create, invoice_run_execute, invoice_run_summary
-from billing.invoices import finalize_early_request
+from billing.invoicing.invoices import finalize_early_request
+from billing.invoicing.runs import invoice_run_create, invoice_run_execute, invoice_run_summary
 
 
 def _shell_user() -> str:

@@ -1,0 +1,1 @@
+"""Cost: rates, the cost model, allocation and its runs, scenarios, checks, reads."""

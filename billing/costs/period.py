@@ -1,0 +1,207 @@
+"""A period's allocation, computed without writing anything: what is read
+once per run (the fleet, pools, rates, reservations: an AllocationBook) and
+the vectorised computation of any stretch of its hours from that stretch's
+usage rollups (allocation_stretch), which is pure and runs in a thread
+while the previous stretch is written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+
+from billing.costs.allocation import COMPONENTS, NO_OWNER, PoolHours, allocate, pool_hour_allocated
+from billing.costs.cost_model import HOUR, FleetArrays, RateArrays, gpu_hour_costs
+from billing.costs.inputs import (
+    fleet_arrays,
+    fleet_placement,
+    pool_usage,
+    pools_by_id,
+    replica_busy_seconds,
+    reservation_seconds,
+    reservations_overlapping,
+    usage_rollups,
+)
+from billing.costs.rates import RateScope, rate_arrays, rates_in_force
+from billing.models import CostScenario
+from serving.choices import IdleCostPolicy, PoolKind
+from serving.models import Pool
+
+
+@dataclass(frozen=True)
+class AllocationBook:
+    """Everything a run reads once: its hours, the fleet and where each GPU
+    sits, the pools, the rates resolved per scope and hour, reservations."""
+
+    hours: np.ndarray
+    pools: dict[int, Pool]
+    placement: pd.DataFrame
+    scopes: list[RateScope]
+    gpu_scope: np.ndarray
+    fleet: FleetArrays
+    rates: RateArrays
+    warnings: list[str]
+    idle_policy: str | None
+    reservations: pd.DataFrame
+
+
+def allocation_book(
+    *, start: datetime, end: datetime, scenario: CostScenario | None = None
+) -> AllocationBook:
+    hours = np.arange(int(start.timestamp()), int(end.timestamp()), HOUR, dtype=np.int64)
+    pools = pools_by_id()
+    placement = fleet_placement()
+    scopes = [RateScope(None, "GPUs held by no replica")] + [
+        RateScope(pool.pk, f"pool {pool.name}") for pool in pools.values()
+    ]
+    scope_of_pool = {scope.pool_id: i for i, scope in enumerate(scopes)}
+    gpu_scope = np.array(
+        [scope_of_pool.get(p if pd.notna(p) else None, 0) for p in placement["pool_id"]],
+        dtype=np.int64,
+    )
+    rates, warnings = rate_arrays(
+        rates=rates_in_force(start=start, end=end, scenario=scenario), scopes=scopes, hours=hours
+    )
+    return AllocationBook(
+        hours=hours,
+        pools=pools,
+        placement=placement,
+        scopes=scopes,
+        gpu_scope=gpu_scope,
+        fleet=fleet_arrays(placement, scope=gpu_scope),
+        rates=rates,
+        warnings=warnings,
+        idle_policy=scenario.idle_cost_policy if scenario and scenario.idle_cost_policy else None,
+        reservations=reservations_overlapping(start=start, end=end),
+    )
+
+
+def allocation_compute(
+    *, start: datetime, end: datetime, scenario: CostScenario | None = None
+) -> AllocationResult:
+    """A whole period, computed without writing anything."""
+    book = allocation_book(start=start, end=end, scenario=scenario)
+    return allocation_stretch(book, 0, len(book.hours), usage_rollups(start=start, end=end))
+
+
+class AllocationResult:
+    """A period's pool-hour costs and allocation rows, ready to write."""
+
+    def __init__(self, hours, pool_hours: pd.DataFrame, rows: pd.DataFrame, warnings):
+        self.hours = hours
+        self.pool_hours = pool_hours
+        self.rows = rows
+        self.warnings = warnings
+
+
+def allocation_stretch(
+    book: AllocationBook, first: int, stop: int, rollups: pd.DataFrame
+) -> AllocationResult:
+    """Hours [first, stop) of the book, from those hours' usage rollups."""
+    hours = book.hours[first:stop]
+    pools, scopes, gpu_scope = book.pools, book.scopes, book.gpu_scope
+    rates = RateArrays(
+        **{f.name: getattr(book.rates, f.name)[:, first:stop] for f in fields(RateArrays)}
+    )
+    costs = gpu_hour_costs(
+        fleet=book.fleet,
+        rates=rates,
+        hours=hours,
+        busy_fraction=_busy_fraction(book.placement, hours, replica_busy_seconds(rollups)),
+    )
+
+    # Pool-hours: (scope x hour) sums over the GPUs in each scope.
+    n_scopes = len(scopes)
+    per_scope = {
+        name: _scope_sum(getattr(costs, name), gpu_scope, n_scopes)
+        for name in (*COMPONENTS, "in_service", "fully_depreciated")
+    }
+    cell_scope, cell_hour = np.nonzero(per_scope["in_service"] > 0)
+    pool_ids = np.array([scopes[s].pool_id or 0 for s in cell_scope], dtype=np.int64)
+    kinds = [pools[p].kind if p else "" for p in pool_ids]
+    policy = book.idle_policy
+    spread = np.array(
+        [
+            bool(p) and (policy or pools[p].idle_cost_policy) == IdleCostPolicy.SPREAD
+            for p in pool_ids
+        ],
+        dtype=bool,
+    )
+    gpus = per_scope["in_service"][cell_scope, cell_hour]
+    ph = PoolHours(
+        owner=np.array(
+            [
+                pools[p].owner_id if p and pools[p].kind == PoolKind.DEDICATED else NO_OWNER
+                for p in pool_ids
+            ],
+            dtype=np.int64,
+        ),
+        reserved=np.array([k == PoolKind.RESERVED for k in kinds], dtype=bool),
+        spread_idle=spread,
+        capacity_seconds=gpus.astype(np.float64) * HOUR,
+        **{c: per_scope[c][cell_scope, cell_hour] for c in COMPONENTS},
+    )
+    # Spare GPUs (scope 0) are never anybody's: their pool-hours take no use.
+    index = pd.DataFrame({"ph": np.arange(len(ph)), "pool_id": pool_ids, "hour": hours[cell_hour]})
+    index = index[index["pool_id"] != 0]
+    usage = pool_usage(rollups).merge(index, on=["hour", "pool_id"])
+    held = reservation_seconds(book.reservations, hours=hours).merge(index, on=["hour", "pool_id"])
+    rows = allocate(ph, usage, held)
+    rows = rows.merge(
+        usage[["ph", "tenant", "model", "device_us"]], on=["ph", "tenant", "model"], how="left"
+    )
+    rows["device_us"] = rows["device_us"].fillna(0).astype(np.int64)
+    rows["hour"] = hours[cell_hour][rows["ph"].to_numpy()]
+    rows["pool_id"] = pool_ids[rows["ph"].to_numpy()]
+    rows["pool_kind"] = [kinds[i] for i in rows["ph"].to_numpy()]
+
+    total = ph.total
+    allocated = pool_hour_allocated(ph, rows)
+    busy_us = np.zeros(len(ph), dtype=np.int64)
+    np.add.at(busy_us, usage["ph"].to_numpy(), usage["device_us"].to_numpy())
+    pool_hours = pd.DataFrame(
+        {
+            "hour": hours[cell_hour],
+            "pool_id": pool_ids,
+            "pool_kind": kinds,
+            "gpus": gpus,
+            "fully_depreciated_gpus": per_scope["fully_depreciated"][cell_scope, cell_hour],
+            "capacity_us": gpus * HOUR * 1_000_000,
+            "busy_us": busy_us,
+            **{c: per_scope[c][cell_scope, cell_hour] for c in COMPONENTS},
+            "total": total,
+            "allocated": allocated,
+            "unallocated": total - allocated,
+        }
+    )
+    return AllocationResult(hours, pool_hours, rows, book.warnings)
+
+
+def _busy_fraction(placement: pd.DataFrame, hours: np.ndarray, seconds: pd.DataFrame) -> np.ndarray:
+    """GPUs x hours: the replica holding each GPU, busy device-seconds over
+    its GPUs' capacity."""
+    busy = np.zeros((len(placement), len(hours)))
+    replica_ids = placement["replica_id"].to_numpy()
+    held = replica_ids >= 0
+    if not held.any():
+        return busy
+    gpu_count = pd.Series(replica_ids[held]).value_counts()
+    seconds = seconds[seconds["replica_id"].isin(gpu_count.index)]
+    replica_index = {r: i for i, r in enumerate(gpu_count.index)}
+    per_replica = np.zeros((len(replica_index), len(hours)))
+    rows = seconds["replica_id"].map(replica_index).to_numpy()
+    cols = (seconds["hour"].to_numpy() - hours[0]) // HOUR
+    per_replica[rows, cols] = seconds["seconds"].to_numpy() / (
+        gpu_count.loc[seconds["replica_id"]].to_numpy() * HOUR
+    )
+    busy[held] = per_replica[[replica_index[r] for r in replica_ids[held]]]
+    return busy
+
+
+def _scope_sum(values: np.ndarray, scope: np.ndarray, n_scopes: int) -> np.ndarray:
+    out = np.zeros((n_scopes, values.shape[1]), dtype=np.int64)
+    for s in np.unique(scope):
+        out[s] = values[scope == s].sum(axis=0, dtype=np.int64)
+    return out

@@ -1,0 +1,148 @@
+"""The allocation job: one period, booked or for a scenario, computed
+vectorised and written day by day, each day replaced in one transaction.
+Safe to re-run: a run killed half-way leaves whole days, and the next run
+rewrites every day of its period."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+from django.core.exceptions import ValidationError
+from django.db import connection
+from django.utils import timezone
+
+from billing.choices import RunStatus
+from billing.costs.cost_model import HOUR
+from billing.costs.inputs import usage_rollups
+from billing.costs.period import allocation_book, allocation_stretch
+from billing.costs.store import allocation_day_replace, allocation_table, pool_hour_table
+from billing.models import AllocationRun, CostScenario
+
+logger = logging.getLogger(__name__)
+
+MAX_PERIOD = timedelta(days=366)
+STRETCH_HOURS = 7 * 24  # computed at once; a multiple of 24 (days are written whole)
+Progress = Callable[[int, int], None]
+
+
+def allocation_run_create(
+    *, start: datetime, end: datetime, scenario: CostScenario | None = None, user=None
+) -> AllocationRun:
+    """A queued run of [start, end), whole UTC hours."""
+    for name, moment in (("start", start), ("end", end)):
+        if moment.tzinfo is None:
+            raise ValidationError({name: "must carry a timezone"})
+        if moment.astimezone(UTC) != _hour_floor(moment):
+            raise ValidationError({name: "must be a whole hour (UTC)"})
+    if end <= start:
+        raise ValidationError({"end": "must be after start"})
+    if end - start > MAX_PERIOD:
+        raise ValidationError({"end": "a run covers at most 366 days"})
+    hours = int((end - start) / timedelta(hours=1))
+    return AllocationRun.objects.create(
+        start=start, end=end, scenario=scenario, requested_by=user, hours_total=hours
+    )
+
+
+def allocation_run_execute(*, run_id: int, progress: Progress | None = None) -> AllocationRun:
+    """Compute and write a run's period. Runs of the same book (booked, or
+    one scenario) take turns; a failure is recorded on the run and raised."""
+    run = AllocationRun.objects.select_related("scenario").get(pk=run_id)
+    key = f"billing_allocation:{run.scenario_id or 'booked'}"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(hashtext(%s))", [key])
+    try:
+        # Holding the book's lock, no other run of it is alive: one still
+        # marked running lost its worker.
+        AllocationRun.objects.filter(scenario_id=run.scenario_id, status=RunStatus.RUNNING).exclude(
+            pk=run.pk
+        ).update(
+            status=RunStatus.FAILED,
+            error="abandoned: its worker stopped before finishing (re-run to complete)",
+            finished_at=timezone.now(),
+        )
+        AllocationRun.objects.filter(pk=run.pk).update(
+            status=RunStatus.RUNNING,
+            started_at=timezone.now(),
+            hours_done=0,
+            error="",
+            finished_at=None,
+        )
+        try:
+            warnings = _execute(run, progress=progress)
+        except Exception as exc:
+            AllocationRun.objects.filter(pk=run.pk).update(
+                status=RunStatus.FAILED,
+                error=f"{type(exc).__name__}: {exc}",
+                finished_at=timezone.now(),
+            )
+            raise
+        AllocationRun.objects.filter(pk=run.pk).update(
+            status=RunStatus.DONE, warnings=warnings, finished_at=timezone.now()
+        )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+    run.refresh_from_db()
+    logger.info("allocation run %s: %s", run.pk, run)
+    return run
+
+
+def _execute(run: AllocationRun, *, progress: Progress | None) -> list[str]:
+    """A week at a time: while the main thread writes one week (all the
+    database work stays on it), a worker thread computes the next, and
+    memory stays bounded by a week however long the period."""
+    book = allocation_book(start=run.start, end=run.end, scenario=run.scenario)
+    hours_total = len(book.hours)
+    stretches = [
+        (first, min(first + STRETCH_HOURS, hours_total))
+        for first in range(0, hours_total, STRETCH_HOURS)
+    ]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="allocation") as worker:
+
+        def prepare(first: int, stop: int):
+            rollups = usage_rollups(
+                start=_at(book.hours[first]), end=_at(book.hours[stop - 1] + HOUR)
+            )
+            return worker.submit(_tables, book, first, stop, rollups, run.scenario_id)
+
+        pending = prepare(*stretches[0])
+        for n, (first, stop) in enumerate(stretches):
+            pool_hours, rows = pending.result()
+            if n + 1 < len(stretches):
+                pending = prepare(*stretches[n + 1])
+            for day in range(first, stop, 24):
+                done = min(day + 24, stop)
+                allocation_day_replace(
+                    scenario_id=run.scenario_id,
+                    first_hour=int(book.hours[day]),
+                    last_hour=int(book.hours[done - 1]),
+                    pool_hours=pool_hours,
+                    rows=rows,
+                    then=lambda done=done: AllocationRun.objects.filter(pk=run.pk).update(
+                        hours_done=done
+                    ),
+                )
+                if progress is not None:
+                    progress(done, hours_total)
+    return book.warnings
+
+
+def _tables(book, first: int, stop: int, rollups, scenario_id):
+    """Compute a stretch and shape its rows for COPY (pure: no database)."""
+    result = allocation_stretch(book, first, stop, rollups)
+    return (
+        pool_hour_table(result.pool_hours, scenario_id=scenario_id),
+        allocation_table(result.rows, scenario_id=scenario_id),
+    )
+
+
+def _at(epoch) -> datetime:
+    return datetime.fromtimestamp(int(epoch), UTC)
+
+
+def _hour_floor(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)

@@ -1,0 +1,1 @@
+"""Invoicing: drafts, finalizing and numbering, lines, runs, late usage, credits, credit notes."""

@@ -1,0 +1,100 @@
+"""Charges as invoice lines: each line rounded once to the currency's minor
+units (half-even, billing.money.LINE_ROUNDING). A line's key says which
+lines of two ratings of the same period are the same line."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
+from datetime import datetime
+from decimal import Decimal
+
+from billing.choices import LineKind
+from billing.money import from_minor, to_minor
+from billing.pricing.rating import Charge
+
+LineKey = tuple[str, str, str, str, Decimal | None]
+
+
+@dataclass(frozen=True)
+class LineDraft:
+    kind: str
+    description: str
+    quantity: Decimal
+    unit_price: Decimal | None
+    amount: Decimal
+    amount_minor: int
+    service_start: datetime
+    service_end: datetime
+    model: str = ""
+    token_kind: str = ""
+    book: str = ""
+    late: bool = False
+
+    def as_fields(self) -> dict:
+        """The InvoiceLine fields (shallow: asdict() would deep-copy)."""
+        return {name: getattr(self, name) for name in _FIELDS}
+
+    @property
+    def key(self) -> LineKey:
+        return (self.kind, self.model, self.token_kind, self.book, self.unit_price)
+
+
+_FIELDS = [f.name for f in fields(LineDraft)]
+
+
+def lines_from_charges(
+    charges: Iterable[Charge], *, currency: str, start: datetime, end: datetime
+) -> list[LineDraft]:
+    return [
+        LineDraft(
+            kind=c.kind,
+            description=c.description,
+            quantity=c.quantity,
+            unit_price=c.unit_price,
+            amount=c.amount,
+            amount_minor=to_minor(c.amount, currency),
+            service_start=start,
+            service_end=end,
+            model=c.model or "",
+            token_kind=c.token_kind or "",
+            book=c.book or "",
+        )
+        for c in charges
+    ]
+
+
+def line_difference(*, rated: LineDraft | None, billed: LineDraft | None) -> LineDraft | None:
+    """What a period's line owes now beyond what was billed for it, as a
+    late-usage line; None when nothing changed."""
+    base = rated or billed
+    assert base is not None
+    zero = Decimal(0)
+    quantity = (rated.quantity if rated else zero) - (billed.quantity if billed else zero)
+    amount = (rated.amount if rated else zero) - (billed.amount if billed else zero)
+    minor = (rated.amount_minor if rated else 0) - (billed.amount_minor if billed else 0)
+    if not quantity and not minor:
+        return None
+    return replace(
+        base,
+        description=f"Late usage {base.service_start:%Y-%m-%d} to {base.service_end:%Y-%m-%d}: "
+        f"{base.description}",
+        quantity=quantity,
+        amount=amount,
+        amount_minor=minor,
+        late=True,
+    )
+
+
+def credit_line(*, grant, minor: int, currency: str, start: datetime, end: datetime) -> LineDraft:
+    note = f" ({grant.note})" if grant.note else ""
+    return LineDraft(
+        kind=LineKind.CREDIT,
+        description=f"Prepaid credit #{grant.pk}{note}",
+        quantity=Decimal(1),
+        unit_price=None,
+        amount=-from_minor(minor, currency),
+        amount_minor=-minor,
+        service_start=start,
+        service_end=end,
+    )

@@ -1,0 +1,183 @@
+"""The invoice run: every tenant whose billing period ended by `as_of` gets
+that period's invoice, built and (unless told not to) finalized; a tenant
+is either fully invoiced or untouched (billing.invoicing.batch).
+A run is safe to repeat and to run beside another: finalized invoices are
+skipped, drafts rebuilt, and the tenant's row lock keeps two runs from
+building the same invoice at once. Progress is on the run's row.
+An `as_of` later than now picks periods that have not ended: such a run
+is refused unless it finalizes early with a reason, or builds drafts."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from django.utils import timezone
+
+from billing.choices import InvoiceStatus, RunStatus
+from billing.errors import BillingInputError
+from billing.invoicing.batch import invoices_bill_many
+from billing.invoicing.invoices import (
+    FinalizeEarly,
+    finalize_early_check,
+    invoice_bill_period,
+    invoicing_session,
+)
+from billing.models import InvoiceRun
+from billing.pricing.periods import tenants_by_period
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+Progress = Callable[[int, int], None]
+
+
+def invoice_run_create(
+    *,
+    as_of: datetime,
+    finalize: bool = True,
+    requested_by=None,
+    early: FinalizeEarly | None = None,
+) -> InvoiceRun:
+    """A run, checked before anything is written: the periods it picks
+    must have begun (else BillingInputError naming as_of) and, when it
+    finalizes, have ended unless `early` (else InvoicePeriodOpenError
+    naming the period's end). The page, the API and the command all
+    come through here."""
+    early = invoice_run_periods_check(as_of=as_of, finalize=finalize, early=early)
+    return InvoiceRun.objects.create(
+        as_of=as_of,
+        finalize=finalize,
+        requested_by=requested_by,
+        finalize_early_reason=early.reason if early else "",
+        finalize_early_by=early.by if early else "",
+    )
+
+
+def invoice_run_periods_check(
+    *, as_of: datetime, finalize: bool, early: FinalizeEarly | None
+) -> FinalizeEarly | None:
+    """What finalizing early the run needs: None when every period it
+    picks has ended (then `early` is not recorded), else `early`."""
+    if early is not None and not finalize:
+        raise BillingInputError("finalize_early", "a run that leaves drafts finalizes nothing")
+    now = timezone.now()
+    if as_of <= now:
+        return None  # periods ended by as_of ended by now
+    try:
+        periods = tenants_by_period(
+            tenants=list(Tenant.objects.only("pk")), moment=as_of, closed=True
+        )
+    except (OverflowError, ValueError):  # past the last year a date can hold
+        raise BillingInputError("as_of", "is later than any billing period") from None
+    for start, end in sorted(periods):
+        if start >= now:
+            raise BillingInputError(
+                "as_of",
+                f"{as_of:%Y-%m-%d %H:%M} UTC picks the billing period {start:%Y-%m-%d} to "
+                f"{end:%Y-%m-%d}, which has not begun",
+            )
+    open_periods = sorted((end, start) for start, end in periods if end > now)
+    if not finalize or not open_periods:
+        return None
+    end, start = open_periods[-1]
+    return finalize_early_check(period_start=start, period_end=end, now=now, early=early)
+
+
+def invoice_run_execute(
+    *, run_id: int, progress: Progress | None = None, current_period: bool = False
+) -> InvoiceRun:
+    """`current_period`: the period still running at `as_of` instead of the
+    last closed one (drafts so far, as the demo shows; a draft is rebuilt
+    and finalized when its period has ended)."""
+    report = progress
+    run = InvoiceRun.objects.get(pk=run_id)
+    # Suspended tenants too: what they used before is still owed.
+    tenants = list(Tenant.objects.order_by("pk"))
+    InvoiceRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.RUNNING,
+        started_at=timezone.now(),
+        tenants_total=len(tenants),
+        tenants_done=0,
+        invoices_created=0,
+        invoices_skipped=0,
+        failures=[],
+        warnings=[],
+    )
+    counts = {"done": 0, "created": 0, "skipped": 0}
+    failures: list[dict] = []
+    warnings: list[str] = []
+    with invoicing_session():
+        periods = tenants_by_period(tenants=tenants, moment=run.as_of, closed=not current_period)
+        for (start, end), group in periods.items():
+            done_before = counts["done"]
+
+            def progress(outcomes, done_before=done_before):
+                _count(outcomes, counts, failures, warnings, done_before, run_id=run.pk)
+                _progress_save(run, counts, failures, warnings)
+                if report:
+                    report(counts["done"], len(tenants))
+
+            invoices_bill_many(
+                tenants=group,
+                start=start,
+                end=end,
+                run=run,
+                finalize=run.finalize,
+                progress=progress,
+            )
+    InvoiceRun.objects.filter(pk=run.pk).update(
+        status=RunStatus.FAILED if failures else RunStatus.DONE, finished_at=timezone.now()
+    )
+    run.refresh_from_db()
+    return run
+
+
+def _count(outcomes, counts, failures, warnings, done_before, *, run_id: int) -> None:
+    """Running totals from a period group's outcomes so far. An invoice
+    found final that this run wrote (a chunk redone one by one after its
+    commit, a message delivered again) counts as this run's, not skipped."""
+    fresh = outcomes[counts["done"] - done_before :]
+    for o in fresh:
+        ours = o.outcome == "final" and o.invoice is not None and o.invoice.run_id == run_id
+        if o.outcome == "failed":
+            failures.append({"tenant": o.tenant.slug, "error": o.error})
+        elif o.outcome in ("created", "rebuilt") or ours:
+            counts["created"] += 1
+            warnings += [f"{o.tenant.slug}: {w}" for w in o.invoice.warnings]
+        else:
+            counts["skipped"] += 1
+    counts["done"] += len(fresh)
+
+
+def invoice_run_summary(*, run: InvoiceRun) -> dict[str, int]:
+    """What a run did, for a person: invoices it finalized and drafts it
+    left (read from the invoices it wrote), tenants skipped (already
+    invoiced, or nothing to bill) and tenants that failed."""
+    statuses = list(run.invoices.values_list("status", flat=True))
+    drafts = statuses.count(InvoiceStatus.DRAFT)
+    return {
+        "finalized": len(statuses) - drafts,
+        "drafts": drafts,
+        "skipped": run.invoices_skipped,
+        "failed": len(run.failures),
+    }
+
+
+def invoice_bill(*, tenant: Tenant, as_of: datetime, run: InvoiceRun | None = None):
+    """One tenant's last closed period, built and finalized all or nothing:
+    (outcome, invoice)."""
+    ((start, end),) = tenants_by_period(tenants=[tenant], moment=as_of, closed=True)
+    return invoice_bill_period(
+        tenant=tenant, start=start, end=end, run=run, finalize=run is None or run.finalize
+    )
+
+
+def _progress_save(run: InvoiceRun, counts, failures, warnings) -> None:
+    InvoiceRun.objects.filter(pk=run.pk).update(
+        tenants_done=counts["done"],
+        invoices_created=counts["created"],
+        invoices_skipped=counts["skipped"],
+        failures=failures,
+        warnings=warnings[:200],
+    )

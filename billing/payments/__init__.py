@@ -1,0 +1,1 @@
+"""Payments: Stripe (the only importer of `stripe`), invoice sync, webhook events."""

@@ -1,0 +1,181 @@
+"""Our invoices in Stripe. A finalized invoice is pushed as a Stripe
+invoice with one item per line, finalized there; later states (paid out
+of band, void, uncollectible) and credit notes follow. Each step saves
+the Stripe id it learned at once and is keyed for idempotency, so a sync
+that dies anywhere is finished by the next one with nothing doubled.
+
+A sync that fails on a transient error (Stripe down, slow, rate limited)
+leaves the invoice "failed" with the error; the task retries with backoff
+and a sweep every few minutes picks up whatever is still pending."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Q
+
+from billing.choices import InvoiceStatus, StripeSync
+from billing.models import CreditNote, Invoice
+from billing.payments import stripe_api
+from billing.queueing import after_commit
+from tenants.choices import Role
+from tenants.models import Membership, Tenant
+
+logger = logging.getLogger(__name__)
+LOCK_NAMESPACE = 7_202_611  # pg advisory lock (namespace, invoice id)
+
+# Our state -> the Stripe call that brings an open Stripe invoice there.
+PUSH_STATE = {
+    InvoiceStatus.PAID: ("paid", stripe_api.invoice_pay_out_of_band),
+    InvoiceStatus.VOID: ("void", stripe_api.invoice_void),
+    InvoiceStatus.UNCOLLECTIBLE: ("uncollectible", stripe_api.invoice_mark_uncollectible),
+}
+
+
+def tenant_customer_ensure(*, tenant: Tenant) -> str:
+    """The tenant's Stripe customer, created (once) when it has none."""
+    tenant.refresh_from_db(fields=["stripe_customer_id"])
+    if tenant.stripe_customer_id:
+        return tenant.stripe_customer_id
+    owner = (
+        Membership.objects.filter(tenant=tenant, role=Role.OWNER)
+        .select_related("user")
+        .order_by("pk")
+        .first()
+    )
+    customer = stripe_api.customer_create(
+        tenant_id=tenant.pk, name=tenant.name, email=owner.user.email if owner else None
+    )
+    Tenant.objects.filter(pk=tenant.pk).update(stripe_customer_id=customer)
+    tenant.stripe_customer_id = customer
+    return customer
+
+
+def invoice_stripe_sync(*, invoice_id: int) -> str:
+    """Bring the invoice (and its credit notes) to the same state in
+    Stripe. Returns the resulting sync status."""
+    if not stripe_api.configured():
+        return StripeSync.NOT_SYNCED
+    with _invoice_lock(invoice_id) as locked:
+        if not locked:
+            return "busy"  # another worker is syncing it now
+        invoice = Invoice.objects.select_related("tenant").get(pk=invoice_id)
+        if invoice.status == InvoiceStatus.DRAFT:
+            return invoice.stripe_sync
+        try:
+            _push(invoice)
+        except stripe_api.TRANSIENT_ERRORS as exc:
+            _save(invoice, stripe_sync=StripeSync.FAILED, stripe_error=str(exc)[:2000])
+            raise
+        except Exception as exc:
+            _save(invoice, stripe_sync=StripeSync.FAILED, stripe_error=str(exc)[:2000])
+            logger.exception("Stripe sync of invoice %s failed", invoice_id)
+            raise
+        _save(invoice, stripe_sync=StripeSync.SYNCED, stripe_error="")
+        return StripeSync.SYNCED
+
+
+def invoices_awaiting_sync() -> list[int]:
+    """Finalized invoices not yet in step with Stripe (for the sweep)."""
+    if not stripe_api.configured():
+        return []
+    pending_notes = CreditNote.objects.filter(stripe_credit_note_id="").values("invoice_id")
+    return list(
+        Invoice.objects.exclude(status=InvoiceStatus.DRAFT)
+        .filter(
+            Q(stripe_sync__in=[StripeSync.PENDING, StripeSync.FAILED])
+            | Q(pk__in=pending_notes, stripe_invoice_id__gt="")
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)[:500]
+    )
+
+
+def _push(invoice: Invoice) -> None:
+    customer = tenant_customer_ensure(tenant=invoice.tenant)
+    if not invoice.stripe_invoice_id:
+        stripe_id = stripe_api.invoice_create(
+            invoice_id=invoice.pk,
+            number=invoice.number,
+            customer=customer,
+            currency=invoice.currency,
+            days_until_due=max((invoice.due_at - invoice.finalized_at).days, 0),
+        )
+        _save(invoice, stripe_invoice_id=stripe_id, stripe_status="draft")
+    if invoice.stripe_status in ("", "draft"):
+        present = stripe_api.invoice_item_ids(stripe_invoice_id=invoice.stripe_invoice_id)
+        for line in invoice.lines.order_by("position"):
+            if line.pk in present or line.amount_minor == 0:
+                continue
+            stripe_api.invoice_item_create(
+                invoice_id=invoice.pk,
+                customer=customer,
+                stripe_invoice_id=invoice.stripe_invoice_id,
+                currency=invoice.currency,
+                item=stripe_api.ItemSpec(
+                    line_id=line.pk,
+                    amount_minor=line.amount_minor,
+                    description=line.description,
+                    period_start=int(line.service_start.timestamp()),
+                    period_end=int(line.service_end.timestamp()),
+                ),
+            )
+        status, url = stripe_api.invoice_finalize(
+            invoice_id=invoice.pk, stripe_invoice_id=invoice.stripe_invoice_id
+        )
+        _save(invoice, stripe_status=status, hosted_invoice_url=url)
+    target = PUSH_STATE.get(InvoiceStatus(invoice.status))
+    if target and invoice.stripe_status == "open":
+        stripe_status, call = target
+        call(invoice_id=invoice.pk, stripe_invoice_id=invoice.stripe_invoice_id)
+        _save(invoice, stripe_status=stripe_status)
+    for note in invoice.credit_notes.filter(stripe_credit_note_id="").order_by("pk"):
+        note_id = stripe_api.credit_note_create(
+            credit_note_id=note.pk,
+            stripe_invoice_id=invoice.stripe_invoice_id,
+            amount_minor=note.amount_minor,
+            memo=f"{note.number}: {note.reason}",
+            paid=note.wallet_grant_id is not None,
+        )
+        CreditNote.objects.filter(pk=note.pk).update(stripe_credit_note_id=note_id)
+
+
+def _save(invoice: Invoice, **fields) -> None:
+    """Stripe bookkeeping only (the finalized invoice's own content is immutable)."""
+    for name, value in fields.items():
+        setattr(invoice, name, value)
+    Invoice.objects.filter(pk=invoice.pk).update(**fields)
+
+
+@contextmanager
+def _invoice_lock(invoice_id: int):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, invoice_id])
+        locked = cursor.fetchone()[0]
+    try:
+        yield locked
+    finally:
+        if locked:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, invoice_id])
+
+
+def sync_enqueue(invoice_id: int) -> None:
+    """After the current transaction commits, hand the invoice to a worker.
+    The caller has marked it pending in that transaction, so if the broker
+    refuses, the sweep (billing.stripe_sweep) queues it later; the reason
+    is kept in stripe_error meanwhile."""
+    if not settings.STRIPE_API_KEY:
+        return
+    from billing.tasks import invoice_stripe_sync_task
+
+    after_commit(
+        lambda: invoice_stripe_sync_task.delay(invoice_id),
+        what=f"Stripe sync of invoice {invoice_id} (the Stripe sweep will retry)",
+        on_refused=lambda reason: Invoice.objects.filter(
+            pk=invoice_id, stripe_sync=StripeSync.PENDING
+        ).update(stripe_error=reason),
+    )

@@ -1,0 +1,1 @@
+"""Pricing: rating usage with price books, billing periods, budgets, unbilled usage."""

@@ -1,0 +1,399 @@
+"""Rating: a tenant's usage over a period, priced. Reads hourly rollups
+(never raw events), the price book in force for the tenant's tier in each
+hour, its reservations and dedicated GPUs, and its plan; returns charge
+lines in exact Decimal, unrounded (an invoice rounds each line once).
+
+Graduated tiers count the period's volume from its start, whichever book
+priced the earlier tokens, so a price change mid-month keeps the volume."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from itertools import pairwise
+
+from django.db.models import Case, Count, IntegerField, Q, Sum, Value, When
+
+from billing.choices import TokenKind
+from billing.models import ModelPrice, PriceBook, Subscription
+from billing.pricing.periods import subscriptions_at
+from metering.models import UsageRollup
+from serving.choices import PoolKind
+from serving.models import Gpu, Reservation, ServedModel
+from tenants.models import Tenant
+
+MILLION = Decimal(1_000_000)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One line of what a tenant owes: `quantity` units at `unit_price`
+    (per million tokens, per GPU-second, per GPU-hour, per GPU-month)."""
+
+    kind: str  # tokens | gpu_seconds | reservation | dedicated | discount | commit_true_up
+    description: str
+    quantity: Decimal
+    unit_price: Decimal | None
+    amount: Decimal
+    model: str | None = None
+    token_kind: str | None = None
+    book: str | None = None
+
+
+@dataclass
+class TenantInputs:
+    """What rating reads for one tenant and period, loaded in bulk for many
+    tenants at once (`rating_inputs`): usage summed per stretch of
+    unchanging prices and model, reservations, dedicated GPUs, plan."""
+
+    usage: list[tuple] = field(default_factory=list)  # (from, model id, name, p, c, o, s, n)
+    reservations: list[tuple[datetime, datetime, int]] = field(default_factory=list)
+    dedicated_gpus: int = 0
+    subscription: Subscription | None = None
+
+    def fingerprint(self) -> dict[str, int | str]:
+        """Totals of the rated usage: the same usage rates the same."""
+        totals = [0, 0, 0, Decimal(0), 0]
+        for _, _, _, prompt, cached, completion, seconds, rows in self.usage:
+            for n, value in enumerate((prompt, cached, completion, seconds, rows)):
+                totals[n] += value
+        prompt, cached, completion, seconds, rows = totals
+        return {
+            "prompt": prompt,
+            "cached": cached,
+            "completion": completion,
+            "device_seconds": str(Decimal(seconds).normalize()),
+            "rows": rows,
+        }
+
+
+def charges_rate(
+    *, tenant: Tenant, start: datetime, end: datetime, warnings: list[str] | None = None
+) -> list[Charge]:
+    """The period's charges; what could not be priced is appended to
+    `warnings` (usage of a model no book in force prices is not billed)."""
+    inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
+    return charges_compute(tenant=tenant, start=start, end=end, inputs=inputs, warnings=warnings)
+
+
+def charges_compute(
+    *,
+    tenant: Tenant,
+    start: datetime,
+    end: datetime,
+    inputs: TenantInputs,
+    warnings: list[str] | None = None,
+) -> list[Charge]:
+    """Rating itself, from loaded inputs (no database reads beyond the
+    cached price books)."""
+    books = price_books(tier=tenant.tier, start=start, end=end)
+    unpriced: dict[str, int] = defaultdict(int)
+    usage = _charges_usage(inputs.usage, books=books, unpriced=unpriced)
+    if warnings is not None:
+        warnings.extend(
+            f"usage of {name} has no price: {tokens:,} tokens not billed"
+            for name, tokens in sorted(unpriced.items())
+        )
+    fees = _charges_reservations(inputs.reservations, start=start, end=end, books=books)
+    fees += _charges_dedicated(inputs.dedicated_gpus, start=start, end=end, books=books)
+    return usage + fees + _charges_plan(inputs.subscription, usage=usage, fees=fees)
+
+
+def rating_inputs(
+    *, tenants: list[Tenant], start: datetime, end: datetime
+) -> dict[int, TenantInputs]:
+    """Every tenant's inputs for [start, end) in five queries, however many
+    tenants: usage is summed in SQL per tenant, model and stretch of
+    unchanging prices (never per hour in Python)."""
+    out = {t.pk: TenantInputs() for t in tenants}
+    ids = list(out)
+    edges = sorted(
+        set().union(
+            *(
+                price_books(tier=t, start=start, end=end).edges(start, end)
+                for t in {x.tier for x in tenants}
+            )
+        )
+        or {start}
+    )
+    segment = Case(
+        *(When(hour__lt=edge, then=Value(n)) for n, edge in enumerate(edges[1:])),
+        default=Value(len(edges) - 1),
+        output_field=IntegerField(),
+    )
+    rollups = UsageRollup.objects.filter(hour__gte=start, hour__lt=end, served_model__isnull=False)
+    if len(ids) < 100:
+        rollups = rollups.filter(tenant_id__in=ids)
+    rows = (
+        rollups.annotate(segment=segment)
+        .values_list("tenant_id", "segment", "served_model_id")
+        .annotate(
+            prompt=Sum("prompt_tokens"),
+            cached=Sum("cached_tokens"),
+            completion=Sum("completion_tokens"),
+            seconds=Sum("device_seconds"),
+            rows=Count("pk"),
+        )
+        .order_by("tenant_id", "segment", "served_model_id")
+    )
+    # Model names looked up here: joining them in SQL costs more than the sums.
+    names = dict(ServedModel.objects.values_list("pk", "name"))
+    for tenant_id, seg, model_id, prompt, cached, completion, seconds, n in rows:
+        if tenant_id in out:
+            out[tenant_id].usage.append(
+                (edges[seg], model_id, names[model_id], prompt, cached, completion, seconds, n)
+            )
+    for r in Reservation.objects.filter(tenant_id__in=ids, start__lt=end, end__gt=start):
+        out[r.tenant_id].reservations.append((r.start, r.end, r.gpu_count))
+    dedicated = (
+        Gpu.objects.filter(replicas__pool__kind=PoolKind.DEDICATED, replicas__pool__owner__in=ids)
+        .values("replicas__pool__owner")
+        .annotate(gpus=Count("pk", distinct=True))
+    )
+    for row in dedicated:
+        out[row["replicas__pool__owner"]].dedicated_gpus = row["gpus"]
+    for tenant_id, subscription in subscriptions_at(tenant_ids=ids, moment=start).items():
+        out[tenant_id].subscription = subscription
+    return out
+
+
+class Books:
+    """The price book in force in each hour for one tenant's tier."""
+
+    def __init__(self, books: list[PriceBook], prices: dict[tuple[int, int], ModelPrice]):
+        self.books = books
+        self.prices = prices
+
+    def at(self, moment: datetime) -> PriceBook | None:
+        live = [
+            b
+            for b in self.books
+            if b.effective_from <= moment and (b.effective_to is None or moment < b.effective_to)
+        ]
+        # A tier's own book over an all-tiers one; the newest version first.
+        live.sort(key=lambda b: (b.tier != "", b.version), reverse=True)
+        return live[0] if live else None
+
+    def price(self, book: PriceBook, model_id: int) -> ModelPrice | None:
+        return self.prices.get((book.pk, model_id))
+
+    def priced_models(self, book: PriceBook | None) -> set[int]:
+        return {model_id for book_id, model_id in self.prices if book and book_id == book.pk}
+
+    def label(self, book_id: int) -> str:
+        book = next(b for b in self.books if b.pk == book_id)
+        return f"{book.name} v{book.version}"
+
+    def edges(self, start: datetime, end: datetime) -> set[datetime]:
+        """The starts of the stretches of [start, end) over which neither
+        the book in force (it changes only where a book begins or ends) nor
+        the calendar month changes."""
+        edges = {start}
+        for b in self.books:
+            edges.update(t for t in (b.effective_from, b.effective_to) if t and start < t < end)
+        month = _month_start(start)
+        while (month := _next_month(month)) < end:
+            edges.add(month)
+        return edges
+
+
+_books_cache: ContextVar[dict | None] = ContextVar("rating_books_cache", default=None)
+
+
+@contextmanager
+def rating_session():
+    """Within it, price books are read once per (tier, period), not once per
+    tenant (an invoice run rates every tenant of a period)."""
+    token = _books_cache.set({})
+    try:
+        yield
+    finally:
+        _books_cache.reset(token)
+
+
+def price_books(*, tier: str, start: datetime, end: datetime) -> Books:
+    """The books that may price a tier's usage in [start, end)."""
+    cache = _books_cache.get()
+    if cache is None:
+        return _books_load(tier=tier, start=start, end=end)
+    key = (tier, start, end)
+    if key not in cache:
+        cache[key] = _books_load(tier=tier, start=start, end=end)
+    return cache[key]
+
+
+def _books_load(*, tier: str, start: datetime, end: datetime) -> Books:
+    books = list(
+        PriceBook.objects.filter(Q(tier=tier) | Q(tier=""), effective_from__lt=end)
+        .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
+        .order_by("effective_from")
+    )
+    prices = {
+        (p.book_id, p.served_model_id): p
+        for p in ModelPrice.objects.filter(book__in=books)
+        .select_related("served_model")
+        .prefetch_related("tiers")
+    }
+    return Books(books, prices)
+
+
+def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]) -> list[Charge]:
+    volume: dict[tuple[int, str], int] = defaultdict(int)  # the period's tokens so far
+    lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
+    for since, model_id, name, prompt, cached, completion, seconds, _ in usage:
+        book = books.at(since)
+        price = books.price(book, model_id) if book else None
+        if price is None:
+            unpriced[name] += prompt + completion
+            continue
+        counts = {
+            TokenKind.INPUT: prompt - cached,
+            TokenKind.CACHED_INPUT: cached,
+            TokenKind.OUTPUT: completion,
+        }
+        for kind, tokens in counts.items():
+            done = volume[(model_id, kind)]
+            for quantity, per_mtok in _graduated(price, kind, done, tokens):
+                line = lines[("tokens", name, kind, book.pk, per_mtok)]
+                line[0] += quantity
+                line[1] += quantity * per_mtok / MILLION
+            volume[(model_id, kind)] = done + tokens
+        if price.per_gpu_second is not None and seconds:
+            line = lines[("gpu_seconds", name, None, book.pk, price.per_gpu_second)]
+            line[0] += seconds
+            line[1] += seconds * price.per_gpu_second
+    return [
+        Charge(
+            kind=kind,
+            description=(
+                f"{model}: {token_kind.replace('_', ' ')} tokens"
+                if token_kind
+                else f"{model}: GPU-seconds"
+            ),
+            quantity=quantity,
+            unit_price=unit,
+            amount=amount,
+            model=model,
+            token_kind=token_kind,
+            book=books.label(book_id),
+        )
+        for (kind, model, token_kind, book_id, unit), (quantity, amount) in lines.items()
+        if quantity
+    ]
+
+
+def _graduated(price: ModelPrice, kind: str, done: int, tokens: int):
+    """(tokens, price per million) pieces of `tokens` more, after `done`."""
+    tiers = [t for t in price.tiers.all() if t.kind == kind]
+    if not tiers:
+        yield Decimal(tokens), price.per_mtok(kind)
+        return
+    bounds = [t.from_tokens for t in tiers[1:]] + [None]
+    position, left = done, tokens
+    for tier, upto in zip(tiers, bounds, strict=True):
+        if left <= 0:
+            return
+        if upto is not None and position >= upto:
+            continue
+        take = left if upto is None else min(left, upto - max(position, tier.from_tokens))
+        if take > 0:
+            yield Decimal(take), tier.per_mtok
+            position += take
+            left -= take
+
+
+def _charges_reservations(reservations, *, start, end, books: Books) -> list[Charge]:
+    lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
+    for r_start, r_end, gpu_count in reservations:
+        for since, hours in _stretches(max(start, r_start), min(end, r_end), books):
+            book = books.at(since)
+            if book is None or not book.reservation_per_gpu_hour:
+                continue
+            gpu_hours = hours * gpu_count
+            line = lines[(book.pk, book.reservation_per_gpu_hour)]
+            line[0] += gpu_hours
+            line[1] += gpu_hours * book.reservation_per_gpu_hour
+    return [
+        Charge("reservation", "Reserved GPUs", q, unit, amount, book=books.label(book_id))
+        for (book_id, unit), (q, amount) in lines.items()
+    ]
+
+
+def _charges_dedicated(gpus: int, *, start, end, books: Books) -> list[Charge]:
+    if not gpus:
+        return []
+    # Hours summed per (book, month) first, divided once: exact for whole months.
+    hours: dict[tuple, Decimal] = defaultdict(Decimal)
+    for since, used in _stretches(start, end, books):
+        book = books.at(since)
+        if book is not None and book.dedicated_per_gpu_month:
+            hours[(book.pk, book.dedicated_per_gpu_month, _hours_in_month(since))] += used
+    lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
+    for (book_id, unit, month_hours), used in hours.items():
+        line = lines[(book_id, unit)]
+        line[0] += used * gpus / month_hours
+        line[1] += used * gpus * unit / month_hours
+    return [
+        Charge(
+            "dedicated", "Dedicated GPUs (GPU-months)", q, unit, amount, book=books.label(book_id)
+        )
+        for (book_id, unit), (q, amount) in lines.items()
+    ]
+
+
+def _charges_plan(subscription, *, usage: list[Charge], fees: list[Charge]) -> list[Charge]:
+    if subscription is None:
+        return []
+    plan = subscription.plan
+    out = []
+    used = sum((c.amount for c in usage), Decimal(0))
+    if plan.discount_percent:
+        discount = -used * plan.discount_percent / 100
+        out.append(
+            Charge(
+                "discount",
+                f"{plan.name}: {plan.discount_percent}% off usage",
+                Decimal(1),
+                None,
+                discount,
+            )
+        )
+    total = used + sum((c.amount for c in fees + out), Decimal(0))
+    if total < plan.minimum_commit:
+        out.append(
+            Charge(
+                "commit_true_up",
+                f"{plan.name}: minimum commitment {plan.minimum_commit}",
+                Decimal(1),
+                None,
+                plan.minimum_commit - total,
+            )
+        )
+    return out
+
+
+def _stretches(start: datetime, end: datetime, books: Books):
+    """(stretch start, hours) over [start, end), cut wherever the book in
+    force or the month changes."""
+    if start >= end:
+        return
+    edges = [*sorted(e for e in books.edges(start, end) if start <= e < end), end]
+    for since, until in pairwise(edges):
+        yield since, Decimal((until - since).total_seconds()) / 3600
+
+
+def _month_start(moment: datetime) -> datetime:
+    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def _next_month(month: datetime) -> datetime:
+    return (month + timedelta(days=32)).replace(day=1)
+
+
+def _hours_in_month(moment: datetime) -> Decimal:
+    first = _month_start(moment)
+    return Decimal((_next_month(first) - first).total_seconds()) / 3600

@@ -1,0 +1,249 @@
+"""Margin reports on a schedule (a weekly flash, a monthly close) or on
+request: computed from booked data (billing.reports.margins), stored as CSV and
+HTML on a MarginReport row, listed and downloaded through the finance API.
+
+The period compared with: a monthly close against the whole month before;
+month to date against the same days of the month before (Nov 1-23 against
+Oct 1-23; Mar 1-30 against all of Feb, clamped at its end); any other
+period against as long a stretch just before it. A month-to-date report
+also carries a run-rate forecast of the whole month: each figure so far
+divided by the elapsed fraction of the month (hours elapsed / hours in the
+month), rounded half-even to a nano-unit; margin forecast = revenue
+forecast - cost forecast.
+
+Amounts are in the reporting currency (billing.reports.fx, billing.reports.margins). A
+rate that is missing fails the report with a message naming the currency
+pair and the day."""
+
+from __future__ import annotations
+
+import io
+import logging
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
+
+import numpy as np
+import pandas as pd
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from billing.choices import ReportKind, RunStatus
+from billing.errors import FxError
+from billing.models import MarginReport
+from billing.money import from_nano
+from billing.pricing.periods import period_containing
+from billing.reports.margins import (
+    LEVELS,
+    MONEY,
+    ORIGINAL,
+    margin_data,
+    margin_revenue_by_currency,
+    margin_table,
+    margin_totals,
+    original_columns,
+)
+from core.fixed_point import fixed_point
+
+logger = logging.getLogger(__name__)
+MONEY_OUT = [*MONEY, "cost", "margin", "prev_revenue", "prev_cost", "prev_margin"]
+RATIOS = ["margin_pct", "utilization_pct", "revenue_change_pct", "gpu_hours"]
+PER_UNIT = ["cost_per_mtok", "revenue_per_gpu_hour"]
+
+
+def report_period(*, kind: str, now: datetime) -> tuple[datetime, datetime]:
+    """The period a scheduled report covers: the last whole ISO week (flash),
+    the last calendar month (close), or this month up to today (month to
+    date; on the 1st, the whole of last month), UTC."""
+    today = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if kind == ReportKind.FLASH:
+        monday = today - timedelta(days=today.weekday())
+        return monday - timedelta(days=7), monday
+    this_month, _ = period_containing(anchor_day=1, moment=today)
+    if kind == ReportKind.MONTH_TO_DATE and today > this_month:
+        return this_month, today
+    return period_containing(anchor_day=1, moment=this_month - timedelta(days=1))
+
+
+def previous_period(*, kind: str, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """What a report of [start, end) is compared with (see the module)."""
+    if kind in (ReportKind.CLOSE, ReportKind.MONTH_TO_DATE):
+        previous_start, _ = period_containing(anchor_day=1, moment=start - timedelta(days=1))
+        if kind == ReportKind.CLOSE:
+            return previous_start, start
+        # The same days of the month before, clamped at that month's end.
+        return previous_start, min(previous_start + (end - start), start)
+    return start - (end - start), start
+
+
+def month_run_rate(*, start: datetime, end: datetime) -> tuple[datetime, datetime] | None:
+    """The calendar month [start, end) is the beginning of, if it is one
+    (starts on the 1st, ends inside that month or at its end)."""
+    month_start, month_end = period_containing(anchor_day=1, moment=start)
+    if start == month_start and end <= month_end:
+        return month_start, month_end
+    return None
+
+
+def run_rate_forecast(
+    so_far: dict[str, int], *, start: datetime, end: datetime, month_end: datetime
+) -> dict[str, int]:
+    """Revenue and cost so far over the elapsed fraction of the month,
+    rounded half-even to a nano-unit; margin = revenue - cost."""
+    scale = Decimal((month_end - start).total_seconds()) / Decimal((end - start).total_seconds())
+
+    def project(nano: int) -> int:
+        return int((Decimal(nano) * scale).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+
+    revenue, cost = project(so_far["revenue"]), project(so_far["cost"])
+    return {"revenue": revenue, "cost": cost, "margin": revenue - cost}
+
+
+def margin_report_request(
+    *, kind: str, start: datetime, end: datetime, requested_by=None
+) -> MarginReport:
+    previous_start, previous_end = previous_period(kind=kind, start=start, end=end)
+    report, _ = MarginReport.objects.update_or_create(
+        kind=kind,
+        period_start=start,
+        period_end=end,
+        defaults={
+            "previous_start": previous_start,
+            "previous_end": previous_end,
+            "status": RunStatus.QUEUED,
+            "error": "",
+            "requested_by": requested_by,
+        },
+    )
+    return report
+
+
+def margin_report_build(*, report_id: int) -> MarginReport:
+    report = MarginReport.objects.get(pk=report_id)
+    MarginReport.objects.filter(pk=report.pk).update(status=RunStatus.RUNNING)
+    try:
+        now = margin_data(start=report.period_start, end=report.period_end)
+        before = margin_data(start=report.previous_start, end=report.previous_period_end)
+        tables = {level: margin_table(now, level, previous=before) for level in LEVELS}
+        totals = margin_totals(now)
+        report.currency = now.currency
+        report.totals = {k: fixed_point(from_nano(v)) for k, v in totals.items()} | {
+            "currency": now.currency,
+            "revenue_by_currency": {
+                code: fixed_point(from_nano(nano))
+                for code, nano in margin_revenue_by_currency(now).items()
+            },
+        }
+        report.fx_rates = [c.as_json() for c in (*now.conversions, *before.conversions)]
+        report.forecast = _forecast(report, totals, tables["tier"])
+        report.csv = _csv(tables, currency=now.currency)
+        context = _html_context(tables)
+        report.tables = {
+            level: [_json_row(row) for row in context[f"{level}s"]] for level in LEVELS
+        }
+        report.html = render_to_string("billing/margin_report.html", {"report": report, **context})
+        report.status, report.error = RunStatus.DONE, ""
+    except FxError as exc:  # a rate or a cost currency to enter: no stack trace needed
+        logger.warning("margin report %s failed: %s", report.pk, exc)
+        report.status, report.error = RunStatus.FAILED, str(exc)
+    except Exception as exc:
+        logger.exception("margin report %s failed", report.pk)
+        report.status, report.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
+    report.finished_at = timezone.now()
+    report.save()
+    return report
+
+
+def _forecast(report: MarginReport, totals: dict[str, int], tiers: pd.DataFrame) -> dict:
+    if report.kind != ReportKind.MONTH_TO_DATE:
+        return {}
+    month = month_run_rate(start=report.period_start, end=report.period_end)
+    if month is None:
+        return {}
+    start, end, month_end = report.period_start, report.period_end, month[1]
+
+    def project(figures: dict) -> dict[str, str]:
+        so_far = {k: int(figures[k]) for k in ("revenue", "cost")}
+        forecast = run_rate_forecast(so_far, start=start, end=end, month_end=month_end)
+        return {k: fixed_point(from_nano(v)) for k, v in forecast.items()}
+
+    return {
+        "month_start": month[0].isoformat(),
+        "month_end": month_end.isoformat(),
+        "elapsed_days": fixed_point(Decimal((end - start).total_seconds()) / 86400),
+        "month_days": fixed_point(Decimal((month_end - start).total_seconds()) / 86400),
+        "totals": project(totals),
+        "tiers": {row["tier"]: project(row) for row in tiers.to_dict("records")},
+    }
+
+
+def _csv(tables: dict[str, pd.DataFrame], *, currency: str) -> str:
+    frames, originals = [], set()
+    for level, table in tables.items():
+        out = table.copy()
+        originals |= set(original_columns(out))
+        for column in [*MONEY_OUT, *original_columns(out)]:
+            if column in out:
+                out[column] = [from_nano(v) for v in out[column]]
+        for column in [*RATIOS, *PER_UNIT]:
+            if column in out:
+                out[column] = out[column].round(4)
+        out.insert(0, "level", level)
+        out["currency"] = currency
+        frames.append(out)
+    buffer = io.StringIO()
+    # `currency` is that of every amount but the revenue_in_<CUR> columns
+    # (revenue as billed, in <CUR>).
+    columns = ["level", "tier", "pool", "tenant", "model", "currency", *MONEY_OUT]
+    columns += [*sorted(originals), "tokens", "device_seconds", *RATIOS, *PER_UNIT]
+    combined = pd.concat(frames, ignore_index=True).reindex(columns=columns)
+    # Decimals and floats as plain fixed-point text ("0.000000000", never "0E-9").
+    for column in combined.columns:
+        if combined[column].dtype != np.int64:
+            combined[column] = combined[column].map(_csv_cell)
+    combined.to_csv(buffer, index=False)
+    return buffer.getvalue()
+
+
+def _csv_cell(value):
+    return fixed_point(value) if isinstance(value, Decimal | float) else value
+
+
+def _json_row(row: dict) -> dict:
+    return {
+        k: (
+            fixed_point(v) if isinstance(v, Decimal) else int(v) if isinstance(v, np.integer) else v
+        )
+        for k, v in row.items()
+        if not k.endswith("_bar") and not k.startswith(ORIGINAL)
+    }
+
+
+def _html_context(tables: dict[str, pd.DataFrame]) -> dict:
+    def rows(table: pd.DataFrame) -> list[dict]:
+        out = []
+        for record in table.to_dict("records"):
+            for column in MONEY_OUT:
+                if column in record:
+                    record[column] = from_nano(record[column]).quantize(Decimal("0.01"))
+            # Revenue as billed, per billing currency (those with any).
+            record["revenue_by_currency"] = {
+                column.removeprefix(ORIGINAL): str(
+                    from_nano(record[column]).quantize(Decimal("0.01"))
+                )
+                for column in sorted(record)
+                if column.startswith(ORIGINAL) and record[column]
+            }
+            for column in [*RATIOS, *PER_UNIT]:
+                if column in record and (record[column] is None or np.isnan(record[column])):
+                    record[column] = None
+            out.append(record)
+        return out
+
+    tiers = rows(tables["tier"])
+    widest = max([abs(r["revenue"]) for r in tiers] + [abs(r["cost"]) for r in tiers] + [1])
+    for row in tiers:  # bar widths, percent of the widest figure
+        row["revenue_bar"] = float(abs(row["revenue"]) / widest * 100)  # ok-float: display
+        row["cost_bar"] = float(abs(row["cost"]) / widest * 100)  # ok-float: display
+    return {"tiers": tiers} | {
+        f"{level}s": rows(tables[level]) for level in LEVELS if level != "tier"
+    }

@@ -1,0 +1,302 @@
+"""Margin: revenue less the cost of the GPUs that earned it, from the same
+period's booked data. Computed with pandas over rows aggregated in SQL
+(never raw events), in integer nano-units so that, at every level,
+margin = revenue - cost exactly.
+
+Cost is what allocation booked: each tenant's allocated cost (capital,
+energy, other opex, its share of idle) plus each pool's unabsorbed idle
+cost (idle no tenant carries), shown on its own "(unabsorbed)" row; spare
+GPUs that no replica holds are the "(spare)" tier.
+
+Levels: tier (shared, reserved, dedicated), pool, tenant, model, and model
+by pool and by tenant (a model's drill-down); each row
+with margin %, tokens, cost per million tokens and, where capacity is
+known (tier and pool), GPU-hours, utilization and revenue per GPU-hour.
+`previous` adds the same figures for the period before (month over month).
+
+Currency: every amount is in the reporting currency (billing.reports.fx). Revenue
+billed in another currency (the tenant's billing currency, the currency of
+its invoices) is converted at the period's average rate, once per (tenant,
+pool, model) row, rounded half-even to a nano-unit; levels sum converted
+rows, so margin = revenue - cost stays exact. The amounts as billed are
+kept beside it, one `revenue_in_<CUR>` column per billing currency. Cost
+is booked in the reporting currency: a cost rate or GPU price entered in
+another currency fails the report (CostCurrencyError) rather than being
+added to it as if it were the same money."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+from django.db.models import Q, Sum
+
+from billing.choices import RateBasis
+from billing.costs.selectors import cost_allocation_summary
+from billing.errors import CostCurrencyError
+from billing.models import CostRate, PoolHourCost
+from billing.reports.fx import FxConversion, fx_convert_nano, fx_period_rate, reporting_currency
+from billing.reports.revenue import revenue_rows
+from metering.models import UsageRollup
+from serving.models import Gpu, Pool, ServedModel
+from tenants.models import Tenant
+
+KEYS = ["tier", "pool", "tenant", "model"]
+MONEY = ["revenue", "capital", "energy", "other_opex", "idle", "unabsorbed"]
+LEVELS = {
+    "tier": ["tier"],
+    "pool": ["tier", "pool"],
+    "tenant": ["tenant"],
+    "model": ["model"],
+    "model_pool": ["model", "pool"],  # a model's drill-down: where it ran
+    "model_tenant": ["model", "tenant"],  # and who used it
+}
+UNABSORBED, SPARE = "(unabsorbed)", "(spare)"
+NANO = 10**9
+ORIGINAL = "revenue_in_"  # + ISO code: revenue as billed, in that currency
+
+
+@dataclass
+class MarginData:
+    detail: pd.DataFrame  # KEYS + MONEY (int nano) + tokens, device_seconds, ORIGINAL*
+    capacity: pd.DataFrame  # tier, pool, capacity_seconds, busy_seconds
+    currency: str = "USD"  # of every MONEY column
+    conversions: list[FxConversion] = field(default_factory=list)
+
+
+def original_columns(frame: pd.DataFrame) -> list[str]:
+    """The revenue-as-billed columns, one per billing currency, sorted."""
+    return sorted(c for c in frame.columns if c.startswith(ORIGINAL))
+
+
+def margin_data(*, start: datetime, end: datetime, currency: str | None = None) -> MarginData:
+    """The period's figures in `currency` (default: the reporting currency).
+    Raises FxRateMissingError or CostCurrencyError (billing.errors)."""
+    currency = currency or reporting_currency()
+    _cost_currency_check(start=start, end=end, currency=currency)
+    pools = {p.pk: (p.name, p.kind) for p in Pool.objects.all()}
+    tenants = {t.pk: (t.slug, t.tier, t.billing_currency) for t in Tenant.objects.all()}
+    revenue, conversions = _revenue(
+        start=start, end=end, pools=pools, tenants=tenants, currency=currency
+    )
+    parts = [
+        revenue,
+        _costs(start=start, end=end),
+        _unabsorbed(start=start, end=end, pools=pools),
+        _tokens(start=start, end=end, pools=pools, tenants=tenants),
+    ]
+    parts = [p for p in parts if len(p)]
+    empty = pd.DataFrame(columns=[*KEYS, *MONEY, "tokens", "device_seconds"])
+    detail = pd.concat(parts, ignore_index=True) if parts else empty
+    for column in [*MONEY, "tokens"]:
+        detail[column] = detail.get(column, 0)
+    detail["device_seconds"] = detail.get("device_seconds", 0.0)
+    detail[KEYS] = detail[KEYS].fillna("")
+    integers = [*MONEY, "tokens", *original_columns(detail)]
+    detail[integers] = detail[integers].fillna(0).astype(np.int64)
+    detail["device_seconds"] = detail["device_seconds"].fillna(0.0).astype(np.float64)
+    detail = detail.groupby(KEYS, as_index=False).sum()
+    return MarginData(
+        detail=detail,
+        capacity=_capacity(start=start, end=end, pools=pools),
+        currency=currency,
+        conversions=conversions,
+    )
+
+
+def margin_table(data: MarginData, level: str, previous: MarginData | None = None) -> pd.DataFrame:
+    keys = LEVELS[level]
+    originals = original_columns(data.detail)
+    sums = [*MONEY, "tokens", "device_seconds", *originals]
+    table = data.detail.groupby(keys, as_index=False)[sums].sum()
+    table["cost"] = table[MONEY[1:]].sum(axis=1)
+    table["margin"] = table["revenue"] - table["cost"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["margin_pct"] = np.where(
+            table["revenue"] != 0, table["margin"] / table["revenue"] * 100, np.nan
+        )
+        table["cost_per_mtok"] = np.where(
+            table["tokens"] > 0, table["cost"] / table["tokens"] * 1e6 / NANO, np.nan
+        )
+    if set(keys) <= {"tier", "pool"}:
+        capacity = data.capacity.groupby(keys, as_index=False)[
+            ["capacity_seconds", "busy_seconds"]
+        ].sum()
+        table = table.merge(capacity, on=keys, how="left")
+        for column in ("capacity_seconds", "busy_seconds"):  # float even when none matched
+            table[column] = table[column].astype(np.float64)
+        table["gpu_hours"] = table["capacity_seconds"].fillna(0) / 3600
+        with np.errstate(divide="ignore", invalid="ignore"):
+            table["utilization_pct"] = np.where(
+                table["capacity_seconds"] > 0,
+                table["busy_seconds"] / table["capacity_seconds"] * 100,
+                np.nan,
+            )
+            table["revenue_per_gpu_hour"] = np.where(
+                table["gpu_hours"] > 0, table["revenue"] / NANO / table["gpu_hours"], np.nan
+            )
+        table = table.drop(columns=["capacity_seconds", "busy_seconds"])
+    if previous is not None:
+        before = margin_table(previous, level)[[*keys, "revenue", "cost", "margin"]]
+        before = before.rename(columns={c: f"prev_{c}" for c in ("revenue", "cost", "margin")})
+        table = table.merge(before, on=keys, how="outer")
+        # A row only last month had (a tenant gone, idle then but not now) is zero now.
+        for column in (*MONEY, "cost", "margin", "tokens", *originals, *before.columns.drop(keys)):
+            table[column] = table[column].fillna(0).astype(np.int64)
+        table["device_seconds"] = table["device_seconds"].fillna(0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            table["revenue_change_pct"] = np.where(
+                table["prev_revenue"] != 0,
+                (table["revenue"] - table["prev_revenue"]) / table["prev_revenue"].abs() * 100,
+                np.nan,
+            )
+    return table.sort_values(keys).reset_index(drop=True)
+
+
+def margin_totals(data: MarginData) -> dict[str, int]:
+    sums = data.detail[MONEY].sum()
+    cost = int(sums[MONEY[1:]].sum())
+    return {"revenue": int(sums["revenue"]), "cost": cost, "margin": int(sums["revenue"]) - cost}
+
+
+def margin_revenue_by_currency(data: MarginData) -> dict[str, int]:
+    """Revenue as billed, per billing currency (nano-units of each)."""
+    return {
+        column.removeprefix(ORIGINAL): int(data.detail[column].sum())
+        for column in original_columns(data.detail)
+    }
+
+
+# --- the inputs, aggregated in SQL -----------------------------------------
+
+
+def _revenue(*, start, end, pools, tenants, currency) -> tuple[pd.DataFrame, list]:
+    rows = revenue_rows(start=start, end=end)
+    if rows.empty:
+        return rows, []
+    billed_in = rows["tenant_id"].map(lambda t: tenants[t][2])
+    rates, conversions = {}, []
+    for code in sorted(set(billed_in)):
+        if code == currency or not rows.loc[billed_in == code, "revenue"].any():
+            rates[code] = None  # nothing to convert
+            continue
+        conversion = fx_period_rate(base=code, quote=currency, start=start, end=end)
+        rates[code] = conversion.rate
+        conversions.append(conversion)
+    converted = [
+        int(nano) if rates[code] is None else fx_convert_nano(int(nano), rates[code])
+        for nano, code in zip(rows["revenue"], billed_in, strict=True)
+    ]
+    out = pd.DataFrame(
+        {
+            "tenant": rows["tenant_id"].map(lambda t: tenants[t][0]),
+            "pool": rows["pool_id"].map(lambda p: pools[p][0] if pd.notna(p) else ""),
+            "tier": [
+                pools[p][1] if pd.notna(p) else tenants[t][1]
+                for p, t in zip(rows["pool_id"], rows["tenant_id"], strict=True)
+            ],
+            "model": rows["model"].astype(object).fillna(""),
+            "revenue": np.array(converted, dtype=np.int64),
+        }
+    )
+    for code in sorted(set(billed_in)):
+        out[f"{ORIGINAL}{code}"] = np.where(billed_in == code, rows["revenue"], 0).astype(np.int64)
+    return out, conversions
+
+
+def _cost_currency_check(*, start, end, currency) -> None:
+    """Allocation adds cost rates and GPU prices as they are entered, so a
+    report refuses any that were entered in another currency."""
+    rates = (
+        CostRate.objects.filter(scenario__isnull=True, effective_from__lt=end)
+        .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
+        .exclude(basis=RateBasis.RATIO)
+        .exclude(currency=currency)
+    )
+    for rate in rates[:1]:
+        raise CostCurrencyError(
+            f"cost rate {rate.pk} ({rate.component}) is in {rate.currency} but the reporting "
+            f"currency is {currency}: enter cost rates in {currency}"
+        )
+    gpus = Gpu.objects.filter(in_service_date__lt=end.date()).exclude(currency=currency)
+    for gpu in gpus[:1]:
+        raise CostCurrencyError(
+            f"GPU {gpu.serial} is priced in {gpu.currency} but the reporting currency is "
+            f"{currency}: enter GPU capex and lease rates in {currency}"
+        )
+
+
+def _costs(*, start, end) -> pd.DataFrame:
+    rows = cost_allocation_summary(start=start, end=end, group_by=KEYS)
+    if not rows:
+        return pd.DataFrame()
+    frame = pd.DataFrame(rows)
+    for column in ("capital", "energy", "other_opex", "idle"):
+        frame[column] = [int(v * NANO) for v in frame[column]]
+    frame["device_seconds"] = frame["device_seconds"].astype(np.float64)
+    return frame[[*KEYS, "capital", "energy", "other_opex", "idle", "device_seconds"]]
+
+
+def _unabsorbed(*, start, end, pools) -> pd.DataFrame:
+    rows = (
+        PoolHourCost.objects.filter(scenario__isnull=True, hour__gte=start, hour__lt=end)
+        .values("pool_id")
+        .annotate(unabsorbed=Sum("unallocated"))
+    )
+    return pd.DataFrame(
+        [
+            {
+                "tier": pools[r["pool_id"]][1] if r["pool_id"] else SPARE,
+                "pool": pools[r["pool_id"]][0] if r["pool_id"] else SPARE,
+                "tenant": UNABSORBED,
+                "model": "",
+                "unabsorbed": int(r["unabsorbed"] * NANO),
+            }
+            for r in rows
+            if r["unabsorbed"]
+        ]
+    )
+
+
+def _tokens(*, start, end, pools, tenants) -> pd.DataFrame:
+    models = dict(ServedModel.objects.values_list("pk", "name"))
+    rows = (
+        UsageRollup.objects.filter(hour__gte=start, hour__lt=end)
+        .values("tenant_id", "pool_id", "served_model_id")
+        .annotate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+    )
+    return pd.DataFrame(
+        [
+            {
+                "tier": pools[r["pool_id"]][1] if r["pool_id"] else tenants[r["tenant_id"]][1],
+                "pool": pools[r["pool_id"]][0] if r["pool_id"] else "",
+                "tenant": tenants[r["tenant_id"]][0],
+                "model": models.get(r["served_model_id"], ""),
+                "tokens": r["prompt"] + r["completion"],
+            }
+            for r in rows
+        ]
+    )
+
+
+def _capacity(*, start, end, pools) -> pd.DataFrame:
+    rows = (
+        PoolHourCost.objects.filter(scenario__isnull=True, hour__gte=start, hour__lt=end)
+        .values("pool_id")
+        .annotate(capacity=Sum("capacity_seconds"), busy=Sum("busy_seconds"))
+    )
+    frame = pd.DataFrame(
+        [
+            {
+                "tier": pools[r["pool_id"]][1] if r["pool_id"] else SPARE,
+                "pool": pools[r["pool_id"]][0] if r["pool_id"] else SPARE,
+                "capacity_seconds": float(r["capacity"]),  # ok-float: ratios only
+                "busy_seconds": float(r["busy"]),  # ok-float: ratios only
+            }
+            for r in rows
+        ],
+        columns=["tier", "pool", "capacity_seconds", "busy_seconds"],
+    )
+    return frame

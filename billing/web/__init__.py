@@ -1,0 +1,1 @@
+"""Billing's dashboard pages (finance staff and tenants)."""

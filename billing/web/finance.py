@@ -1,0 +1,148 @@
+"""Finance pages. The overview: revenue, cost and margin by tier this month
+so far against the same days of last month (a chart) with a run-rate
+forecast of the whole month, unabsorbed idle cost, and margin by tenant
+and by model (sortable), each tenant a link to its drill-down (its usage,
+spend, invoices, requests and margin). Every figure is in the report's
+currency (the reporting currency), revenue billed in other currencies
+converted at the rates the report lists. It reads the stored
+month-to-date margin report (computed nightly, or on request), never rating
+live, so it stays fast; a newer report that failed (a missing FX rate, say)
+is shown with its reason. Reconciliation: tokens vLLM served that metering
+did not record (so nobody was billed for them), window by window."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+
+from billing.choices import ReportKind
+from billing.costs.selectors import margin_report_failed_after, margin_report_latest
+from billing.models import MarginReport
+from billing.pricing.unbilled import unpriced_usage
+from billing.web.portal import usage_context
+from metering.selectors import reconciliation_gaps
+from serving.models import ServedModel
+from tenants.access import finance_staff_required
+from tenants.models import Tenant
+
+MODEL_TENANTS_SHOWN = 50  # the rest are in the report's CSV
+PREVIOUS_LABEL = {
+    ReportKind.MONTH_TO_DATE: "same days last month",
+    ReportKind.CLOSE: "last month",
+}
+
+
+def report_context(report: MarginReport | None) -> dict:
+    """What every page showing a stored report says about it: its currency,
+    the period it is compared with, the FX rates it used, the run-rate
+    forecast, and a newer report that failed."""
+    context = {"report": report, "report_failed": margin_report_failed_after(report=report)}
+    if report is None:
+        return context
+    forecast = dict(report.forecast or {})
+    for key in ("month_start", "month_end"):
+        if key in forecast:
+            forecast[key] = datetime.fromisoformat(forecast[key])
+    return context | {
+        "report_currency": report.currency,
+        "previous_end": report.previous_period_end,
+        "previous_label": PREVIOUS_LABEL.get(report.kind, "previous period"),
+        "fx_rates": [
+            rate
+            | {
+                "period_start": datetime.fromisoformat(rate["period_start"]),
+                "period_end": datetime.fromisoformat(rate["period_end"]),
+            }
+            for rate in report.fx_rates or []
+        ],
+        "forecast": forecast,
+    }
+
+
+@finance_staff_required
+def finance_overview(request):
+    report = margin_report_latest()
+    tables = report.tables if report else {}
+    tiers = tables.get("tier", [])
+    forecast_tiers = (report.forecast or {}).get("tiers", {}) if report else {}
+    for row in tiers:
+        row["forecast"] = forecast_tiers.get(row["tier"])
+    previous = PREVIOUS_LABEL.get(report.kind, "previous period") if report else ""
+    chart = {
+        "labels": [row["tier"] for row in tiers],
+        "datasets": [
+            {"label": label, "data": [float(row[key]) for row in tiers]}  # ok-float: chart
+            for label, key in (
+                ("Revenue", "revenue"),
+                ("Cost", "cost"),
+                ("Margin", "margin"),
+                (f"Margin, {previous}", "prev_margin"),
+            )
+        ],
+    }
+    context = report_context(report) | {
+        "tiers": tiers,
+        "tenants": tables.get("tenant", []),
+        "models": tables.get("model", []),
+        "pools": tables.get("pool", []),
+        "chart": chart,
+    }
+    return render(request, "billing/finance.html", context)
+
+
+@finance_staff_required
+def finance_tenant(request, slug: str):
+    tenant = get_object_or_404(Tenant, slug=slug)
+    context = usage_context(tenant=tenant, days=request.GET.get("days", "30"))
+    report = margin_report_latest()
+    rows = report.tables.get("tenant", []) if report else []
+    context |= report_context(report) | {
+        "drill": True,
+        "margin": next((row for row in rows if row["tenant"] == slug), None),
+        "tenant_param": f"&tenant={slug}",
+    }
+    return render(request, "billing/usage.html", context)
+
+
+@finance_staff_required
+def reconciliation(request):
+    days = {"1": 1, "7": 7, "30": 30}.get(request.GET.get("days", "7"), 7)
+    end = timezone.now()
+    start = end - timedelta(days=days)
+    gaps, totals = reconciliation_gaps(start=start, end=end)
+    unpriced = unpriced_usage(start=start.replace(minute=0, second=0, microsecond=0), end=end)
+    context = {
+        "gaps": gaps,
+        "totals": totals,
+        "unpriced": unpriced,
+        "unpriced_tokens": sum(row["tokens"] for row in unpriced),
+        "days": days,
+        "start": start,
+        "end": end,
+    }
+    return render(request, "billing/reconciliation.html", context)
+
+
+@finance_staff_required
+def finance_model(request, name: str):
+    """One model, from the stored margin report like the overview: its
+    margin, where it ran (revenue, cost and cost per million tokens by
+    pool) and who used it (the heaviest tenants by tokens, with margin)."""
+    model = get_object_or_404(ServedModel, name=name)
+    report = margin_report_latest()
+    tables = report.tables if report else {}
+
+    def rows(level: str) -> list[dict]:
+        return [row for row in tables.get(level, []) if row["model"] == name]
+
+    tenants = sorted(rows("model_tenant"), key=lambda row: (-row["tokens"], row["tenant"]))
+    context = report_context(report) | {
+        "model": model,
+        "margin": next(iter(rows("model")), None),
+        "pools": rows("model_pool"),
+        "tenants": tenants[:MODEL_TENANTS_SHOWN],
+        "tenants_total": len(tenants),
+    }
+    return render(request, "billing/finance_model.html", context)

@@ -1,0 +1,162 @@
+"""Invoice pages: the list (a tenant's own issued invoices; every tenant's
+for finance staff) and one invoice as a print-ready document, also
+downloadable as a self-contained HTML file that prints to PDF. Finance
+staff act on it there: finalize, mark paid, void, mark uncollectible,
+issue a credit note. A draft whose period has not ended offers "Finalize
+early" with a required reason instead of "Finalize" (the same rule as the
+API and the invoice run: billing.invoicing.invoices.finalize_early_check)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus, RunStatus
+from billing.errors import BillingInputError, InvoiceStateError
+from billing.invoicing.credit_notes import credit_note_create
+from billing.invoicing.invoices import (
+    finalize_early_request,
+    invoice_amount_due_minor,
+    invoice_status_set,
+)
+from billing.invoicing.selectors import invoice_get, invoice_list, invoice_run_list
+from billing.models import Invoice
+from billing.money import minor_parse
+from tenants.access import finance_staff_required, principal_for_session
+
+PAGE_SIZE = 50
+# The moves each status offers on the page (the state machine has the last word).
+INVOICE_ACTIONS = {
+    InvoiceStatus.DRAFT: [(InvoiceStatus.FINALIZED, "Finalize")],
+    InvoiceStatus.FINALIZED: [
+        (InvoiceStatus.PAID, "Mark paid"),
+        (InvoiceStatus.VOID, "Void"),
+        (InvoiceStatus.UNCOLLECTIBLE, "Mark uncollectible"),
+    ],
+    InvoiceStatus.UNCOLLECTIBLE: [(InvoiceStatus.PAID, "Mark paid"), (InvoiceStatus.VOID, "Void")],
+}
+
+
+def _scope(request):
+    principal = principal_for_session(request)
+    if principal.is_finance and principal.tenant is None:
+        return None
+    if principal.tenant is None:
+        raise PermissionDenied
+    return principal.tenant
+
+
+@login_required
+def invoices(request):
+    return invoices_page(request)
+
+
+def invoices_page(request, *, error: str = "", http_status: int = 200):
+    """The list; for finance staff also the runs, and a run form's error."""
+    tenant = _scope(request)
+    status = request.GET.get("status") or None
+    if status not in (None, *InvoiceStatus.values):
+        status = None
+    page = Paginator(invoice_list(tenant=tenant, status=status), PAGE_SIZE).get_page(
+        request.GET.get("page")
+    )
+    rows = list(page.object_list)
+    for invoice in rows:
+        invoice.amount_due_minor = invoice_amount_due_minor(invoice)
+    runs = list(invoice_run_list()[:10]) if tenant is None else []
+    context = {
+        "invoices": rows,
+        "page": page,
+        "statuses": InvoiceStatus.choices,
+        "status": status,
+        "all": tenant is None,
+        "runs": runs,
+        "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
+        "error": error,
+        "run_form": request.POST if error else {},
+    }
+    return render(request, "billing/invoices.html", context, status=http_status)
+
+
+def _invoice(request, pk: int) -> Invoice:
+    try:
+        return invoice_get(tenant=_scope(request), pk=pk)
+    except Invoice.DoesNotExist:
+        raise Http404("no such invoice") from None
+
+
+@login_required
+def invoice_document(request, pk: int):
+    return _document(request, _invoice(request, pk))
+
+
+@finance_staff_required
+@require_POST
+def invoice_action(request, pk: int):
+    """One of finance staff's moves; a bad one re-shows the invoice with a
+    400 naming the field, a refused one with a 409; nothing is changed."""
+    invoice = _invoice(request, pk)
+    action = request.POST.get("action", "")
+    try:
+        if action == "credit_note":
+            note = credit_note_create(
+                invoice_id=invoice.pk,
+                amount_minor=minor_parse(
+                    request.POST.get("amount", ""), invoice.currency, field="amount"
+                ),
+                reason=request.POST.get("reason", ""),
+                created_by=request.user,
+            )
+            messages.success(request, f"Credit note {note.number} issued.")
+        elif action in dict(INVOICE_TARGET_STATUSES):
+            early = None
+            if request.POST.get("finalize_early"):
+                early = finalize_early_request(
+                    reason=request.POST.get("reason"), by=request.user.get_username()
+                )
+            invoice = invoice_status_set(invoice_id=invoice.pk, to=action, early=early)
+            messages.success(request, f"Invoice {invoice.number} is now {invoice.status}.")
+        else:
+            raise BillingInputError("action", f"unknown action {action!r}")
+    except BillingInputError as error:
+        return _document(request, invoice, error=f"{error.field}: {error.message}", status=400)
+    except InvoiceStateError as error:
+        return _document(request, invoice, error=str(error), status=409)
+    return redirect("invoice", pk=invoice.pk)
+
+
+def _document(request, invoice: Invoice, *, error: str = "", status: int = 200):
+    lines = list(invoice.lines.all())
+    principal = principal_for_session(request)
+    net_days = settings.BILLING["NET_DAYS"]
+    context = {
+        "invoice": invoice,
+        "usage": [line for line in lines if not line.late and line.kind != "credit"],
+        "late": [line for line in lines if line.late],
+        "credits": [line for line in lines if line.kind == "credit"],
+        "amount_due_minor": invoice_amount_due_minor(invoice),
+        "download": "download" in request.GET,
+        "can_act": principal.is_finance and principal.tenant is None,
+        "actions": INVOICE_ACTIONS.get(invoice.status, []),
+        # A draft: not issued yet; issued when finalized, due net_days later.
+        "period_open": not invoice.is_final and invoice.period_end > timezone.now(),
+        "net_days": net_days,
+        "expected_due": invoice.period_end + timedelta(days=net_days),
+        "early_reason": request.POST.get("reason", "") if error else "",
+        "messages": messages.get_messages(request),
+        "error": error,
+    }
+    response = render(request, "billing/invoice_document.html", context, status=status)
+    if context["download"]:
+        name = invoice.number or f"draft-{invoice.pk}"
+        response["Content-Disposition"] = f'attachment; filename="{name}.html"'
+    return response

@@ -1,0 +1,175 @@
+"""The invoice API and pages: a tenant sees only its own issued invoices
+(not another's, not drafts), through a key, a session and the pages;
+finance staff see all, move invoices through their states, credit them,
+and queue runs; bad input is a 4xx naming the field with nothing written."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from billing import tasks
+from billing.models import CreditGrant, CreditNote, Invoice
+from tests.billing.conftest import NOV, OCT
+from tests.conftest import client_for_key, client_for_user
+from tests.factories import make_finance_user, make_key, make_member
+
+INVOICES = "/api/v1/invoices"
+
+
+@pytest.fixture
+def finance(db):
+    return client_for_user(make_finance_user())
+
+
+def test_a_tenant_reads_only_its_own_issued_invoices(world, issued):
+    _, secret = make_key(world.a, scopes=["billing:read"])
+    alpha = client_for_key(secret)
+
+    listed = alpha.get(INVOICES).json()
+    assert [row["number"] for row in listed] == [issued[world.a.slug].number]
+    assert listed[0]["total"] == "4.00" and listed[0]["total_minor"] == 400
+    assert listed[0]["amount_due_minor"] == 400
+
+    detail = alpha.get(f"{INVOICES}/{issued[world.a.slug].pk}").json()
+    assert [line["amount_billed"] for line in detail["lines"]] == ["4.00"]
+    assert alpha.get(f"{INVOICES}/{issued[world.b.slug].pk}").status_code == 404
+    assert alpha.get(f"{INVOICES}/{issued['draft'].pk}").status_code == 404
+    assert alpha.get(INVOICES, {"tenant": world.b.slug}).status_code == 404
+    # Without the billing scope: refused.
+    _, usage_only = make_key(world.a, scopes=["usage:read"])
+    assert client_for_key(usage_only).get(INVOICES).status_code == 403
+
+
+def test_finance_sees_every_tenant_and_moves_invoices_on(finance, world, issued):
+    rows = finance.get(INVOICES).json()
+    assert len(rows) == 3  # drafts included
+    assert [r["tenant"] for r in finance.get(INVOICES, {"tenant": world.b.slug}).json()] == [
+        world.b.slug
+    ]
+
+    draft = issued["draft"]  # November: the period has not ended, so finalized early
+    finalized = finance.post(
+        f"{INVOICES}/{draft.pk}/status",
+        {"status": "finalized", "finalize_early": True, "reason": "customer asked"},
+        format="json",
+    ).json()
+    assert finalized["number"] == "INV-000003" and finalized["status"] == "finalized"
+
+    paid = finance.post(f"{INVOICES}/{draft.pk}/status", {"status": "paid"}, format="json")
+    assert paid.status_code == 200 and paid.json()["paid_at"]
+    back = finance.post(f"{INVOICES}/{draft.pk}/status", {"status": "void"}, format="json")
+    assert back.status_code == 409 and back.json()["error"]["code"] == "invoice_state"
+    bad = finance.post(f"{INVOICES}/{draft.pk}/status", {"status": "draft"}, format="json")
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "status"
+
+
+def test_credit_notes_through_the_api_name_the_bad_field_and_write_nothing(finance, world, issued):
+    invoice = issued[world.a.slug]
+    url = f"{INVOICES}/{invoice.pk}/credit-notes"
+
+    too_much = finance.post(url, {"amount_minor": 401, "reason": "x"}, format="json")
+    assert too_much.status_code == 400 and too_much.json()["error"]["field"] == "amount_minor"
+    missing = finance.post(url, {"amount_minor": 100}, format="json")
+    assert missing.status_code == 400 and missing.json()["error"]["field"] == "reason"
+    assert not CreditNote.objects.exists()
+
+    note = finance.post(url, {"amount_minor": 100, "reason": "SLA credit"}, format="json")
+    assert note.status_code == 201 and note.json()["number"] == "CN-000001"
+    assert finance.get(f"{INVOICES}/{invoice.pk}").json()["amount_due_minor"] == 300
+    # Tenants cannot issue credit notes.
+    _, secret = make_key(world.a)
+    assert (
+        client_for_key(secret)
+        .post(url, {"amount_minor": 1, "reason": "me"}, format="json")
+        .status_code
+        == 403
+    )
+
+
+def test_invoice_runs_are_queued_and_watched(
+    finance, world, monkeypatch, django_capture_on_commit_callbacks
+):
+    sent: list[int] = []
+    monkeypatch.setattr(tasks.invoice_run_task, "delay", sent.append)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = finance.post(
+            "/api/v1/invoice-runs",
+            {"as_of": "2026-11-02T00:00:00Z", "finalize": False},
+            format="json",
+        )
+
+    assert response.status_code == 202, response.json()
+    run = response.json()
+    assert sent == [run["id"]] and run["status"] == "queued" and run["finalize"] is False
+    tasks.invoice_run_task(run["id"])
+    watched = finance.get(f"/api/v1/invoice-runs/{run['id']}").json()
+    assert watched["status"] == "done" and watched["tenants_total"] == watched["tenants_done"]
+    bad = finance.post("/api/v1/invoice-runs", {"as_of": "yesterday"}, format="json")
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "as_of"
+
+
+def test_the_credit_balance_is_the_callers_own(world):
+    CreditGrant.objects.create(tenant=world.a, amount=Decimal("12.5"), granted_at=OCT)
+    CreditGrant.objects.create(tenant=world.b, amount=Decimal("99"), granted_at=OCT)
+    _, secret = make_key(world.a, scopes=["billing:read"])
+
+    balances = client_for_key(secret).get("/api/v1/credits").json()
+
+    assert [b["remaining_minor"] for b in balances] == [1250]
+
+
+def test_invoice_pages_show_a_member_only_their_tenants_invoices(client, world, issued):
+    member = make_member(world.a)
+    client.force_login(member.user)
+    mine, theirs = issued[world.a.slug], issued[world.b.slug]
+
+    listing = client.get("/invoices/")
+    assert listing.status_code == 200
+    assert mine.number.encode() in listing.content
+    assert theirs.number.encode() not in listing.content
+
+    page = client.get(f"/invoices/{mine.pk}/")
+    assert page.status_code == 200 and b'data-testid="invoice-total">4.00 USD' in page.content
+    download = client.get(f"/invoices/{mine.pk}/?download=1")
+    assert download["Content-Disposition"] == f'attachment; filename="{mine.number}.html"'
+    assert b"window.print()" not in download.content  # the file is the document only
+    assert client.get(f"/invoices/{theirs.pk}/").status_code == 404
+    assert client.get(f"/invoices/{issued['draft'].pk}/").status_code == 404
+    assert Invoice.objects.count() == 3
+
+
+def test_finance_sees_every_invoice_and_the_runs_with_their_progress(client, world, issued):
+    from billing.invoicing.runs import invoice_run_create, invoice_run_execute
+
+    run = invoice_run_execute(run_id=invoice_run_create(as_of=NOV + timedelta(days=1)).pk)
+    client.force_login(make_finance_user())
+
+    page = client.get("/invoices/").content.decode()
+
+    assert issued[world.a.slug].number in page and issued[world.b.slug].number in page
+    assert "(draft)" in page  # drafts too, for finance
+    assert 'data-testid="invoice-runs"' in page
+    assert f"{run.tenants_done} / {run.tenants_total}" in page
+    member = make_member(world.a)
+    client.force_login(member.user)
+    assert 'data-testid="invoice-runs"' not in client.get("/invoices/").content.decode()
+
+
+def test_the_invoice_list_is_paged(client, world, issued, monkeypatch):
+    from billing.web import invoices as invoice_pages
+
+    monkeypatch.setattr(invoice_pages, "PAGE_SIZE", 2)
+    client.force_login(make_finance_user())
+
+    first = client.get("/invoices/")
+    second = client.get("/invoices/", {"page": 2})
+
+    assert len(first.context["invoices"]) == 2 and len(second.context["invoices"]) == 1
+    seen = {i.pk for i in first.context["invoices"]} | {i.pk for i in second.context["invoices"]}
+    assert seen == {issued[world.a.slug].pk, issued[world.b.slug].pk, issued["draft"].pk}
+    assert "page 1 of 2 (3 invoices)" in first.content.decode()
+    assert client.get("/invoices/", {"page": "x"}).status_code == 200  # the first page

@@ -1,0 +1,107 @@
+"""Rating worked out by hand: flat prices with cached tokens, graduated
+volume tiers, a price change mid-month, GPU-seconds, reservation and
+dedicated fees, a plan's discount and commitment true-up."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from billing.models import Plan, Subscription, VolumeTier
+from billing.pricing.rating import charges_rate
+from tests.billing.conftest import NOV, OCT
+
+D = Decimal
+
+
+def _total(charges) -> Decimal:
+    return sum((c.amount for c in charges), D(0))
+
+
+def test_flat_prices_with_cached_tokens(world):
+    world.price()
+    world.tokens(
+        world.a,
+        hour=OCT + timedelta(hours=5),
+        prompt=1_500_000,
+        cached=500_000,
+        completion=250_000,
+    )
+    world.tokens(world.b, hour=OCT + timedelta(hours=5), prompt=9_000_000)  # not Alpha's
+
+    charges = {c.token_kind: c for c in charges_rate(tenant=world.a, start=OCT, end=NOV)}
+
+    # 1 M uncached input at $1/M, 0.5 M cached at $0.25/M, 0.25 M output at $4/M.
+    assert charges["input"].quantity == 1_000_000 and charges["input"].amount == D("1")
+    assert charges["cached_input"].amount == D("0.125")
+    assert charges["output"].amount == D("1")
+    assert _total(charges.values()) == D("2.125")
+
+
+def test_graduated_output_tiers_count_the_month_volume(world):
+    price = world.price()
+    for start, per_mtok in ((0, "4"), (1_000_000, "3"), (5_000_000, "2")):
+        VolumeTier.objects.create(
+            model_price=price, kind="output", from_tokens=start, per_mtok=D(per_mtok)
+        )
+    world.tokens(world.a, hour=OCT + timedelta(hours=1), completion=800_000)
+    world.tokens(world.a, hour=OCT + timedelta(days=3), completion=4_700_000)
+
+    output = [
+        c for c in charges_rate(tenant=world.a, start=OCT, end=NOV) if c.token_kind == "output"
+    ]
+
+    # 0.8 M + 0.2 M at $4, then 4 M at $3, then the last 0.5 M at $2.
+    assert {(c.quantity, c.unit_price) for c in output} == {
+        (D(1_000_000), D(4)),
+        (D(4_000_000), D(3)),
+        (D(500_000), D(2)),
+    }
+    assert _total(output) == D("17")
+
+
+def test_a_price_change_mid_month_prices_each_hour_by_its_book(world):
+    world.price(version=1, until=datetime(2026, 10, 15, tzinfo=UTC))
+    world.price(version=2, since=datetime(2026, 10, 15, tzinfo=UTC), output_per_mtok=D("2"))
+    world.tokens(world.a, hour=datetime(2026, 10, 10, tzinfo=UTC), completion=1_000_000)
+    world.tokens(world.a, hour=datetime(2026, 10, 20, tzinfo=UTC), completion=1_000_000)
+
+    output = [
+        c for c in charges_rate(tenant=world.a, start=OCT, end=NOV) if c.token_kind == "output"
+    ]
+
+    assert sorted((c.book, c.amount) for c in output) == [("list v1", D(4)), ("list v2", D(2))]
+
+
+def test_gpu_seconds_reservations_and_dedicated_gpus(world):
+    world.price(per_gpu_second=D("0.0002"), reservation=D("1.5"), dedicated=D("720"))
+    world.tokens(world.a, hour=OCT + timedelta(hours=2), seconds=1800)
+    reserved = world.pool("res-a", kind="reserved", owner=world.a)
+    world.reserve(world.a, reserved, 2, start=NOV - timedelta(hours=10))  # 10 h in October
+    dedicated = world.pool("ded-a", kind="dedicated", owner=world.a)
+    world.replica("ded-r", dedicated, [world.gpu("d1"), world.gpu("d2")])
+
+    by_kind = {c.kind: c for c in charges_rate(tenant=world.a, start=OCT, end=NOV)}
+
+    assert by_kind["gpu_seconds"].amount == D("0.36")  # 1,800 s x $0.0002
+    assert by_kind["reservation"].quantity == 20 and by_kind["reservation"].amount == D("30")
+    # Two GPUs for all of October: two GPU-months at $720.
+    assert by_kind["dedicated"].amount == D("1440")
+    assert by_kind["dedicated"].quantity == 2
+
+
+def test_a_plan_discounts_usage_and_tops_up_to_its_commitment(world):
+    world.price(output_per_mtok=D("10"))
+    plan = Plan.objects.create(name="Growth", minimum_commit=D("100"), discount_percent=D("10"))
+    Subscription.objects.create(tenant=world.a, plan=plan, start=OCT - timedelta(days=40))
+    world.tokens(world.a, hour=OCT + timedelta(hours=1), completion=5_000_000)  # $50
+
+    charges = {c.kind: c for c in charges_rate(tenant=world.a, start=OCT, end=NOV)}
+    assert charges["discount"].amount == D("-5")
+    assert charges["commit_true_up"].amount == D("55")
+    assert _total(charges.values()) == D("100")
+
+    world.tokens(world.a, hour=OCT + timedelta(hours=2), completion=15_000_000)  # $150 more
+    charges = charges_rate(tenant=world.a, start=OCT, end=NOV)
+    assert "commit_true_up" not in {c.kind for c in charges}
+    assert _total(charges) == D("180")  # $200 less 10%
