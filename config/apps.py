@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class PlatformConfig(AppConfig):
-    """Project-wide commands: the main job (`up`) and the embedded database."""
+    """Project-wide: the embedded database and its command."""
 
     name = "config"
     label = "platform"

@@ -2,12 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from config import jobs, views
-
 urlpatterns = [
-    path("healthz", views.healthz, name="healthz"),
-    path("metrics", views.metrics, name="metrics"),
-    path("jobs/", jobs.jobs_page, name="jobs"),
+    path("", include("dashboard.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("config.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
@@ -17,5 +13,5 @@ urlpatterns = [
     path("", include("tenants.urls")),
 ]
 
-handler404 = "config.views.not_found"
-handler500 = "config.views.internal_error"
+handler404 = "dashboard.views.not_found"
+handler500 = "dashboard.views.internal_error"

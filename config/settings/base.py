@@ -37,6 +37,8 @@ INSTALLED_APPS = [
     "serving",
     "metering",
     "billing",
+    "dashboard",
+    "demo",
 ]
 
 MIDDLEWARE = [

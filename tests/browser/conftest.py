@@ -88,8 +88,8 @@ def demo_world(transactional_db, tmp_path, settings):
     last of synthetic history (so every chart has data)."""
     from django.apps import apps
 
-    from billing.demo import cost_rates_demo_seed, prices_demo_seed
-    from config.demo_history import demo_history_fill
+    from demo.history import demo_history_fill
+    from demo.seeds.billing import cost_rates_demo_seed, prices_demo_seed
 
     # A transactional test may start from a database another one emptied:
     # put the Finance group (a data migration's row) back.

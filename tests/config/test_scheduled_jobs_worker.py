@@ -19,7 +19,7 @@ from config.celery_app import app
 from config.schedule import BEAT_SCHEDULE
 from core.models import JobStatus
 from tests.celery_worker import Worker
-from tests.config.test_jobs_page import _rows, gauges
+from tests.dashboard.test_jobs_page import _rows, gauges
 from tests.factories import make_finance_user, make_tenant
 
 TIMEOUT = 90

@@ -173,7 +173,7 @@ def test_rate_input_errors_name_the_field(world):
 
 
 def test_the_demo_rates_seed_once_and_price_a_whole_day(world):
-    from billing.demo import DEMO_RATES, cost_rates_demo_seed
+    from demo.seeds.billing import DEMO_RATES, cost_rates_demo_seed
 
     assert cost_rates_demo_seed() == len(DEMO_RATES)
     assert cost_rates_demo_seed() == 0

@@ -11,10 +11,10 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from billing.demo import cost_rates_demo_seed
 from billing.models import CostRate, CostScenario
+from demo.seeds.billing import cost_rates_demo_seed
+from demo.seeds.fleet import fleet_demo_seed
 from serving.choices import ReplicaStatus
-from serving.demo import fleet_demo_seed
 from serving.services import replica_set_status
 from tenants.models import Membership
 from tests.factories import make_finance_user

@@ -11,15 +11,15 @@ from django.core.management import call_command
 
 from billing.choices import InvoiceStatus, ReportKind, RunStatus
 from billing.models import AllocationRun, FxRate, Invoice, MarginReport
-from config.demo_history import DEMO_TRAFFIC, demo_history_fill
+from demo.history import DEMO_TRAFFIC, demo_history_fill
+from demo.seeds.tenants import DEMO_TENANTS
 from metering.models import UsageRollup
-from tenants.demo import DEMO_TENANTS
 
 NOW = datetime(2026, 11, 22, 15, 30, tzinfo=UTC)
 
 
 def _seed():
-    from billing.demo import cost_rates_demo_seed, prices_demo_seed
+    from demo.seeds.billing import cost_rates_demo_seed, prices_demo_seed
 
     call_command("seed_demo", stdout=StringIO())
     cost_rates_demo_seed()

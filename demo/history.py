@@ -30,7 +30,7 @@ class DemoTraffic:
     tokens_per_request: int
 
 
-# Per tenant slug: where it runs and how it uses it (see tenants.demo).
+# Per tenant slug: where it runs and how it uses it (see demo.seeds.tenants).
 DEMO_TRAFFIC = {
     "acme": DemoTraffic("demo-dedicated-acme", 5_000_000, "business", 0.65, 0.10, 1_500),
     "globex": DemoTraffic("demo-reserved-globex", 4_000_000, "flat", 0.80, 0.25, 2_500),
@@ -52,7 +52,7 @@ class HistoryReport:
 
 
 def demo_history_streams() -> list[HistoryStream]:
-    from serving.demo import fleet_demo_seed
+    from demo.seeds.fleet import fleet_demo_seed
     from tenants.models import Tenant
 
     placements = fleet_demo_seed()
@@ -100,9 +100,9 @@ def demo_history_fill(
     reports. `progress(step, done, total)` follows each step."""
     from billing.choices import ReportKind
     from billing.costs.runs import allocation_run_create, allocation_run_execute
-    from billing.demo import SINCE, fx_rates_demo_seed
     from billing.invoicing.runs import invoice_run_create, invoice_run_execute
     from billing.reports.margin_reports import margin_report_build, margin_report_request
+    from demo.seeds.billing import SINCE, fx_rates_demo_seed
 
     def step(name: str) -> Progress:
         return lambda done, total: progress(name, done, total) if progress else None

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from config.demo_stack import WorkloadFailed, workload
 from core import processes as processes_module
 from core.processes import (
     ManagedProcess,
@@ -28,6 +27,7 @@ from core.processes import (
     free_port,
     uvicorn_argv,
 )
+from demo.stack import WorkloadFailed, workload
 from tests.serving.fake_upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,17 +26,6 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from billing.demo import cost_rates_demo_seed, fx_rates_demo_seed, prices_demo_seed
-from config.demo_history import demo_history_fill
-from config.demo_stack import (
-    GATEWAY_PORT,
-    WorkloadFailed,
-    pipeline_run,
-    records_flushed,
-    services_start,
-    vllm_replicas_start,
-    workload,
-)
 from config.embedded_postgres import embedded_postgres_stop
 from core.processes import (
     ManagedProcess,
@@ -45,10 +34,21 @@ from core.processes import (
     url_answers,
     uvicorn_argv,
 )
-from serving.demo import fleet_demo_seed
+from demo.history import demo_history_fill
+from demo.seeds.billing import cost_rates_demo_seed, fx_rates_demo_seed, prices_demo_seed
+from demo.seeds.fleet import fleet_demo_seed
+from demo.seeds.tenants import DEMO_TENANTS, FINANCE_USERNAME
+from demo.stack import (
+    GATEWAY_PORT,
+    WorkloadFailed,
+    pipeline_run,
+    records_flushed,
+    services_start,
+    vllm_replicas_start,
+    workload,
+)
 from serving.launcher import VllmVenvUnusable
 from serving.local_replicas import replicas_stop
-from tenants.demo import DEMO_TENANTS, FINANCE_USERNAME
 
 
 class Command(BaseCommand):

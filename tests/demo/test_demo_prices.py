@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from billing.demo import prices_demo_seed
 from billing.invoicing.invoices import invoice_draft_build, invoice_finalize
+from demo.seeds.billing import prices_demo_seed
+from demo.seeds.tenants import demo_seed
 from metering.models import UsageRollup
 from serving.models import Pool, ServedModel
-from tenants.demo import demo_seed
 from tenants.models import Tenant
 
 OCT = datetime(2026, 10, 1, tzinfo=UTC)

@@ -3,7 +3,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from tenants.demo import demo_seed
+from demo.seeds.tenants import demo_seed
 
 
 class Command(BaseCommand):

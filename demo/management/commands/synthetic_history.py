@@ -4,8 +4,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from tqdm import tqdm
 
-from billing.demo import cost_rates_demo_seed, prices_demo_seed
-from config.demo_history import demo_history_fill
+from demo.history import demo_history_fill
+from demo.seeds.billing import cost_rates_demo_seed, prices_demo_seed
 
 
 class Command(BaseCommand):

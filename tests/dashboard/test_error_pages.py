@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.test import RequestFactory
 
-from config.views import internal_error
+from dashboard.views import internal_error
 from tests.factories import make_finance_user
 
 pytestmark = pytest.mark.django_db

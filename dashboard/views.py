@@ -31,7 +31,7 @@ def metrics(request):
     token = settings.METRICS_TOKEN
     if token and request.headers.get("Authorization") != f"Bearer {token}":
         return json_error(status_code=401, code="unauthorized", message="metrics token required")
-    from config.jobs import JobsCollector
+    from dashboard.jobs import JobsCollector
     from metering.telemetry import MeteringCollector
 
     registry = CollectorRegistry(auto_describe=False)
