@@ -211,8 +211,8 @@ def derived_build(*, now: datetime) -> dict:
     from billing.choices import ReportKind
     from billing.costs.runs import allocation_run_create, allocation_run_execute
     from billing.invoicing.runs import invoice_run_create, invoice_run_execute
-    from billing.pricing.periods import period_containing
     from billing.reports.margin_reports import margin_report_build, margin_report_request
+    from core.calendar import month_containing
 
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     timings = {}
@@ -226,7 +226,7 @@ def derived_build(*, now: datetime) -> dict:
         run = allocation_run_create(start=today - timedelta(days=30), end=today)
         allocation_run_execute(run_id=run.pk, progress=progress)
     timings["allocation"] = time.perf_counter() - started
-    month_start, _ = period_containing(anchor_day=1, moment=today)
+    month_start, _ = month_containing(today)
     started = time.perf_counter()
     invoice_run_execute(run_id=invoice_run_create(as_of=month_start + timedelta(hours=2)).pk)
     timings["invoices"] = time.perf_counter() - started

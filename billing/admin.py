@@ -28,6 +28,7 @@ from billing.models import (
     Plan,
     PoolHourCost,
     PriceBook,
+    StripeCustomer,
     StripeEvent,
     Subscription,
     VolumeTier,
@@ -266,6 +267,16 @@ class BudgetStateAdmin(ReadOnlyAdmin):
 class MarginReportAdmin(ReadOnlyAdmin):
     list_display = ["__str__", "period_start", "period_end", "status", "finished_at"]
     exclude = ["csv", "html"]
+
+
+@admin.register(StripeCustomer)
+class StripeCustomerAdmin(admin.ModelAdmin):
+    """Each tenant's customer in Stripe (created by the first invoice sync)."""
+
+    list_display = ["tenant", "stripe_customer_id", "created_at"]
+    search_fields = ["stripe_customer_id", "tenant__name", "tenant__slug"]
+    autocomplete_fields = ["tenant"]
+    readonly_fields = ["created_at"]
 
 
 @admin.register(StripeEvent)

@@ -10,9 +10,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from celery import current_app
+from django.conf import settings
 from django.db import transaction
 
+from billing.choices import StripeSync
+from billing.models import Invoice
+
 logger = logging.getLogger(__name__)
+INVOICE_STRIPE_SYNC_TASK = "billing.invoice_stripe_sync"  # its name in billing.tasks
 
 
 def after_commit(
@@ -38,3 +44,32 @@ def after_commit(
                 logger.exception("%s: could not record that it was not queued", what)
 
     transaction.on_commit(hand_on)
+
+
+def task_send(
+    name: str,
+    *args,
+    what: str,
+    on_refused: Callable[[str], object] | None = None,
+) -> None:
+    """Queue the Celery task registered as `name` with `args` after the
+    commit, as `after_commit` does. By name, so the service asking imports
+    nothing of billing.tasks (which imports the services)."""
+    after_commit(lambda: current_app.send_task(name, args=args), what=what, on_refused=on_refused)
+
+
+def invoice_sync_enqueue(invoice_id: int) -> None:
+    """After the current transaction commits, hand the invoice to a Stripe
+    sync worker. The caller has marked it pending in that transaction, so
+    if the broker refuses, the sweep (billing.stripe_sweep) queues it
+    later; the reason is kept in stripe_error meanwhile."""
+    if not settings.STRIPE_API_KEY:
+        return
+    task_send(
+        INVOICE_STRIPE_SYNC_TASK,
+        invoice_id,
+        what=f"Stripe sync of invoice {invoice_id} (the Stripe sweep will retry)",
+        on_refused=lambda reason: Invoice.objects.filter(
+            pk=invoice_id, stripe_sync=StripeSync.PENDING
+        ).update(stripe_error=reason),
+    )

@@ -16,8 +16,9 @@ from billing.models import AllocationRun, InvoiceRun, MarginReport
 from billing.payments.stripe_api import TRANSIENT_ERRORS
 from billing.payments.sync import invoice_stripe_sync, invoices_awaiting_sync
 from billing.pricing.budgets import budgets_check
-from billing.queueing import after_commit
+from billing.queueing import INVOICE_STRIPE_SYNC_TASK, after_commit
 from billing.reports.margin_reports import margin_report_build, margin_report_request, report_period
+from billing.runs import runs_fail
 
 
 @shared_task(
@@ -42,9 +43,8 @@ def _run_enqueue(task, model, pk: int, *, what: str, **failed) -> None:
     after_commit(
         lambda: task.delay(pk),
         what=f"{what} {pk}",
-        on_refused=lambda reason: model.objects.filter(pk=pk, status=RunStatus.QUEUED).update(
-            status=RunStatus.FAILED,
-            finished_at=timezone.now(),
+        on_refused=lambda reason: runs_fail(
+            model.objects.filter(pk=pk, status=RunStatus.QUEUED),
             **{field: make(reason) for field, make in failed.items()},
         ),
     )
@@ -107,7 +107,7 @@ def invoice_daily_task() -> str:
 
 
 @shared_task(
-    name="billing.invoice_stripe_sync",
+    name=INVOICE_STRIPE_SYNC_TASK,
     autoretry_for=TRANSIENT_ERRORS,
     retry_backoff=5,
     retry_backoff_max=600,

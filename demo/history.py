@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
+from core.calendar import day_start, month_start, month_starts_between, months_add
 from metering.history import HistoryStream, history_write
 
 Progress = Callable[[int, int], None]
@@ -79,15 +80,6 @@ def demo_history_streams() -> list[HistoryStream]:
     return streams
 
 
-def month_starts(start: datetime, end: datetime) -> list[datetime]:
-    """The first instant of each month from `start`'s up to `end`, inclusive."""
-    months, moment = [], start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    while moment <= end:
-        months.append(moment)
-        moment = (moment + timedelta(days=32)).replace(day=1)
-    return months
-
-
 def demo_history_fill(
     *,
     months: int,
@@ -108,10 +100,8 @@ def demo_history_fill(
         return lambda done, total: progress(name, done, total) if progress else None
 
     now = (now or timezone.now()).astimezone(UTC)
-    end = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    first = month_starts(end, end)[0]
-    for _ in range(months):
-        first = (first - timedelta(days=1)).replace(day=1)
+    end = day_start(now)
+    first = months_add(month_start(end), -max(months, 0))
     report = HistoryReport(start=first, end=end)
     if months <= 0 or end <= first:
         return report
@@ -123,17 +113,17 @@ def demo_history_fill(
     fx_rates_demo_seed(start=min(first, SINCE).date(), end=now.date())
     run = allocation_run_create(start=first, end=end)
     report.allocation = allocation_run_execute(run_id=run.pk, progress=step("allocation")).status
-    closed = month_starts(first, end)[1:]  # the first instant after each closed month
+    closed = month_starts_between(first, end)[1:]  # the first instant after each closed month
     for n, month_end in enumerate(closed, start=1):
         run = invoice_run_execute(
             run_id=invoice_run_create(as_of=month_end + timedelta(hours=2)).pk
         )
         report.invoices += run.invoices_created
         step("invoices")(n, len(closed))
-    months_done = month_starts(first, end)
-    for n, month_start in enumerate(months_done[:-1], start=1):
+    months_done = month_starts_between(first, end)
+    for n, month_first in enumerate(months_done[:-1], start=1):
         month_end = months_done[n]
-        request = margin_report_request(kind=ReportKind.CLOSE, start=month_start, end=month_end)
+        request = margin_report_request(kind=ReportKind.CLOSE, start=month_first, end=month_end)
         margin_report_build(report_id=request.pk)
         report.reports += 1
         step("margin reports")(n, len(months_done))

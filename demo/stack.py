@@ -14,6 +14,7 @@ from pathlib import Path
 from django.conf import settings
 from django.utils import timezone
 
+from core.calendar import day_start, month_start
 from core.processes import ManagedProcess, ProcessFailed, free_port
 
 GATEWAY_PORT = 8080
@@ -106,7 +107,6 @@ def pipeline_run() -> dict:
     from billing.choices import ReportKind
     from billing.costs.runs import allocation_run_create, allocation_run_execute
     from billing.invoicing.runs import invoice_run_create, invoice_run_execute
-    from billing.pricing.periods import period_containing
     from billing.reports.margin_reports import margin_report_build, margin_report_request
     from metering.jobs import metering_run
 
@@ -114,15 +114,14 @@ def pipeline_run() -> dict:
     grace = timedelta(seconds=settings.METERING["ATTRIBUTION_GRACE_SECONDS"])
     metered = metering_run(now=now + grace + timedelta(hours=1))
     next_hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    today = day_start(now)
     allocation = allocation_run_execute(run_id=allocation_run_create(start=today, end=next_hour).pk)
     drafts = invoice_run_execute(
         run_id=invoice_run_create(as_of=now, finalize=False).pk, current_period=True
     )
-    month_start, _ = period_containing(anchor_day=1, moment=now)
     report = margin_report_build(
         report_id=margin_report_request(
-            kind=ReportKind.MONTH_TO_DATE, start=month_start, end=next_hour
+            kind=ReportKind.MONTH_TO_DATE, start=month_start(now), end=next_hour
         ).pk
     )
     from metering.models import UsageEvent

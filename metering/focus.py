@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator
 from datetime import timedelta
 
+from core.calendar import months_add
 from metering.selectors import UsageQuery, usage_detail_rows
 from tenants.models import Tenant
 
@@ -47,7 +48,7 @@ PERIOD_LENGTH = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
 def _period_end(start, group_by: str):
     if group_by in PERIOD_LENGTH:
         return start + PERIOD_LENGTH[group_by]
-    return start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)
+    return months_add(start, 1)
 
 
 def _iso(moment) -> str:

@@ -8,8 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import connection
-
+from core.locks import advisory_lock_try
 from metering.rollups import usage_rollups_refresh
 from metering.windows import (
     attribution_batches,
@@ -18,6 +17,7 @@ from metering.windows import (
 )
 
 logger = logging.getLogger(__name__)
+RUN_LOCK = "metering_run"  # one metering run at a time, across workers
 
 
 @dataclass
@@ -32,16 +32,11 @@ def metering_run(*, now: datetime | None = None, progress=None) -> MeteringRun:
     """One pass of the pipeline. A run still going when the next is due (a
     backlog after an outage) makes the next one a no-op rather than a
     second worker redoing the same windows."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(hashtext('metering_run'))")
-        if not cursor.fetchone()[0]:
+    with advisory_lock_try(RUN_LOCK) as locked:
+        if not locked:
             logger.info("metering run skipped: another run is in progress")
             return MeteringRun(skipped=True)
-    try:
         return _metering_run(now=now, progress=progress)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(hashtext('metering_run'))")
 
 
 def _metering_run(*, now: datetime | None, progress) -> MeteringRun:

@@ -5,24 +5,15 @@ any month a batch touches, so an insert never finds its partition missing."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 
-from django.db import connection, transaction
+from django.db import connection
 from psycopg import sql
 
+from core.calendar import month_start, months_add
+from core.locks import advisory_xact_lock
+
 LEDGER_TABLE = "metering_usageevent"
-
-
-def month_start(value: date | datetime) -> date:
-    return date(value.year, value.month, 1)
-
-
-def _next_month(month: date) -> date:
-    return date(month.year + (month.month == 12), month.month % 12 + 1, 1)
-
-
-def _previous_month(month: date) -> date:
-    return date(month.year - (month.month == 1), (month.month - 2) % 12 + 1, 1)
 
 
 def partition_name(month: date) -> str:
@@ -33,19 +24,16 @@ def usage_partitions_ensure(*, months: Iterable[date | datetime]) -> list[str]:
     """Create the partitions for `months` that do not exist yet; returns the
     names created. Safe to call concurrently and repeatedly."""
     created = []
-    for month in sorted({month_start(m) for m in months}):
-        name = partition_name(month)
-        start = datetime(month.year, month.month, 1, tzinfo=UTC)
-        end_month = _next_month(month)
-        end = datetime(end_month.year, end_month.month, 1, tzinfo=UTC)
+    for start in sorted({month_start(m) for m in months}):
+        name = partition_name(start)
+        end = months_add(start, 1)
         with connection.cursor() as cursor:
             cursor.execute("SELECT to_regclass(%s)", [name])
             if cursor.fetchone()[0] is not None:
                 continue
-        with transaction.atomic(), connection.cursor() as cursor:
-            # Two writers may reach a new month together; IF NOT EXISTS does
-            # not make concurrent CREATEs safe, a lock does.
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [LEDGER_TABLE])
+        # Two writers may reach a new month together; IF NOT EXISTS does not
+        # make concurrent CREATEs safe, a lock does.
+        with advisory_xact_lock(LEDGER_TABLE), connection.cursor() as cursor:
             # pg_class itself, not to_regclass(): the relation cache may not
             # have seen the other writer's commit yet.
             cursor.execute(
@@ -69,10 +57,9 @@ def usage_partitions_ensure(*, months: Iterable[date | datetime]) -> list[str]:
 def usage_partitions_ensure_ahead(*, now: datetime, months_ahead: int = 3) -> list[str]:
     """This month, the previous one (late usage) and `months_ahead` more."""
     month = month_start(now)
-    months = [_previous_month(month), month]
-    for _ in range(months_ahead):
-        months.append(_next_month(months[-1]))
-    return usage_partitions_ensure(months=months)
+    return usage_partitions_ensure(
+        months=[months_add(month, n) for n in range(-1, months_ahead + 1)]
+    )
 
 
 def usage_partitions_list() -> list[str]:

@@ -22,7 +22,7 @@ class MembershipInline(admin.TabularInline):
 class TenantAdmin(admin.ModelAdmin):
     list_display = ["name", "slug", "tier", "billing_currency", "status", "created_at"]
     list_filter = ["tier", "status", "billing_currency"]
-    search_fields = ["name", "slug", "stripe_customer_id"]
+    search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [TenantPolicyInline, MembershipInline]
 

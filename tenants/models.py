@@ -23,7 +23,6 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=63, unique=True)
     tier = models.CharField(max_length=16, choices=Tier.choices, default=Tier.SHARED)
     billing_currency = models.CharField(max_length=3, default="USD", help_text="ISO 4217 code")
-    stripe_customer_id = models.CharField(max_length=255, blank=True, default="")
     status = models.CharField(
         max_length=16, choices=TenantStatus.choices, default=TenantStatus.ACTIVE
     )

@@ -23,8 +23,9 @@ def user_is_finance_staff(*, user: AbstractBaseUser | None) -> bool:
 
 
 def tenant_list_for_finance() -> QuerySet[Tenant]:
-    """Every tenant. Only for platform finance staff code paths."""
-    return Tenant.objects.select_related("policy").order_by("name")
+    """Every tenant. Only for platform finance staff code paths. With
+    billing's Stripe customer row (by its reverse name), shown as linked."""
+    return Tenant.objects.select_related("policy", "stripe_customer").order_by("name")
 
 
 def tenant_for_finance(*, slug: str) -> Tenant:

@@ -2,7 +2,6 @@
 tenant's API keys."""
 
 import time
-from datetime import UTC, date, datetime
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -15,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from tenants.access import principal_for_session
 from tenants.choices import Scope
+from tenants.forms import ApiKeyCreateForm, TenantSwitchForm
 from tenants.models import ApiKey
 from tenants.selectors import api_key_list, membership_list_for_user, tenant_list_for_finance
 from tenants.services import api_key_create, api_key_revoke
@@ -33,7 +33,8 @@ def home(request):
 @login_required
 @require_POST
 def tenant_switch(request):
-    slug = request.POST.get("tenant", "")
+    form = TenantSwitchForm(request.POST)
+    slug = form.cleaned_data["tenant"] if form.is_valid() else ""
     if membership_list_for_user(user=request.user).filter(tenant__slug=slug).exists():
         request.session["tenant_slug"] = slug
     return redirect("home")
@@ -57,23 +58,22 @@ def keys(request):
     if request.method == "POST":
         if not principal.can_manage_keys:
             raise PermissionDenied
-        try:
-            _, secret = api_key_create(
-                tenant=tenant,
-                name=request.POST.get("name", ""),
-                scopes=request.POST.getlist("scopes"),
-                expires_at=_expiry_parse(request.POST.get("expires_at", "")),
-                created_by=request.user,
-            )
-        except ValidationError as exc:
-            errors = exc.message_dict
-        else:
-            request.session[NEW_SECRET_SESSION_KEY] = {
-                "secret": secret,
-                "tenant_id": tenant.pk,
-                "created": time.time(),
-            }
-            return HttpResponseRedirect(reverse("keys"), status=303)
+        form = ApiKeyCreateForm(request.POST)
+        if form.is_valid():
+            try:
+                _, secret = api_key_create(
+                    tenant=tenant, created_by=request.user, **form.cleaned_data
+                )
+            except ValidationError as exc:
+                form.add_error(None, exc)  # the service's rules, shown by field
+            else:
+                request.session[NEW_SECRET_SESSION_KEY] = {
+                    "secret": secret,
+                    "tenant_id": tenant.pk,
+                    "created": time.time(),
+                }
+                return HttpResponseRedirect(reverse("keys"), status=303)
+        errors = {field: list(messages) for field, messages in form.errors.items()}
     else:
         new = request.session.pop(NEW_SECRET_SESSION_KEY, None)
         if (
@@ -95,18 +95,6 @@ def keys(request):
     if new_secret:
         response["Cache-Control"] = "no-store"  # not kept by the browser's history either
     return response
-
-
-def _expiry_parse(text: str) -> datetime | None:
-    """The form's optional expiry day (YYYY-MM-DD) as that day's 00:00 UTC."""
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        day = date.fromisoformat(text)
-    except ValueError:
-        raise ValidationError({"expires_at": ["a day as YYYY-MM-DD is needed"]}) from None
-    return datetime(day.year, day.month, day.day, tzinfo=UTC)
 
 
 @login_required

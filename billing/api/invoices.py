@@ -14,7 +14,8 @@ from rest_framework.views import APIView
 from billing.api import invoice_serializers as s
 from billing.invoicing.credit_notes import credit_note_create
 from billing.invoicing.credits import wallet_balances
-from billing.invoicing.invoices import FinalizeEarly, finalize_early_request, invoice_status_set
+from billing.invoicing.finalizing import FinalizeEarly, finalize_early_request
+from billing.invoicing.invoices import invoice_status_set
 from billing.invoicing.runs import invoice_run_create
 from billing.invoicing.selectors import invoice_get, invoice_list, invoice_run_list
 from billing.tasks import invoice_run_enqueue

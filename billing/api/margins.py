@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from billing.choices import ReportKind, RunStatus
 from billing.models import MarginReport
 from billing.reports.margin_reports import margin_report_request
+from billing.tasks import margin_report_enqueue
 from core.api_errors import ERROR_RESPONSES, Conflict, ErrorOut
 from core.api_time import SupportedDateTimeField
 from tenants.api.permissions import IsFinanceStaff
@@ -86,8 +87,6 @@ class MarginReportListView(APIView):
         report = margin_report_request(
             kind=ReportKind.ADHOC, requested_by=request.user, **params.validated_data
         )
-        from billing.tasks import margin_report_enqueue
-
         margin_report_enqueue(report.pk)
         return Response(MarginReportOut(report).data, status=status.HTTP_202_ACCEPTED)
 

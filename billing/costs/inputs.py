@@ -1,18 +1,19 @@
 """What allocation reads, aggregated in SQL: where each GPU sits and what it
 cost to buy or lease, each replica's busy device-seconds per hour, each
 pool's use per (hour, tenant, model), and reservations. Usage comes from
-the hourly rollups, never from raw events."""
+the hourly rollups, read through metering.selectors.usage_device_frame,
+never from raw events."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import numpy as np
 import pandas as pd
 
 from billing.costs.cost_model import HOUR, FleetArrays
 from billing.money import to_nano
-from core.db_frames import query_frame
+from core.calendar import months_add
 from serving.models import Gpu, Pool, Replica, Reservation
 
 US = 1_000_000
@@ -33,7 +34,7 @@ def fleet_placement() -> pd.DataFrame:
         start = datetime.combine(gpu.in_service_date, time(), tzinfo=UTC)
         life_hours = (
             int(
-                (_add_months(gpu.in_service_date, gpu.useful_life_months) - gpu.in_service_date)
+                (months_add(gpu.in_service_date, gpu.useful_life_months) - gpu.in_service_date)
                 / timedelta(hours=1)
             )
             if owned
@@ -77,44 +78,6 @@ def fleet_arrays(placement: pd.DataFrame, *, scope: np.ndarray) -> FleetArrays:
         lease_nano_per_hour=placement["lease_nano_per_hour"].to_numpy(np.int64),
         idle_watts=placement["idle_watts"].to_numpy(np.int64),
         busy_watts=placement["busy_watts"].to_numpy(np.int64),
-    )
-
-
-def _add_months(day: date, months: int) -> date:
-    """The same day `months` later (clamped to the month's last day)."""
-    month = day.month - 1 + months
-    year, month = day.year + month // 12, month % 12 + 1
-    for last in (31, 30, 29, 28):
-        try:
-            return date(year, month, min(day.day, last))
-        except ValueError:
-            continue
-    raise AssertionError("unreachable")
-
-
-def usage_rollups(*, start: datetime, end: datetime) -> pd.DataFrame:
-    """The hourly rollups with device time in [start, end), as read: (hour
-    epoch, replica_id, pool_id, tenant, model, device_us), -1 for a missing
-    replica, pool or model. One scan, no sort; pandas groups them (faster
-    here than PostgreSQL's sort-based GROUP BY on two cores)."""
-    return query_frame(
-        """
-        SELECT extract(epoch FROM hour)::bigint AS hour,
-               coalesce(replica_id, -1) AS replica_id, coalesce(pool_id, -1) AS pool_id,
-               tenant_id AS tenant, coalesce(served_model_id, -1) AS model,
-               (device_seconds * 1000000)::bigint AS device_us
-        FROM metering_usagerollup
-        WHERE hour >= %s AND hour < %s AND device_seconds > 0
-        """,
-        [start, end],
-        {
-            "hour": np.int64,
-            "replica_id": np.int64,
-            "pool_id": np.int64,
-            "tenant": np.int64,
-            "model": np.int64,
-            "device_us": np.int64,
-        },
     )
 
 

@@ -22,10 +22,10 @@ from billing.costs.inputs import (
     replica_busy_seconds,
     reservation_seconds,
     reservations_overlapping,
-    usage_rollups,
 )
 from billing.costs.rates import RateScope, rate_arrays, rates_in_force
 from billing.models import CostScenario
+from metering.selectors import usage_device_frame
 from serving.choices import IdleCostPolicy, PoolKind
 from serving.models import Pool
 
@@ -83,7 +83,7 @@ def allocation_compute(
 ) -> AllocationResult:
     """A whole period, computed without writing anything."""
     book = allocation_book(start=start, end=end, scenario=scenario)
-    return allocation_stretch(book, 0, len(book.hours), usage_rollups(start=start, end=end))
+    return allocation_stretch(book, 0, len(book.hours), usage_device_frame(start=start, end=end))
 
 
 class AllocationResult:

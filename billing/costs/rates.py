@@ -14,7 +14,6 @@ from decimal import Decimal
 
 import numpy as np
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -22,8 +21,13 @@ from billing.choices import BASES_FOR, OVERHEAD_COMPONENTS, CostComponent, RateB
 from billing.costs.cost_model import HOUR, RateArrays
 from billing.models import CostRate, CostScenario
 from billing.money import NANO
+from core.calendar import month_hours_array
+from core.locks import advisory_xact_lock
 from serving.models import Pool
 
+# One writer of rates at a time, so two overlapping rows cannot both pass
+# the overlap check.
+RATES_LOCK = "billing_cost_rates"
 EDITABLE = ("amount", "basis", "effective_from", "effective_to", "hour_from", "hour_to", "note")
 
 
@@ -67,8 +71,7 @@ def cost_rate_create(
         note=note,
         created_by=user,
     )
-    with transaction.atomic():
-        _lock_rates()
+    with advisory_xact_lock(RATES_LOCK):
         superseded = cost_rate_check(rate)
         for old in superseded:
             old.effective_to = rate.effective_from
@@ -96,8 +99,7 @@ def cost_rate_update(*, rate: CostRate, now: datetime | None = None, **changes) 
     unknown = set(changes) - set(EDITABLE)
     if unknown:
         raise ValidationError({sorted(unknown)[0]: "cannot be changed; create a new rate"})
-    with transaction.atomic():
-        _lock_rates()
+    with advisory_xact_lock(RATES_LOCK):
         rate = CostRate.objects.select_for_update().get(pk=rate.pk)
         if rate.effective_from <= now:
             raise ValidationError(
@@ -117,13 +119,6 @@ def cost_rate_delete(*, rate: CostRate, now: datetime | None = None) -> None:
             {"effective_from": "this rate is already in effect and stays in the history"}
         )
     rate.delete()
-
-
-def _lock_rates() -> None:
-    """One writer of rates at a time, so two overlapping rows cannot both
-    pass the overlap check."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtext('billing_cost_rates'))")
 
 
 def _validate(rate: CostRate, *, now: datetime | None = None) -> None:
@@ -200,7 +195,7 @@ def rate_arrays(
     *, rates: Sequence[CostRate], scopes: Sequence[RateScope], hours: np.ndarray
 ) -> tuple[RateArrays, list[str]]:
     """Resolve rates into (scope x hour) arrays, and say what was missing."""
-    per_month = _hours_in_month(hours)
+    per_month = month_hours_array(hours)
 
     def amounts(component: str) -> np.ndarray:
         """The amount in force per cell, NaN where none is."""
@@ -259,13 +254,6 @@ def _winning_rows(
         elif rate.pool_id in position:
             chosen[position[rate.pool_id], mask] = i
     return chosen
-
-
-def _hours_in_month(hours: np.ndarray) -> np.ndarray:
-    """How many hours the calendar month (UTC) of each hour has."""
-    months = hours.astype("datetime64[s]").astype("datetime64[M]")
-    length = (months + 1).astype("datetime64[s]") - months.astype("datetime64[s]")
-    return length.astype(np.int64) / HOUR
 
 
 def _missing(values: np.ndarray, scopes: Sequence[RateScope], what: str) -> list[str]:

@@ -11,15 +11,15 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from django.core.exceptions import ValidationError
-from django.db import connection
-from django.utils import timezone
 
 from billing.choices import RunStatus
 from billing.costs.cost_model import HOUR
-from billing.costs.inputs import usage_rollups
 from billing.costs.period import allocation_book, allocation_stretch
 from billing.costs.store import allocation_day_replace, allocation_table, pool_hour_table
 from billing.models import AllocationRun, CostScenario
+from billing.runs import run_finish, run_progress, run_start, runs_fail
+from core.locks import advisory_lock
+from metering.selectors import usage_device_frame
 
 logger = logging.getLogger(__name__)
 
@@ -52,40 +52,22 @@ def allocation_run_execute(*, run_id: int, progress: Progress | None = None) -> 
     one scenario) take turns; a failure is recorded on the run and raised."""
     run = AllocationRun.objects.select_related("scenario").get(pk=run_id)
     key = f"billing_allocation:{run.scenario_id or 'booked'}"
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(hashtext(%s))", [key])
-    try:
+    with advisory_lock(key):
         # Holding the book's lock, no other run of it is alive: one still
         # marked running lost its worker.
-        AllocationRun.objects.filter(scenario_id=run.scenario_id, status=RunStatus.RUNNING).exclude(
-            pk=run.pk
-        ).update(
-            status=RunStatus.FAILED,
+        runs_fail(
+            AllocationRun.objects.filter(
+                scenario_id=run.scenario_id, status=RunStatus.RUNNING
+            ).exclude(pk=run.pk),
             error="abandoned: its worker stopped before finishing (re-run to complete)",
-            finished_at=timezone.now(),
         )
-        AllocationRun.objects.filter(pk=run.pk).update(
-            status=RunStatus.RUNNING,
-            started_at=timezone.now(),
-            hours_done=0,
-            error="",
-            finished_at=None,
-        )
+        run_start(run, hours_done=0, error="", finished_at=None)
         try:
             warnings = _execute(run, progress=progress)
         except Exception as exc:
-            AllocationRun.objects.filter(pk=run.pk).update(
-                status=RunStatus.FAILED,
-                error=f"{type(exc).__name__}: {exc}",
-                finished_at=timezone.now(),
-            )
+            run_finish(run, failed=True, error=f"{type(exc).__name__}: {exc}")
             raise
-        AllocationRun.objects.filter(pk=run.pk).update(
-            status=RunStatus.DONE, warnings=warnings, finished_at=timezone.now()
-        )
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [key])
+        run_finish(run, warnings=warnings)
     run.refresh_from_db()
     logger.info("allocation run %s: %s", run.pk, run)
     return run
@@ -104,7 +86,7 @@ def _execute(run: AllocationRun, *, progress: Progress | None) -> list[str]:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="allocation") as worker:
 
         def prepare(first: int, stop: int):
-            rollups = usage_rollups(
+            rollups = usage_device_frame(
                 start=_at(book.hours[first]), end=_at(book.hours[stop - 1] + HOUR)
             )
             return worker.submit(_tables, book, first, stop, rollups, run.scenario_id)
@@ -122,9 +104,7 @@ def _execute(run: AllocationRun, *, progress: Progress | None) -> list[str]:
                     last_hour=int(book.hours[done - 1]),
                     pool_hours=pool_hours,
                     rows=rows,
-                    then=lambda done=done: AllocationRun.objects.filter(pk=run.pk).update(
-                        hours_done=done
-                    ),
+                    then=lambda done=done: run_progress(run, hours_done=done),
                 )
                 if progress is not None:
                     progress(done, hours_total)

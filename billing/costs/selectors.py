@@ -12,7 +12,7 @@ from django.db.models.functions import TruncDay, TruncMonth
 
 from billing.choices import ReportKind, RunStatus
 from billing.models import CostAllocation, CostScenario, MarginReport, PoolHourCost
-from metering.models import UsageRollup
+from metering.selectors import usage_tokens_by_model_pool
 
 COST_COLUMNS = ("capital", "energy", "other_opex", "idle", "total")
 GROUP_KEYS = {
@@ -78,11 +78,7 @@ def cost_per_million_tokens(
     }
     tokens = {
         (r["served_model__name"], r["pool__name"]): r
-        for r in UsageRollup.objects.filter(
-            served_model__isnull=False, pool__isnull=False, **period
-        )
-        .values("served_model__name", "pool__name")
-        .annotate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
+        for r in usage_tokens_by_model_pool(start=start, end=end)
     }
     out = []
     for model, pool in sorted(set(cost) | set(tokens)):

@@ -13,7 +13,7 @@ from billing.choices import InvoiceStatus
 from billing.errors import BillingInputError, InvoiceStateError
 from billing.models import CreditGrant, CreditNote, Invoice, Issuer
 from billing.money import from_minor
-from billing.payments.sync import sync_enqueue
+from billing.queueing import invoice_sync_enqueue
 
 
 def credit_note_create(
@@ -70,5 +70,5 @@ def credit_note_create(
             invoice.paid_at = now
             invoice.save(update_fields=["status", "paid_at"])
         if invoice.stripe_invoice_id:
-            sync_enqueue(invoice.pk)
+            invoice_sync_enqueue(invoice.pk)
     return note

@@ -1,43 +1,73 @@
-"""Invoices: build a tenant's draft for a period, finalize it (a gapless
-number, prepaid credit applied, immutable from then on), move it on to
-paid, void or uncollectible.
+"""Invoices: the one path by which a tenant's invoice for a period is
+built and finalized, for one tenant (`invoice_draft_build`,
+`invoice_bill_period`) and for a chunk of an invoice run's tenants
+(billing.invoicing.batch) alike: `invoices_bill` rates them, writes each
+as a draft (a draft already there is rebuilt in place and keeps its row)
+and, when asked, finalizes it (billing.invoicing.finalizing: prepaid
+credit applied, a gapless number from the issuer, immutable from then
+on). `invoice_finalize` finalizes a draft as it stands, the same way.
+Then an invoice moves on to paid, void or uncollectible.
 
-A period that has not ended is finalized only when asked to "finalize
-early" with a reason (recorded on the invoice); otherwise it is refused
-(409). One rule, `finalize_early_check`, for the invoice page, the API,
-the invoice run and `manage.py invoice`.
-
-Locks are always taken in one order: the tenant, the invoice, the
-tenant's credit grants, the issuer last (held for the shortest time, as
-every finalization in the issuer's sequence waits for it)."""
+Locks are always taken in one order: the tenants (by id), their
+invoices, their credit grants, the issuers last (by id; held for the
+shortest time, as every finalization in an issuer's sequence waits for
+them)."""
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from billing.choices import INVOICE_TRANSITIONS, InvoiceStatus, StripeSync
-from billing.errors import BillingInputError, InvoicePeriodOpenError, InvoiceStateError
-from billing.invoicing.credits import credits_plan, wallet_balances
-from billing.invoicing.late_usage import EarlierPeriods, late_usage_lines
-from billing.invoicing.lines import LineDraft, credit_line, lines_from_charges
-from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
-from billing.payments.sync import sync_enqueue
+from billing.errors import BillingInputError, InvoiceStateError
+from billing.invoicing.finalizing import (
+    FINAL_COLUMNS,
+    Draft,
+    FinalizeEarly,
+    drafts_finalize,
+    drafts_save,
+    finalize_early_check,
+    finalize_early_of_run,
+)
+from billing.invoicing.late_usage import EarlierPeriods, earlier_periods, late_usage_lines
+from billing.invoicing.lines import LineDraft, lines_from_charges
+from billing.models import (
+    CreditApplication,
+    CreditGrant,
+    Invoice,
+    InvoiceLine,
+    InvoiceRun,
+    Issuer,
+)
 from billing.pricing.periods import tenant_period
 from billing.pricing.rating import TenantInputs, charges_compute, rating_inputs, rating_session
+from billing.queueing import invoice_sync_enqueue
 from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
 
 TIMESTAMP_OF = {
     InvoiceStatus.PAID: "paid_at",
     InvoiceStatus.VOID: "voided_at",
     InvoiceStatus.UNCOLLECTIBLE: "uncollectible_at",
 }
+
+# What draft_fill sets on an invoice (all a kept draft is rebuilt with).
+DRAFT_COLUMNS = [
+    "issuer",
+    "run",
+    "currency",
+    "rated_at",
+    "usage_fingerprint",
+    "warnings",
+    "total_minor",
+]
 
 
 _issuer_cache: ContextVar[dict | None] = ContextVar("issuer_cache", default=None)
@@ -53,47 +83,6 @@ def invoicing_session():
             yield
     finally:
         _issuer_cache.reset(token)
-
-
-@dataclass(frozen=True)
-class FinalizeEarly:
-    """A request to finalize before the billing period ends: why, and who
-    asked (a user name, or who ran the command)."""
-
-    reason: str
-    by: str
-
-
-REASON_MAX = 300
-
-
-def finalize_early_request(*, reason: str | None, by: str) -> FinalizeEarly:
-    """A checked request to finalize early: a reason is required."""
-    reason = (reason or "").strip()
-    if not reason:
-        raise BillingInputError("reason", "finalizing early needs a reason (it is recorded)")
-    if len(reason) > REASON_MAX:
-        raise BillingInputError("reason", f"at most {REASON_MAX} characters")
-    return FinalizeEarly(reason=reason, by=(by or "unknown")[:200])
-
-
-def finalize_early_check(
-    *, period_start: datetime, period_end: datetime, now: datetime, early: FinalizeEarly | None
-) -> FinalizeEarly | None:
-    """The one rule for finalizing: a period that has ended is finalized
-    as usual (None); one that has not is refused unless finalizing early
-    was asked for, and then that request is what the invoice records."""
-    if period_end <= now:
-        return None
-    if early is None:
-        raise InvoicePeriodOpenError(period_start=period_start, period_end=period_end)
-    return early
-
-
-def finalize_early_of_run(run: InvoiceRun | None) -> FinalizeEarly | None:
-    if run is None or not run.finalize_early_reason:
-        return None
-    return FinalizeEarly(reason=run.finalize_early_reason, by=run.finalize_early_by)
 
 
 @dataclass
@@ -140,6 +129,136 @@ def draft_compose(
     )
 
 
+@dataclass(frozen=True)
+class PeriodReads:
+    """What invoicing tenants for a period reads up front, once for all of
+    them: the usage to rate and the earlier periods to check for late
+    usage (of the tenants not yet invoiced), and which hold prepaid credit."""
+
+    inputs: dict[int, TenantInputs]
+    earlier: EarlierPeriods
+    with_credit: set[int]
+
+
+def period_reads(*, tenants: list[Tenant], start: datetime, end: datetime) -> PeriodReads:
+    """What `invoices_bill` needs of the period for `tenants`, in a few
+    queries however many tenants."""
+    final = set(
+        Invoice.objects.filter(tenant__in=tenants, period_start=start)
+        .exclude(status__in=[InvoiceStatus.VOID, InvoiceStatus.DRAFT])
+        .values_list("tenant_id", flat=True)
+    )
+    to_rate = [t for t in tenants if t.pk not in final]  # a re-run rates only what is left
+    return PeriodReads(
+        inputs=rating_inputs(tenants=to_rate, start=start, end=end) if to_rate else {},
+        earlier=earlier_periods(tenants=to_rate, before=start),
+        with_credit=set(
+            CreditGrant.objects.filter(tenant__in=tenants).values_list("tenant_id", flat=True)
+        ),
+    )
+
+
+@dataclass
+class Outcome:
+    """What became of a tenant's invoice for the period: created | rebuilt
+    | final (already finalized, left as it is) | empty (nothing to bill) |
+    failed (`error`; nothing written for it)."""
+
+    tenant: Tenant
+    outcome: str
+    invoice: Invoice | None = None
+    error: str = ""
+
+
+def invoices_bill(
+    *,
+    tenants: list[Tenant],
+    start: datetime,
+    end: datetime,
+    run: InvoiceRun | None,
+    finalize: bool,
+    reads: PeriodReads | None = None,
+    isolate: bool = False,
+) -> list[Outcome]:
+    """The period's invoices of `tenants` built and (when `finalize`)
+    finalized in one transaction; an outcome per tenant, in their order.
+    Finalized invoices are left alone, drafts rebuilt in place, a draft
+    with nothing left to bill deleted. A tenant whose rating fails is
+    raised, nothing written; with `isolate` (a run's chunk) it is reported
+    failed and left as it was, and the others are written. `reads`: what
+    `period_reads` loaded for many tenants at once (else read here)."""
+    with transaction.atomic():
+        ids = sorted(t.pk for t in tenants)
+        list(Tenant.objects.select_for_update().filter(pk__in=ids).order_by("pk").only("pk"))
+        live = {
+            i.tenant_id: i
+            for i in Invoice.objects.select_for_update()
+            .filter(tenant_id__in=ids, period_start=start)
+            .exclude(status=InvoiceStatus.VOID)
+            .order_by("pk")
+        }
+        if reads is None:
+            open_ = [t for t in tenants if t.pk not in live or not live[t.pk].is_final]
+            reads = period_reads(tenants=open_, start=start, end=end)
+        outcomes: list[Outcome] = []
+        drafts: list[Draft] = []
+        emptied: list[int] = []
+        for tenant in tenants:
+            existing = live.get(tenant.pk)
+            if existing is not None and existing.is_final:
+                outcomes.append(Outcome(tenant, "final", existing))
+                continue
+            try:
+                content = _tenant_compose(tenant=tenant, start=start, end=end, reads=reads)
+            except Exception as exc:
+                if not isolate:
+                    raise
+                logger.exception("rating %s failed", tenant.slug)
+                outcomes.append(Outcome(tenant, "failed", error=f"{type(exc).__name__}: {exc}"))
+                continue
+            if content is None:
+                if existing is not None:
+                    emptied.append(existing.pk)
+                outcomes.append(Outcome(tenant, "empty"))
+                continue
+            if existing is None:
+                invoice = Invoice(tenant=tenant, period_start=start, period_end=end)
+            else:
+                invoice = existing
+                invoice.tenant = tenant  # the row we hold: no query for it
+            draft_fill(invoice, content, run=run)
+            drafts.append(Draft(invoice, list(content.lines)))
+            outcomes.append(Outcome(tenant, "rebuilt" if existing else "created", invoice))
+        _drafts_clear(kept=[d.invoice.pk for d in drafts if d.invoice.pk], emptied=emptied)
+        moves: dict[str, list[Invoice]] = {}
+        if finalize and drafts:
+            now = timezone.now()
+            early = finalize_early_check(
+                period_start=start, period_end=end, now=now, early=finalize_early_of_run(run)
+            )
+            moves = drafts_finalize(drafts, now=now, early=early, with_credit=reads.with_credit)
+        drafts_save(drafts, moves=moves, columns=[*DRAFT_COLUMNS, *FINAL_COLUMNS])
+    return outcomes
+
+
+def _tenant_compose(
+    *, tenant: Tenant, start: datetime, end: datetime, reads: PeriodReads
+) -> DraftContent | None:
+    inputs = reads.inputs.get(tenant.pk)
+    if inputs is None:  # final when the reads were made, voided since: read alone
+        inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
+        return draft_compose(tenant=tenant, start=start, end=end, inputs=inputs)
+    return draft_compose(tenant=tenant, start=start, end=end, inputs=inputs, earlier=reads.earlier)
+
+
+def _drafts_clear(*, kept: list[int], emptied: list[int]) -> None:
+    """Drafts to rebuild lose their lines (and any credit on them); drafts
+    with nothing left to bill go."""
+    InvoiceLine.objects.filter(invoice_id__in=kept).delete()
+    CreditApplication.objects.filter(invoice_id__in=kept).delete()
+    Invoice.objects.filter(pk__in=emptied).delete()
+
+
 def invoice_draft_build(
     *,
     tenant: Tenant,
@@ -151,31 +270,10 @@ def invoice_draft_build(
     outcome one of created | rebuilt | final (already finalized, left as it
     is) | empty (nothing to bill). Runs in the caller's transaction or its
     own; a failure writes nothing."""
-    with transaction.atomic():
-        Tenant.objects.select_for_update().only("pk").get(pk=tenant.pk)
-        invoice = (
-            Invoice.objects.select_for_update()
-            .filter(tenant=tenant, period_start=period_start)
-            .exclude(status=InvoiceStatus.VOID)
-            .first()
-        )
-        if invoice is not None and invoice.is_final:
-            return invoice, "final"
-        inputs = rating_inputs(tenants=[tenant], start=period_start, end=period_end)[tenant.pk]
-        content = draft_compose(tenant=tenant, start=period_start, end=period_end, inputs=inputs)
-        if content is None:
-            if invoice is not None:
-                invoice.delete()
-            return None, "empty"
-        outcome = "rebuilt" if invoice is not None else "created"
-        if invoice is None:
-            invoice = Invoice(tenant=tenant, period_start=period_start, period_end=period_end)
-        else:
-            invoice.lines.all().delete()
-        draft_fill(invoice, content, run=run)
-        invoice.save()
-        lines_write(invoice, content.lines)
-        return invoice, outcome
+    (done,) = invoices_bill(
+        tenants=[tenant], start=period_start, end=period_end, run=run, finalize=False
+    )
+    return done.invoice, done.outcome
 
 
 def invoice_bill_period(
@@ -183,13 +281,8 @@ def invoice_bill_period(
 ) -> tuple[str, Invoice | None]:
     """One tenant's period built and (if asked) finalized, all or nothing:
     (outcome, invoice)."""
-    with transaction.atomic():
-        invoice, outcome = invoice_draft_build(
-            tenant=tenant, period_start=start, period_end=end, run=run
-        )
-        if invoice is not None and outcome != "final" and finalize:
-            invoice = invoice_finalize(invoice_id=invoice.pk, early=finalize_early_of_run(run))
-    return outcome, invoice
+    (done,) = invoices_bill(tenants=[tenant], start=start, end=end, run=run, finalize=finalize)
+    return done.outcome, done.invoice
 
 
 def draft_fill(invoice: Invoice, content: DraftContent, *, run: InvoiceRun | None) -> None:
@@ -215,65 +308,6 @@ def issuer_default() -> Issuer:
     return issuer
 
 
-def numbers_take(*, issuer_id: int, count: int) -> tuple[Issuer, int]:
-    """Take `count` consecutive invoice numbers from the issuer, under its
-    row lock until the transaction ends (a rollback gives them back): the
-    issuer and the first number."""
-    issuer = Issuer.objects.select_for_update().get(pk=issuer_id)
-    first = issuer.next_invoice_number
-    Issuer.objects.filter(pk=issuer_id).update(next_invoice_number=first + count)
-    return issuer, first
-
-
-def number_assign(
-    invoice: Invoice,
-    *,
-    issuer: Issuer,
-    sequence: int,
-    now: datetime,
-    early: FinalizeEarly | None = None,
-) -> None:
-    """Draft -> finalized, in memory: number, dates, Stripe status, and
-    (its period not ended, checked by finalize_early_check) why early."""
-    if invoice.period_end > now:
-        if early is None:  # the callers check first; never number an open period silently
-            raise InvoicePeriodOpenError(
-                period_start=invoice.period_start, period_end=invoice.period_end
-            )
-        invoice.finalized_early_reason = early.reason
-        invoice.finalized_early_by = early.by
-    invoice.sequence = sequence
-    invoice.number = f"{issuer.invoice_prefix}-{sequence:06d}"
-    invoice.status = InvoiceStatus.FINALIZED
-    invoice.finalized_at = now
-    invoice.due_at = now + timedelta(days=settings.BILLING["NET_DAYS"])
-    invoice.stripe_sync = StripeSync.PENDING if settings.STRIPE_API_KEY else StripeSync.NOT_SYNCED
-    if invoice.total_minor == 0:  # covered by credit: nothing to collect
-        invoice.status = InvoiceStatus.PAID
-        invoice.paid_at = now
-
-
-def credits_apply(invoice: Invoice, balances) -> tuple[list, list[LineDraft]]:
-    """Prepaid credit for the invoice: (applications, credit lines), the
-    invoice's total reduced in memory."""
-    applications, lines = [], []
-    for grant, minor in credits_plan(
-        invoice=invoice, balances=balances, due_minor=invoice.total_minor
-    ):
-        applications.append(CreditApplication(grant=grant, invoice=invoice, amount_minor=minor))
-        lines.append(
-            credit_line(
-                grant=grant,
-                minor=minor,
-                currency=invoice.currency,
-                start=invoice.period_start,
-                end=invoice.period_end,
-            )
-        )
-        invoice.total_minor -= minor
-    return applications, lines
-
-
 def invoice_finalize(
     *, invoice_id: int, now: datetime | None = None, early: FinalizeEarly | None = None
 ) -> Invoice:
@@ -283,21 +317,20 @@ def invoice_finalize(
     before anything is written or numbered)."""
     now = now or timezone.now()
     with transaction.atomic():
-        invoice = Invoice.objects.select_for_update().select_related("tenant").get(pk=invoice_id)
+        # The invoice's row only (not its tenant's): the lock order is kept.
+        invoice = (
+            Invoice.objects.select_for_update(of=("self",))
+            .select_related("tenant")
+            .get(pk=invoice_id)
+        )
         if invoice.status != InvoiceStatus.DRAFT:
             raise InvoiceStateError(f"invoice {invoice} is {invoice.status}, not a draft")
         early = finalize_early_check(
             period_start=invoice.period_start, period_end=invoice.period_end, now=now, early=early
         )
-        balances = wallet_balances(tenant=invoice.tenant, lock=True)
-        applications, credits = credits_apply(invoice, balances)
-        CreditApplication.objects.bulk_create(applications)
-        lines_write(invoice, credits, first=invoice.lines.count() + 1)
-        issuer, sequence = numbers_take(issuer_id=invoice.issuer_id, count=1)
-        number_assign(invoice, issuer=issuer, sequence=sequence, now=now, early=early)
-        invoice.save()
-        if invoice.stripe_sync == StripeSync.PENDING:
-            sync_enqueue(invoice.pk)
+        draft = Draft(invoice, lines=[], first=invoice.lines.count() + 1)
+        moves = drafts_finalize([draft], now=now, early=early, with_credit={invoice.tenant_id})
+        drafts_save([draft], moves=moves, columns=FINAL_COLUMNS)
     return invoice
 
 
@@ -332,7 +365,7 @@ def invoice_transition(
             invoice.stripe_status = to
         elif invoice.stripe_sync != StripeSync.NOT_SYNCED:
             invoice.stripe_sync = StripeSync.PENDING
-            sync_enqueue(invoice.pk)
+            invoice_sync_enqueue(invoice.pk)
         invoice.save(update_fields=[*fields, "stripe_status", "stripe_sync"])
     return invoice
 
@@ -381,10 +414,3 @@ def invoice_estimate(*, tenant: Tenant, now: datetime | None = None) -> InvoiceE
         content = draft_compose(tenant=tenant, start=start, end=end, inputs=inputs)
     total = content.total_minor if content is not None else 0
     return InvoiceEstimate(start, end, tenant.billing_currency, total, now)
-
-
-def lines_write(invoice: Invoice, lines: list[LineDraft], first: int = 1) -> None:
-    InvoiceLine.objects.bulk_create(
-        InvoiceLine(invoice=invoice, position=n, **line.as_fields())
-        for n, line in enumerate(lines, start=first)
-    )

@@ -15,17 +15,14 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from billing.choices import InvoiceStatus, RunStatus
+from billing.choices import InvoiceStatus
 from billing.errors import BillingInputError
 from billing.invoicing.batch import invoices_bill_many
-from billing.invoicing.invoices import (
-    FinalizeEarly,
-    finalize_early_check,
-    invoice_bill_period,
-    invoicing_session,
-)
+from billing.invoicing.finalizing import FinalizeEarly, finalize_early_check
+from billing.invoicing.invoices import invoice_bill_period, invoicing_session
 from billing.models import InvoiceRun
 from billing.pricing.periods import tenants_by_period
+from billing.runs import run_finish, run_progress, run_start
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -94,9 +91,8 @@ def invoice_run_execute(
     run = InvoiceRun.objects.get(pk=run_id)
     # Suspended tenants too: what they used before is still owed.
     tenants = list(Tenant.objects.order_by("pk"))
-    InvoiceRun.objects.filter(pk=run.pk).update(
-        status=RunStatus.RUNNING,
-        started_at=timezone.now(),
+    run_start(
+        run,
         tenants_total=len(tenants),
         tenants_done=0,
         invoices_created=0,
@@ -126,9 +122,7 @@ def invoice_run_execute(
                 finalize=run.finalize,
                 progress=progress,
             )
-    InvoiceRun.objects.filter(pk=run.pk).update(
-        status=RunStatus.FAILED if failures else RunStatus.DONE, finished_at=timezone.now()
-    )
+    run_finish(run, failed=bool(failures))
     run.refresh_from_db()
     return run
 
@@ -174,7 +168,8 @@ def invoice_bill(*, tenant: Tenant, as_of: datetime, run: InvoiceRun | None = No
 
 
 def _progress_save(run: InvoiceRun, counts, failures, warnings) -> None:
-    InvoiceRun.objects.filter(pk=run.pk).update(
+    run_progress(
+        run,
         tenants_done=counts["done"],
         invoices_created=counts["created"],
         invoices_skipped=counts["skipped"],

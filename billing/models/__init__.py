@@ -1,5 +1,6 @@
 """Billing's models: the cost side (rates, allocation runs and results) and
-the price side (price books, plans, subscriptions, credits) and invoices."""
+the price side (price books, plans, subscriptions, credits), invoices and
+the tenants' Stripe customers."""
 
 from billing.models.budgets import BudgetState  # noqa: F401
 from billing.models.costs import (  # noqa: F401
@@ -19,6 +20,7 @@ from billing.models.invoices import (  # noqa: F401
     Issuer,
     StripeEvent,
 )
+from billing.models.payments import StripeCustomer  # noqa: F401
 from billing.models.prices import (  # noqa: F401
     CreditGrant,
     ModelPrice,

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from billing.choices import CostComponent, RateBasis, RunStatus
+from billing.models.runs import RunLifecycle
 from billing.money import COST
 from serving.choices import IdleCostPolicy, PoolKind
 from serving.models import Pool, ServedModel
@@ -114,7 +115,7 @@ class CostRate(models.Model):
         return f"{self.component} {self.amount} {self.basis} ({scope}) from {since}"
 
 
-class AllocationRun(models.Model):
+class AllocationRun(RunLifecycle):
     """One allocation of [start, end), booked or for a scenario: its status
     and progress (hours written of hours to do) for a person to watch. Each
     day is replaced in one transaction, so a run that dies leaves every day
@@ -125,17 +126,11 @@ class AllocationRun(models.Model):
     )
     start = models.DateTimeField()
     end = models.DateTimeField()
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     hours_total = models.PositiveIntegerField(default=0)
     hours_done = models.PositiveIntegerField(default=0)
     warnings = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True, default="")
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

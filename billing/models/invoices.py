@@ -15,6 +15,7 @@ from django.db.models import F, Q
 
 from billing.choices import InvoiceStatus, LineKind, RunStatus, StripeSync
 from billing.models.prices import CreditGrant
+from billing.models.runs import RunLifecycle
 from tenants.models import Tenant
 
 EXACT = {"max_digits": 38, "decimal_places": 12}  # unrounded amounts (invariant 1)
@@ -47,14 +48,13 @@ class Issuer(models.Model):
         return self.name
 
 
-class InvoiceRun(models.Model):
+class InvoiceRun(RunLifecycle):
     """One run of invoicing: every tenant whose billing period ended by
     `as_of` gets that period's invoice. Each tenant is one transaction;
     re-running skips what is finalized and rebuilds drafts. Progress
     (tenants done of tenants to do) is for a person to watch."""
 
     as_of = models.DateTimeField()
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     finalize = models.BooleanField(default=True)
     tenants_total = models.PositiveIntegerField(default=0)
     tenants_done = models.PositiveIntegerField(default=0)
@@ -62,16 +62,11 @@ class InvoiceRun(models.Model):
     invoices_skipped = models.PositiveIntegerField(default=0)
     failures = models.JSONField(default=list, blank=True)  # [{tenant, error}]
     warnings = models.JSONField(default=list, blank=True)
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
     # Asked to finalize periods that have not ended yet: why, and who asked
     # (copied onto each invoice it finalizes early).
     finalize_early_reason = models.CharField(max_length=300, blank=True, default="")
     finalize_early_by = models.CharField(max_length=200, blank=True, default="")
-    created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

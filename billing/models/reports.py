@@ -3,14 +3,14 @@ tenant and model beside the period before, as CSV and as HTML."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
-from billing.choices import ReportKind, RunStatus
+from billing.choices import ReportKind
+from billing.models.runs import RunLifecycle
 
 
-class MarginReport(models.Model):
+class MarginReport(RunLifecycle):
     """One report of [period_start, period_end): a weekly flash, a monthly
     close, or one asked for, against [previous_start, previous_end). Money
     is in `currency` (the reporting currency when it was built): revenue
@@ -29,17 +29,11 @@ class MarginReport(models.Model):
     currency = models.CharField(max_length=3, blank=True, default="")
     fx_rates = models.JSONField(default=list, blank=True)  # the conversions used
     forecast = models.JSONField(default=dict, blank=True)  # month-to-date run rate
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
     totals = models.JSONField(default=dict, blank=True)  # revenue, cost, margin (decimal strings)
     tables = models.JSONField(default=dict, blank=True)  # level -> rows, for the dashboard
     csv = models.TextField(blank=True, default="")
     html = models.TextField(blank=True, default="")
     error = models.TextField(blank=True, default="")
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-period_start", "kind"]

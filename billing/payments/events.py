@@ -17,7 +17,7 @@ from billing.choices import INVOICE_TRANSITIONS, InvoiceStatus
 from billing.invoicing.invoices import invoice_transition
 from billing.models import Invoice, StripeEvent
 from billing.payments import stripe_api
-from tenants.models import Tenant
+from billing.payments.customers import stripe_customer_unlink
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +72,7 @@ def _handle(kind: str, event: dict[str, Any], created: datetime) -> str:
         invoice_transition(invoice_id=invoice.pk, to=to, at=created, from_stripe=True)
         return f"{invoice.number} -> {to}"
     if kind == "customer.deleted":
-        unlinked = Tenant.objects.filter(stripe_customer_id=obj.get("id") or "-").update(
-            stripe_customer_id=""
-        )
+        unlinked = stripe_customer_unlink(stripe_customer_id=obj.get("id") or "")
         return f"customer unlinked from {unlinked} tenant(s)"
     return "ignored: type not handled"
 

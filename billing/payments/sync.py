@@ -11,18 +11,14 @@ and a sweep every few minutes picks up whatever is still pending."""
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
 
-from django.conf import settings
-from django.db import connection
 from django.db.models import Q
 
 from billing.choices import InvoiceStatus, StripeSync
 from billing.models import CreditNote, Invoice
 from billing.payments import stripe_api
-from billing.queueing import after_commit
-from tenants.choices import Role
-from tenants.models import Membership, Tenant
+from billing.payments.customers import stripe_customer_get_or_create
+from core.locks import advisory_lock_try
 
 logger = logging.getLogger(__name__)
 LOCK_NAMESPACE = 7_202_611  # pg advisory lock (namespace, invoice id)
@@ -35,31 +31,12 @@ PUSH_STATE = {
 }
 
 
-def tenant_customer_ensure(*, tenant: Tenant) -> str:
-    """The tenant's Stripe customer, created (once) when it has none."""
-    tenant.refresh_from_db(fields=["stripe_customer_id"])
-    if tenant.stripe_customer_id:
-        return tenant.stripe_customer_id
-    owner = (
-        Membership.objects.filter(tenant=tenant, role=Role.OWNER)
-        .select_related("user")
-        .order_by("pk")
-        .first()
-    )
-    customer = stripe_api.customer_create(
-        tenant_id=tenant.pk, name=tenant.name, email=owner.user.email if owner else None
-    )
-    Tenant.objects.filter(pk=tenant.pk).update(stripe_customer_id=customer)
-    tenant.stripe_customer_id = customer
-    return customer
-
-
 def invoice_stripe_sync(*, invoice_id: int) -> str:
     """Bring the invoice (and its credit notes) to the same state in
     Stripe. Returns the resulting sync status."""
     if not stripe_api.configured():
         return StripeSync.NOT_SYNCED
-    with _invoice_lock(invoice_id) as locked:
+    with advisory_lock_try((LOCK_NAMESPACE, invoice_id)) as locked:
         if not locked:
             return "busy"  # another worker is syncing it now
         invoice = Invoice.objects.select_related("tenant").get(pk=invoice_id)
@@ -95,7 +72,7 @@ def invoices_awaiting_sync() -> list[int]:
 
 
 def _push(invoice: Invoice) -> None:
-    customer = tenant_customer_ensure(tenant=invoice.tenant)
+    customer = stripe_customer_get_or_create(tenant=invoice.tenant)
     if not invoice.stripe_invoice_id:
         stripe_id = stripe_api.invoice_create(
             invoice_id=invoice.pk,
@@ -148,34 +125,3 @@ def _save(invoice: Invoice, **fields) -> None:
     for name, value in fields.items():
         setattr(invoice, name, value)
     Invoice.objects.filter(pk=invoice.pk).update(**fields)
-
-
-@contextmanager
-def _invoice_lock(invoice_id: int):
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, invoice_id])
-        locked = cursor.fetchone()[0]
-    try:
-        yield locked
-    finally:
-        if locked:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [LOCK_NAMESPACE, invoice_id])
-
-
-def sync_enqueue(invoice_id: int) -> None:
-    """After the current transaction commits, hand the invoice to a worker.
-    The caller has marked it pending in that transaction, so if the broker
-    refuses, the sweep (billing.stripe_sweep) queues it later; the reason
-    is kept in stripe_error meanwhile."""
-    if not settings.STRIPE_API_KEY:
-        return
-    from billing.tasks import invoice_stripe_sync_task
-
-    after_commit(
-        lambda: invoice_stripe_sync_task.delay(invoice_id),
-        what=f"Stripe sync of invoice {invoice_id} (the Stripe sweep will retry)",
-        on_refused=lambda reason: Invoice.objects.filter(
-            pk=invoice_id, stripe_sync=StripeSync.PENDING
-        ).update(stripe_error=reason),
-    )

@@ -12,16 +12,17 @@ from collections import defaultdict
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from itertools import pairwise
 
-from django.db.models import Case, Count, IntegerField, Q, Sum, Value, When
+from django.db.models import Count, Q
 
 from billing.choices import TokenKind
 from billing.models import ModelPrice, PriceBook, Subscription
 from billing.pricing.periods import subscriptions_at
-from metering.models import UsageRollup
+from core.calendar import month_hours, month_start, months_add
+from metering.selectors import usage_by_stretch
 from serving.choices import PoolKind
 from serving.models import Gpu, Reservation, ServedModel
 from tenants.models import Tenant
@@ -120,25 +121,8 @@ def rating_inputs(
         )
         or {start}
     )
-    segment = Case(
-        *(When(hour__lt=edge, then=Value(n)) for n, edge in enumerate(edges[1:])),
-        default=Value(len(edges) - 1),
-        output_field=IntegerField(),
-    )
-    rollups = UsageRollup.objects.filter(hour__gte=start, hour__lt=end, served_model__isnull=False)
-    if len(ids) < 100:
-        rollups = rollups.filter(tenant_id__in=ids)
-    rows = (
-        rollups.annotate(segment=segment)
-        .values_list("tenant_id", "segment", "served_model_id")
-        .annotate(
-            prompt=Sum("prompt_tokens"),
-            cached=Sum("cached_tokens"),
-            completion=Sum("completion_tokens"),
-            seconds=Sum("device_seconds"),
-            rows=Count("pk"),
-        )
-        .order_by("tenant_id", "segment", "served_model_id")
+    rows = usage_by_stretch(
+        start=start, end=end, edges=edges, tenant_ids=ids if len(ids) < 100 else None
     )
     # Model names looked up here: joining them in SQL costs more than the sums.
     names = dict(ServedModel.objects.values_list("pk", "name"))
@@ -195,8 +179,8 @@ class Books:
         edges = {start}
         for b in self.books:
             edges.update(t for t in (b.effective_from, b.effective_to) if t and start < t < end)
-        month = _month_start(start)
-        while (month := _next_month(month)) < end:
+        month = month_start(start)
+        while (month := months_add(month, 1)) < end:
             edges.add(month)
         return edges
 
@@ -331,12 +315,12 @@ def _charges_dedicated(gpus: int, *, start, end, books: Books) -> list[Charge]:
     for since, used in _stretches(start, end, books):
         book = books.at(since)
         if book is not None and book.dedicated_per_gpu_month:
-            hours[(book.pk, book.dedicated_per_gpu_month, _hours_in_month(since))] += used
+            hours[(book.pk, book.dedicated_per_gpu_month, month_hours(since))] += used
     lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
-    for (book_id, unit, month_hours), used in hours.items():
+    for (book_id, unit, hours_in_month), used in hours.items():
         line = lines[(book_id, unit)]
-        line[0] += used * gpus / month_hours
-        line[1] += used * gpus * unit / month_hours
+        line[0] += used * gpus / hours_in_month
+        line[1] += used * gpus * unit / hours_in_month
     return [
         Charge(
             "dedicated", "Dedicated GPUs (GPU-months)", q, unit, amount, book=books.label(book_id)
@@ -384,16 +368,3 @@ def _stretches(start: datetime, end: datetime, books: Books):
     edges = [*sorted(e for e in books.edges(start, end) if start <= e < end), end]
     for since, until in pairwise(edges):
         yield since, Decimal((until - since).total_seconds()) / 3600
-
-
-def _month_start(moment: datetime) -> datetime:
-    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def _next_month(month: datetime) -> datetime:
-    return (month + timedelta(days=32)).replace(day=1)
-
-
-def _hours_in_month(moment: datetime) -> Decimal:
-    first = _month_start(moment)
-    return Decimal((_next_month(first) - first).total_seconds()) / 3600

@@ -8,10 +8,8 @@ from __future__ import annotations
 from datetime import datetime
 from itertools import pairwise
 
-from django.db.models import F, Max, Min, Sum
-
 from billing.pricing.rating import price_books
-from metering.models import UsageRollup
+from metering.selectors import usage_of_models_by_tenant
 from serving.models import ServedModel
 from tenants.choices import Tier
 
@@ -27,19 +25,7 @@ def unpriced_usage(*, start: datetime, end: datetime) -> list[dict]:
             unpriced = catalogue - books.priced_models(books.at(since))
             if not unpriced:
                 continue  # the usual case: no rollup needs reading
-            rows = (
-                UsageRollup.objects.filter(
-                    hour__gte=since, hour__lt=until, tenant__tier=tier, served_model_id__in=unpriced
-                )
-                .values(tenant_slug=F("tenant__slug"), model=F("served_model__name"))
-                .annotate(
-                    tokens=Sum(F("prompt_tokens") + F("completion_tokens")),
-                    requests=Sum(F("requests_ok") + F("requests_aborted") + F("requests_error")),
-                    first_hour=Min("hour"),
-                    last_hour=Max("hour"),
-                )
-                .filter(tokens__gt=0)
-            )
+            rows = usage_of_models_by_tenant(start=since, end=until, tier=tier, model_ids=unpriced)
             for row in rows:
                 key = (row["tenant_slug"], row["model"])
                 if key not in found:

@@ -19,19 +19,17 @@ from __future__ import annotations
 
 import io
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 
 import numpy as np
 import pandas as pd
 from django.template.loader import render_to_string
-from django.utils import timezone
 
 from billing.choices import ReportKind, RunStatus
 from billing.errors import FxError
 from billing.models import MarginReport
 from billing.money import from_nano
-from billing.pricing.periods import period_containing
 from billing.reports.margins import (
     LEVELS,
     MONEY,
@@ -42,6 +40,8 @@ from billing.reports.margins import (
     margin_totals,
     original_columns,
 )
+from billing.runs import run_finish, run_start
+from core.calendar import day_start, month_containing, month_start, months_add
 from core.fixed_point import fixed_point
 
 logger = logging.getLogger(__name__)
@@ -54,20 +54,20 @@ def report_period(*, kind: str, now: datetime) -> tuple[datetime, datetime]:
     """The period a scheduled report covers: the last whole ISO week (flash),
     the last calendar month (close), or this month up to today (month to
     date; on the 1st, the whole of last month), UTC."""
-    today = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    today = day_start(now)
     if kind == ReportKind.FLASH:
         monday = today - timedelta(days=today.weekday())
         return monday - timedelta(days=7), monday
-    this_month, _ = period_containing(anchor_day=1, moment=today)
+    this_month = month_start(today)
     if kind == ReportKind.MONTH_TO_DATE and today > this_month:
         return this_month, today
-    return period_containing(anchor_day=1, moment=this_month - timedelta(days=1))
+    return months_add(this_month, -1), this_month
 
 
 def previous_period(*, kind: str, start: datetime, end: datetime) -> tuple[datetime, datetime]:
     """What a report of [start, end) is compared with (see the module)."""
     if kind in (ReportKind.CLOSE, ReportKind.MONTH_TO_DATE):
-        previous_start, _ = period_containing(anchor_day=1, moment=start - timedelta(days=1))
+        previous_start = month_start(start - timedelta(days=1))
         if kind == ReportKind.CLOSE:
             return previous_start, start
         # The same days of the month before, clamped at that month's end.
@@ -78,9 +78,9 @@ def previous_period(*, kind: str, start: datetime, end: datetime) -> tuple[datet
 def month_run_rate(*, start: datetime, end: datetime) -> tuple[datetime, datetime] | None:
     """The calendar month [start, end) is the beginning of, if it is one
     (starts on the 1st, ends inside that month or at its end)."""
-    month_start, month_end = period_containing(anchor_day=1, moment=start)
-    if start == month_start and end <= month_end:
-        return month_start, month_end
+    first, after = month_containing(start)
+    if start == first and end <= after:
+        return first, after
     return None
 
 
@@ -119,7 +119,8 @@ def margin_report_request(
 
 def margin_report_build(*, report_id: int) -> MarginReport:
     report = MarginReport.objects.get(pk=report_id)
-    MarginReport.objects.filter(pk=report.pk).update(status=RunStatus.RUNNING)
+    run_start(report)
+    error: str | None = None
     try:
         now = margin_data(start=report.period_start, end=report.period_end)
         before = margin_data(start=report.previous_start, end=report.previous_period_end)
@@ -141,15 +142,14 @@ def margin_report_build(*, report_id: int) -> MarginReport:
             level: [_json_row(row) for row in context[f"{level}s"]] for level in LEVELS
         }
         report.html = render_to_string("billing/margin_report.html", {"report": report, **context})
-        report.status, report.error = RunStatus.DONE, ""
     except FxError as exc:  # a rate or a cost currency to enter: no stack trace needed
         logger.warning("margin report %s failed: %s", report.pk, exc)
-        report.status, report.error = RunStatus.FAILED, str(exc)
+        error = str(exc)
     except Exception as exc:
         logger.exception("margin report %s failed", report.pk)
-        report.status, report.error = RunStatus.FAILED, f"{type(exc).__name__}: {exc}"
-    report.finished_at = timezone.now()
-    report.save()
+        error = f"{type(exc).__name__}: {exc}"
+    report.save()  # its content, as far as it was built
+    run_finish(report, failed=error is not None, error=error or "")
     return report
 
 

@@ -39,7 +39,7 @@ from billing.errors import CostCurrencyError
 from billing.models import CostRate, PoolHourCost
 from billing.reports.fx import FxConversion, fx_convert_nano, fx_period_rate, reporting_currency
 from billing.reports.revenue import revenue_rows
-from metering.models import UsageRollup
+from metering.selectors import usage_tokens_by_tenant_pool_model
 from serving.models import Gpu, Pool, ServedModel
 from tenants.models import Tenant
 
@@ -262,11 +262,7 @@ def _unabsorbed(*, start, end, pools) -> pd.DataFrame:
 
 def _tokens(*, start, end, pools, tenants) -> pd.DataFrame:
     models = dict(ServedModel.objects.values_list("pk", "name"))
-    rows = (
-        UsageRollup.objects.filter(hour__gte=start, hour__lt=end)
-        .values("tenant_id", "pool_id", "served_model_id")
-        .annotate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
-    )
+    rows = usage_tokens_by_tenant_pool_model(start=start, end=end)
     return pd.DataFrame(
         [
             {

@@ -19,13 +19,13 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from django.db.models import Q, Sum
+from django.db.models import Q
 
 from billing.money import to_nano
 from billing.pricing.periods import tenants_by_period
 from billing.pricing.rating import Charge, charges_compute, rating_inputs, rating_session
 from metering.apportion import apportion
-from metering.models import UsageRollup
+from metering.selectors import usage_by_tenant_pool_model
 from serving.choices import PoolKind
 from serving.models import Gpu, Pool, Reservation, ServedModel
 from tenants.models import Tenant
@@ -62,16 +62,7 @@ def revenue_rows(*, start: datetime, end: datetime) -> pd.DataFrame:
 def _usage(*, start, end) -> dict[int, dict[tuple, dict[str, float]]]:
     """tenant -> (pool id, model name) -> token and device-second totals."""
     out: dict[int, dict[tuple, dict[str, float]]] = defaultdict(dict)
-    rows = (
-        UsageRollup.objects.filter(hour__gte=start, hour__lt=end, served_model__isnull=False)
-        .values("tenant_id", "pool_id", "served_model_id")
-        .annotate(
-            prompt=Sum("prompt_tokens"),
-            cached=Sum("cached_tokens"),
-            completion=Sum("completion_tokens"),
-            seconds=Sum("device_seconds"),
-        )
-    )
+    rows = usage_by_tenant_pool_model(start=start, end=end)
     names = dict(ServedModel.objects.values_list("pk", "name"))  # cheaper than a join
     for row in rows:
         out[row["tenant_id"]][(row["pool_id"], names[row["served_model_id"]])] = {

@@ -17,6 +17,7 @@ from billing.costs.selectors import (
     unallocated_summary,
 )
 from billing.models import AllocationRun
+from billing.web.forms import PeriodFilterForm
 from tenants.access import finance_staff_required
 
 PERIODS = {"7": 7, "30": 30, "90": 90, "365": 365}
@@ -29,7 +30,7 @@ def costs(request):
 
 def costs_page(request, *, error: str = "", http_status: int = 200):
     """The page, with a run form's error when there is one."""
-    days = PERIODS.get(request.GET.get("days", "7"), 7)
+    days = PeriodFilterForm(request.GET, periods=PERIODS, default=7).days_value()
     end = timezone.now().replace(minute=0, second=0, microsecond=0)
     start = end - timedelta(days=days)
     tiers = unallocated_summary(start=start, end=end, group_by="tier")

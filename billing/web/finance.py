@@ -21,13 +21,15 @@ from billing.choices import ReportKind
 from billing.costs.selectors import margin_report_failed_after, margin_report_latest
 from billing.models import MarginReport
 from billing.pricing.unbilled import unpriced_usage
-from billing.web.portal import usage_context
+from billing.web.forms import PeriodFilterForm
+from billing.web.portal import usage_context, usage_days
 from metering.selectors import reconciliation_gaps
 from serving.models import ServedModel
 from tenants.access import finance_staff_required
 from tenants.models import Tenant
 
 MODEL_TENANTS_SHOWN = 50  # the rest are in the report's CSV
+RECONCILIATION_DAYS = {"1": 1, "7": 7, "30": 30}
 PREVIOUS_LABEL = {
     ReportKind.MONTH_TO_DATE: "same days last month",
     ReportKind.CLOSE: "last month",
@@ -95,7 +97,7 @@ def finance_overview(request):
 @finance_staff_required
 def finance_tenant(request, slug: str):
     tenant = get_object_or_404(Tenant, slug=slug)
-    context = usage_context(tenant=tenant, days=request.GET.get("days", "30"))
+    context = usage_context(tenant=tenant, days=usage_days(request))
     report = margin_report_latest()
     rows = report.tables.get("tenant", []) if report else []
     context |= report_context(report) | {
@@ -108,7 +110,7 @@ def finance_tenant(request, slug: str):
 
 @finance_staff_required
 def reconciliation(request):
-    days = {"1": 1, "7": 7, "30": 30}.get(request.GET.get("days", "7"), 7)
+    days = PeriodFilterForm(request.GET, periods=RECONCILIATION_DAYS, default=7).days_value()
     end = timezone.now()
     start = end - timedelta(days=days)
     gaps, totals = reconciliation_gaps(start=start, end=end)

@@ -4,7 +4,7 @@ downloadable as a self-contained HTML file that prints to PDF. Finance
 staff act on it there: finalize, mark paid, void, mark uncollectible,
 issue a credit note. A draft whose period has not ended offers "Finalize
 early" with a required reason instead of "Finalize" (the same rule as the
-API and the invoice run: billing.invoicing.invoices.finalize_early_check)."""
+API and the invoice run: billing.invoicing.finalizing.finalize_early_check)."""
 
 from __future__ import annotations
 
@@ -20,17 +20,14 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus, RunStatus
+from billing.choices import InvoiceStatus, RunStatus
 from billing.errors import BillingInputError, InvoiceStateError
 from billing.invoicing.credit_notes import credit_note_create
-from billing.invoicing.invoices import (
-    finalize_early_request,
-    invoice_amount_due_minor,
-    invoice_status_set,
-)
+from billing.invoicing.finalizing import finalize_early_request
+from billing.invoicing.invoices import invoice_amount_due_minor, invoice_status_set
 from billing.invoicing.selectors import invoice_get, invoice_list, invoice_run_list
 from billing.models import Invoice
-from billing.money import minor_parse
+from billing.web.forms import CREDIT_NOTE, InvoiceActionForm, InvoiceFilterForm, form_error
 from tenants.access import finance_staff_required, principal_for_session
 
 PAGE_SIZE = 50
@@ -63,9 +60,7 @@ def invoices(request):
 def invoices_page(request, *, error: str = "", http_status: int = 200):
     """The list; for finance staff also the runs, and a run form's error."""
     tenant = _scope(request)
-    status = request.GET.get("status") or None
-    if status not in (None, *InvoiceStatus.values):
-        status = None
+    status = InvoiceFilterForm(request.GET).status_value()
     page = Paginator(invoice_list(tenant=tenant, status=status), PAGE_SIZE).get_page(
         request.GET.get("page")
     )
@@ -105,28 +100,25 @@ def invoice_action(request, pk: int):
     """One of finance staff's moves; a bad one re-shows the invoice with a
     400 naming the field, a refused one with a 409; nothing is changed."""
     invoice = _invoice(request, pk)
-    action = request.POST.get("action", "")
+    form = InvoiceActionForm(request.POST, currency=invoice.currency)
+    if not form.is_valid():
+        return _document(request, invoice, error=form_error(form), status=400)
+    action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
     try:
-        if action == "credit_note":
+        if action == CREDIT_NOTE:
             note = credit_note_create(
                 invoice_id=invoice.pk,
-                amount_minor=minor_parse(
-                    request.POST.get("amount", ""), invoice.currency, field="amount"
-                ),
-                reason=request.POST.get("reason", ""),
+                amount_minor=form.cleaned_data["amount"],
+                reason=reason,
                 created_by=request.user,
             )
             messages.success(request, f"Credit note {note.number} issued.")
-        elif action in dict(INVOICE_TARGET_STATUSES):
+        else:
             early = None
-            if request.POST.get("finalize_early"):
-                early = finalize_early_request(
-                    reason=request.POST.get("reason"), by=request.user.get_username()
-                )
+            if form.cleaned_data["finalize_early"]:
+                early = finalize_early_request(reason=reason, by=request.user.get_username())
             invoice = invoice_status_set(invoice_id=invoice.pk, to=action, early=early)
             messages.success(request, f"Invoice {invoice.number} is now {invoice.status}.")
-        else:
-            raise BillingInputError("action", f"unknown action {action!r}")
     except BillingInputError as error:
         return _document(request, invoice, error=f"{error.field}: {error.message}", status=400)
     except InvoiceStateError as error:

@@ -20,6 +20,7 @@ from billing.invoicing.invoices import invoice_estimate
 from billing.invoicing.selectors import days_overdue, invoice_list, invoices_open
 from billing.pricing.budgets import budget_spend
 from billing.pricing.periods import tenant_period
+from billing.web.forms import PeriodFilterForm
 from metering.selectors import UsageQuery, requests_recent, usage_summary
 from tenants.access import principal_for_session
 
@@ -31,14 +32,18 @@ def usage(request):
     principal = principal_for_session(request)
     if principal is None or principal.tenant is None:
         raise PermissionDenied  # finance staff pick a tenant on the finance pages
-    context = usage_context(tenant=principal.tenant, days=request.GET.get("days", "30"))
+    context = usage_context(tenant=principal.tenant, days=usage_days(request))
     return render(request, "billing/usage.html", context)
 
 
-def usage_context(*, tenant, days: str) -> dict:
+def usage_days(request) -> int:
+    """The usage page's period: `?days=` among DAYS, 30 by default."""
+    return PeriodFilterForm(request.GET, periods=DAYS, default=30).days_value()
+
+
+def usage_context(*, tenant, days: int) -> dict:
     """What the usage page shows of one tenant (its portal, or finance
-    staff's drill-down into it)."""
-    days = DAYS.get(days, 30)
+    staff's drill-down into it) over the last `days`."""
     now = timezone.now()
     end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     start = (end - timedelta(days=days)).replace(hour=0)

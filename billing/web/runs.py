@@ -5,8 +5,6 @@ the page with a 400 naming the field, and nothing is queued."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
-
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -16,41 +14,23 @@ from django.views.decorators.http import require_POST
 
 from billing.costs.runs import allocation_run_create
 from billing.errors import BillingInputError, InvoicePeriodOpenError
-from billing.invoicing.invoices import finalize_early_request
+from billing.invoicing.finalizing import finalize_early_request
 from billing.invoicing.runs import invoice_run_create
 from billing.tasks import allocation_run_enqueue, invoice_run_enqueue
 from billing.web.costs import costs_page
+from billing.web.forms import AllocationRunForm, InvoiceRunForm, form_error
 from billing.web.invoices import invoices_page
 from tenants.access import finance_staff_required
-
-
-def day_parse(text: str, *, field: str) -> datetime:
-    """A YYYY-MM-DD form field as that day's 00:00 UTC."""
-    try:
-        day = date.fromisoformat(text.strip())
-    except ValueError:
-        raise BillingInputError(field, "a day as YYYY-MM-DD is needed") from None
-    return datetime(day.year, day.month, day.day, tzinfo=UTC)
-
-
-def allocation_period(post) -> tuple[datetime, datetime]:
-    """[first day 00:00, the day after the last day 00:00), cut at the
-    current hour: hours still to come have nothing to allocate yet."""
-    start = day_parse(post.get("first_day", ""), field="first_day")
-    end = day_parse(post.get("last_day", ""), field="last_day") + timedelta(days=1)
-    if end <= start:
-        raise BillingInputError("last_day", "must be on or after first_day")
-    now_hour = timezone.now().astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    if start >= now_hour:
-        raise BillingInputError("first_day", "must be before the current hour")
-    return start, min(end, now_hour)
 
 
 @finance_staff_required
 @require_POST
 def allocation_run_start(request):
+    form = AllocationRunForm(request.POST)
+    if not form.is_valid():
+        return costs_page(request, error=form_error(form), http_status=400)
+    start, end = form.cleaned_data["start"], form.cleaned_data["end"]
     try:
-        start, end = allocation_period(request.POST)
         with transaction.atomic():
             run = allocation_run_create(start=start, end=end, user=request.user)
             allocation_run_enqueue(run.pk)
@@ -75,14 +55,16 @@ def invoice_run_start(request):
     than today picks periods that have not ended: refused (409) unless
     drafts, or `finalize_early` with a reason (the rule of the API and the
     command, in invoice_run_create)."""
-    text = request.POST.get("as_of", "").strip()
-    finalize = request.POST.get("drafts") != "on"
+    form = InvoiceRunForm(request.POST)
+    if not form.is_valid():
+        return invoices_page(request, error=form_error(form), http_status=400)
+    as_of = form.cleaned_data["as_of"] or timezone.now()
+    finalize = not form.cleaned_data["drafts"]
     try:
-        as_of = day_parse(text, field="as_of") if text else timezone.now()
         early = None
-        if request.POST.get("finalize_early") == "on":
+        if form.cleaned_data["finalize_early"]:
             early = finalize_early_request(
-                reason=request.POST.get("reason"), by=request.user.get_username()
+                reason=form.cleaned_data["reason"], by=request.user.get_username()
             )
         with transaction.atomic():
             run = invoice_run_create(

@@ -43,7 +43,9 @@ class TenantOut(serializers.ModelSerializer):
         ]
 
     def get_stripe_linked(self, obj: Tenant) -> bool:
-        return bool(obj.stripe_customer_id)
+        # Billing keeps the Stripe customer (billing.StripeCustomer, reached
+        # by its one-to-one's reverse name, so tenants imports no billing).
+        return hasattr(obj, "stripe_customer")
 
 
 class TenantMeOut(serializers.Serializer):

@@ -6,6 +6,7 @@ from tqdm import tqdm
 from billing.choices import RunStatus
 from billing.costs.runs import allocation_run_create, allocation_run_execute
 from billing.models import CostScenario
+from billing.tasks import allocation_run_enqueue
 
 
 def _day(value: str) -> datetime:
@@ -35,8 +36,6 @@ class Command(BaseCommand):
                 raise CommandError(f"no scenario named {scenario!r}")
         run = allocation_run_create(start=start, end=end, scenario=chosen)
         if queue:
-            from billing.tasks import allocation_run_enqueue
-
             allocation_run_enqueue(run.pk)
             run.refresh_from_db()
             if run.status == RunStatus.FAILED:

@@ -6,8 +6,9 @@ from tqdm import tqdm
 
 from billing.choices import RunStatus
 from billing.errors import BillingInputError, InvoicePeriodOpenError
-from billing.invoicing.invoices import finalize_early_request
+from billing.invoicing.finalizing import finalize_early_request
 from billing.invoicing.runs import invoice_run_create, invoice_run_execute, invoice_run_summary
+from billing.tasks import invoice_run_enqueue
 
 
 def _shell_user() -> str:
@@ -43,8 +44,6 @@ class Command(BaseCommand):
     def handle(self, *args, as_of=None, draft=False, queue=False, **options):
         run = self._run_create(as_of or datetime.now(UTC), draft=draft, **options)
         if queue:
-            from billing.tasks import invoice_run_enqueue
-
             invoice_run_enqueue(run.pk)
             run.refresh_from_db()
             if run.status == RunStatus.FAILED:

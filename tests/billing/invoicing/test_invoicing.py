@@ -15,8 +15,8 @@ from django.utils import timezone
 from billing.choices import InvoiceStatus, LineKind
 from billing.errors import BillingInputError, InvoiceStateError
 from billing.invoicing.credit_notes import credit_note_create
+from billing.invoicing.finalizing import FinalizeEarly
 from billing.invoicing.invoices import (
-    FinalizeEarly,
     invoice_amount_due_minor,
     invoice_draft_build,
     invoice_finalize,
@@ -128,6 +128,43 @@ def test_a_draft_is_rebuilt_with_new_usage_and_keeps_its_row(world):
     assert outcome == "rebuilt" and rebuilt.pk == draft.pk
     assert rebuilt.total_minor == 800 and rebuilt.number == ""
     assert Invoice.objects.count() == 1
+
+
+def test_the_run_takes_the_one_tenant_path_drafts_keep_their_rows_credit_is_spent(
+    world, monkeypatch
+):
+    """One path for one tenant and for a run: the run rebuilds a draft in
+    place, spends prepaid credit as finalizing one invoice does, and a
+    tenant whose rating fails keeps its draft as it was."""
+    import billing.invoicing.invoices as invoices
+
+    world.price()
+    _october(world, world.a, completion=1_000_000)  # $4.00
+    _october(world, world.b, completion=1_000_000)
+    draft_a = _invoice(world.a, finalize=False)
+    draft_b = _invoice(world.b, finalize=False)
+    CreditGrant.objects.create(tenant=world.a, amount=D("1.5"), granted_at=OCT)
+    _october(world, world.a, completion=1_000_000)  # $8.00 now
+    real = invoices.charges_compute
+
+    def broken_for_bravo(*, tenant, **kw):
+        if tenant == world.b:
+            raise RuntimeError("rating blew up")
+        return real(tenant=tenant, **kw)
+
+    monkeypatch.setattr(invoices, "charges_compute", broken_for_bravo)
+
+    run = invoice_run_execute(run_id=invoice_run_create(as_of=NOV + timedelta(days=1)).pk)
+
+    assert [f["tenant"] for f in run.failures] == [world.b.slug]
+    alpha = Invoice.objects.get(tenant=world.a)
+    assert (alpha.pk, alpha.number, alpha.total_minor) == (draft_a.pk, "INV-000001", 650)
+    credit = alpha.lines.get(kind=LineKind.CREDIT)
+    assert (credit.position, credit.amount_minor) == (2, -150)
+    assert alpha.credit_applications.get().amount_minor == 150
+    bravo = Invoice.objects.get(tenant=world.b)  # untouched: still the draft it was
+    assert (bravo.pk, bravo.status, bravo.total_minor) == (draft_b.pk, "draft", 400)
+    assert bravo.lines.count() == 1
 
 
 def test_prepaid_credit_is_spent_soonest_expiry_first_and_returned_when_void(world):

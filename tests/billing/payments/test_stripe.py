@@ -14,11 +14,13 @@ import pytest
 from billing.choices import InvoiceStatus, StripeSync
 from billing.invoicing.credit_notes import credit_note_create
 from billing.invoicing.invoices import invoice_draft_build, invoice_finalize, invoice_transition
-from billing.models import CreditGrant, Invoice, StripeEvent
+from billing.models import CreditGrant, Invoice, StripeCustomer, StripeEvent
 from billing.payments import stripe_api
 from billing.payments.sync import invoice_stripe_sync, invoices_awaiting_sync
 from billing.tasks import stripe_sweep_task
 from tests.billing.conftest import NOV, OCT
+from tests.conftest import client_for_user
+from tests.factories import make_finance_user
 from tests.stripe_fake import sign
 
 WEBHOOK = "/stripe/webhook"
@@ -53,8 +55,12 @@ def test_finalizing_creates_the_customer_items_and_invoice_once(world, invoice, 
     assert invoice_stripe_sync(invoice_id=invoice.pk) == StripeSync.SYNCED
 
     _assert_one_stripe_invoice(stripe_fake, invoice)
-    world.a.refresh_from_db()
-    assert world.a.stripe_customer_id in stripe_fake.customers
+    customer = StripeCustomer.objects.get(tenant=world.a)
+    assert customer.stripe_customer_id in stripe_fake.customers
+    assert not StripeCustomer.objects.filter(tenant=world.b).exists()
+    tenants = client_for_user(make_finance_user()).get("/api/v1/tenants").json()
+    linked = {t["slug"]: t["stripe_linked"] for t in tenants}
+    assert linked[world.a.slug] is True and linked[world.b.slug] is False
     writes = len(stripe_fake.writes)
     invoice_stripe_sync(invoice_id=invoice.pk)  # again: nothing new
     assert len(stripe_fake.writes) == writes
@@ -207,12 +213,16 @@ def test_events_about_failed_payments_unknown_ids_and_deleted_customers(
     stranger = _deliver(client, stripe_fake.event("invoice.paid", {"id": "in_someone_else"}))
     assert stranger.status_code == 200 and "no invoice" in stranger.json()["outcome"]
 
-    world.a.stripe_customer_id = "cus_gone"
-    world.a.save(update_fields=["stripe_customer_id"])
+    StripeCustomer.objects.update_or_create(
+        tenant=world.a, defaults={"stripe_customer_id": "cus_gone"}
+    )
+    StripeCustomer.objects.create(tenant=world.b, stripe_customer_id="cus_kept")
     deleted = stripe_fake.event("customer.deleted", {"id": "cus_gone", "object": "customer"})
-    assert _deliver(client, deleted).status_code == 200
-    world.a.refresh_from_db()
-    assert world.a.stripe_customer_id == ""
+    response = _deliver(client, deleted)
+    assert response.status_code == 200
+    assert response.json()["outcome"] == "customer unlinked from 1 tenant(s)"
+    assert not StripeCustomer.objects.filter(tenant=world.a).exists()
+    assert StripeCustomer.objects.get(tenant=world.b).stripe_customer_id == "cus_kept"
     assert (
         StripeEvent.objects.get(type="customer.deleted").payload["data"]["object"]["id"]
         == "cus_gone"

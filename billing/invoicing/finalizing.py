@@ -1,0 +1,217 @@
+"""Finalizing drafts, and writing them; the one-tenant and the run's
+paths (billing.invoicing.invoices) both come through here.
+
+A period that has not ended is finalized only when asked to "finalize
+early" with a reason (recorded on the invoice); otherwise it is refused
+(409). One rule, `finalize_early_check`, for the invoice page, the API,
+the invoice run and `manage.py invoice`.
+
+Finalizing applies prepaid credit, then numbers: `invoices_number` is
+the one numbering of invoices, a gapless block per issuer. `drafts_save`
+is the one write of drafts, new or kept, moved on to finalized or paid
+once their lines are in. Locks follow those the callers took (the
+tenants, their invoices): each tenant's credit grants, then the issuers
+by id, last and for the shortest time. A finalized invoice's Stripe sync
+is queued by task name after the commit (billing.queueing), so invoicing
+imports nothing of payments or of the tasks."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from billing.choices import InvoiceStatus, StripeSync
+from billing.errors import BillingInputError, InvoicePeriodOpenError
+from billing.invoicing.credits import credits_plan, wallet_balances
+from billing.invoicing.lines import LineDraft, credit_line
+from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
+from billing.queueing import invoice_sync_enqueue
+
+# What finalizing sets on an invoice (credits_apply, number_assign); its
+# status moves on apart (drafts_save).
+FINAL_COLUMNS = [
+    "total_minor",
+    "sequence",
+    "number",
+    "finalized_at",
+    "due_at",
+    "stripe_sync",
+    "paid_at",
+    "finalized_early_reason",
+    "finalized_early_by",
+]
+
+
+@dataclass(frozen=True)
+class FinalizeEarly:
+    """A request to finalize before the billing period ends: why, and who
+    asked (a user name, or who ran the command)."""
+
+    reason: str
+    by: str
+
+
+REASON_MAX = 300
+
+
+def finalize_early_request(*, reason: str | None, by: str) -> FinalizeEarly:
+    """A checked request to finalize early: a reason is required."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise BillingInputError("reason", "finalizing early needs a reason (it is recorded)")
+    if len(reason) > REASON_MAX:
+        raise BillingInputError("reason", f"at most {REASON_MAX} characters")
+    return FinalizeEarly(reason=reason, by=(by or "unknown")[:200])
+
+
+def finalize_early_check(
+    *, period_start: datetime, period_end: datetime, now: datetime, early: FinalizeEarly | None
+) -> FinalizeEarly | None:
+    """The one rule for finalizing: a period that has ended is finalized
+    as usual (None); one that has not is refused unless finalizing early
+    was asked for, and then that request is what the invoice records."""
+    if period_end <= now:
+        return None
+    if early is None:
+        raise InvoicePeriodOpenError(period_start=period_start, period_end=period_end)
+    return early
+
+
+def finalize_early_of_run(run: InvoiceRun | None) -> FinalizeEarly | None:
+    if run is None or not run.finalize_early_reason:
+        return None
+    return FinalizeEarly(reason=run.finalize_early_reason, by=run.finalize_early_by)
+
+
+@dataclass
+class Draft:
+    """An invoice being written as a draft: its row (new, or a draft kept),
+    the lines to add from position `first` on, the credit it spends."""
+
+    invoice: Invoice
+    lines: list[LineDraft]
+    first: int = 1
+    applications: list[CreditApplication] = field(default_factory=list)
+
+
+def drafts_finalize(
+    drafts: list[Draft], *, now: datetime, early: FinalizeEarly | None, with_credit: set[int]
+) -> dict[str, list[Invoice]]:
+    """Drafts -> finalized, in memory: prepaid credit applied (a tenant
+    holding grants has them locked, spends them, gets credit lines), then
+    numbered; grouped by the status each moves on to (invoices_number)."""
+    for draft in drafts:
+        invoice = draft.invoice
+        if invoice.tenant_id in with_credit:
+            balances = wallet_balances(tenant=invoice.tenant, lock=True)
+            draft.applications, credits = credits_apply(invoice, balances)
+            draft.lines += credits
+    return invoices_number([d.invoice for d in drafts], now=now, early=early)
+
+
+def credits_apply(invoice: Invoice, balances) -> tuple[list, list[LineDraft]]:
+    """Prepaid credit for the invoice: (applications, credit lines), the
+    invoice's total reduced in memory."""
+    applications, lines = [], []
+    for grant, minor in credits_plan(
+        invoice=invoice, balances=balances, due_minor=invoice.total_minor
+    ):
+        applications.append(CreditApplication(grant=grant, invoice=invoice, amount_minor=minor))
+        lines.append(
+            credit_line(
+                grant=grant,
+                minor=minor,
+                currency=invoice.currency,
+                start=invoice.period_start,
+                end=invoice.period_end,
+            )
+        )
+        invoice.total_minor -= minor
+    return applications, lines
+
+
+def invoices_number(
+    invoices: list[Invoice], *, now: datetime, early: FinalizeEarly | None
+) -> dict[str, list[Invoice]]:
+    """The one numbering of invoices: per issuer (in id order), a block of
+    consecutive numbers taken under the issuer's row lock until the
+    transaction ends (a rollback gives them back), in the invoices' order.
+    Each invoice is finalized in memory (number_assign) but stays a draft
+    there until written (drafts_save); returned grouped by the status it
+    moves on to."""
+    by_issuer: dict[int, list[Invoice]] = defaultdict(list)
+    for invoice in invoices:
+        by_issuer[invoice.issuer_id].append(invoice)
+    moves: dict[str, list[Invoice]] = defaultdict(list)
+    for issuer_id in sorted(by_issuer):
+        mine = by_issuer[issuer_id]
+        issuer = Issuer.objects.select_for_update().get(pk=issuer_id)
+        first = issuer.next_invoice_number
+        Issuer.objects.filter(pk=issuer_id).update(next_invoice_number=first + len(mine))
+        for n, invoice in enumerate(mine):
+            number_assign(invoice, issuer=issuer, sequence=first + n, now=now, early=early)
+            moves[invoice.status].append(invoice)
+            invoice.status = InvoiceStatus.DRAFT
+    return moves
+
+
+def number_assign(
+    invoice: Invoice,
+    *,
+    issuer: Issuer,
+    sequence: int,
+    now: datetime,
+    early: FinalizeEarly | None = None,
+) -> None:
+    """Draft -> finalized, in memory: number, dates, Stripe status, and
+    (its period not ended, checked by finalize_early_check) why early."""
+    if invoice.period_end > now:
+        if early is None:  # the callers check first; never number an open period silently
+            raise InvoicePeriodOpenError(
+                period_start=invoice.period_start, period_end=invoice.period_end
+            )
+        invoice.finalized_early_reason = early.reason
+        invoice.finalized_early_by = early.by
+    invoice.sequence = sequence
+    invoice.number = f"{issuer.invoice_prefix}-{sequence:06d}"
+    invoice.status = InvoiceStatus.FINALIZED
+    invoice.finalized_at = now
+    invoice.due_at = now + timedelta(days=settings.BILLING["NET_DAYS"])
+    invoice.stripe_sync = StripeSync.PENDING if settings.STRIPE_API_KEY else StripeSync.NOT_SYNCED
+    if invoice.total_minor == 0:  # covered by credit: nothing to collect
+        invoice.status = InvoiceStatus.PAID
+        invoice.paid_at = now
+
+
+def drafts_save(
+    drafts: list[Draft], *, moves: dict[str, list[Invoice]], columns: Iterable[str]
+) -> None:
+    """Write the drafts, new rows created and kept ones rewritten (the
+    `columns` set on them), with their lines and the credit they spend,
+    all as drafts (lines may only be added to a draft); then move the
+    finalized on in one statement per status and queue their Stripe sync."""
+    kept = [d.invoice for d in drafts if d.invoice.pk is not None]
+    Invoice.objects.bulk_create(
+        [d.invoice for d in drafts if d.invoice.pk is None], batch_size=1000
+    )
+    if kept:
+        Invoice.objects.bulk_update(kept, sorted(set(columns)), batch_size=1000)
+    InvoiceLine.objects.bulk_create(
+        [
+            InvoiceLine(invoice=d.invoice, position=n, **line.as_fields())
+            for d in drafts
+            for n, line in enumerate(d.lines, start=d.first)
+        ],
+        batch_size=5000,
+    )
+    CreditApplication.objects.bulk_create([a for d in drafts for a in d.applications])
+    for status, moved in moves.items():
+        Invoice.objects.filter(pk__in=[i.pk for i in moved]).update(status=status)
+        for invoice in moved:
+            invoice.status = status
+            if invoice.stripe_sync == StripeSync.PENDING:
+                invoice_sync_enqueue(invoice.pk)

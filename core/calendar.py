@@ -1,0 +1,99 @@
+"""Calendar maths, in UTC: days, months and monthly periods from an anchor
+day (1-28), every span half-open [start, end). An aware datetime is read in
+UTC (a naive one is taken to be UTC already); a `date` is a day of the UTC
+calendar. Months are added with dateutil's relativedelta: the day is kept,
+clamped to the month's last (Jan 31 + 1 month = Feb 28, or 29)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import TypeVar
+
+import numpy as np
+from dateutil.relativedelta import relativedelta
+
+ANCHOR_DAYS = range(1, 29)  # a day every month has
+_HOUR = timedelta(hours=1)
+_DAY = timedelta(days=1)
+
+Day = TypeVar("Day", bound=date)  # a date or a datetime, returned as given
+
+
+def _in_utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def day_start(moment: datetime) -> datetime:
+    """Midnight (UTC) of the UTC day `moment` falls on."""
+    return _in_utc(moment).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def month_start(moment: date | datetime) -> datetime:
+    """The first instant (00:00 UTC on the 1st) of the UTC month of `moment`."""
+    if not isinstance(moment, datetime):
+        return datetime(moment.year, moment.month, 1, tzinfo=UTC)
+    return _in_utc(moment).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def months_add(moment: Day, months: int) -> Day:
+    """`moment` `months` calendar months later (earlier when negative), the
+    day clamped to the month's last; the time of day and zone are kept."""
+    return moment + relativedelta(months=months)
+
+
+def month_containing(moment: date | datetime) -> tuple[datetime, datetime]:
+    """The UTC calendar month of `moment`, [its 1st, the next month's 1st)."""
+    start = month_start(moment)
+    return start, months_add(start, 1)
+
+
+def month_hours(moment: date | datetime) -> Decimal:
+    """How many hours the UTC month of `moment` has (672 to 744; UTC has no
+    daylight saving, so March and October are whole days too)."""
+    start, end = month_containing(moment)
+    return Decimal((end - start) // _HOUR)
+
+
+def month_hours_array(epoch_seconds: np.ndarray) -> np.ndarray:
+    """`month_hours` of each of an array of epoch seconds (UTC), vectorised,
+    as floats."""
+    months = epoch_seconds.astype("datetime64[s]").astype("datetime64[M]")
+    length = (months + 1).astype("datetime64[s]") - months.astype("datetime64[s]")
+    return length.astype(np.int64) / int(_HOUR.total_seconds())
+
+
+def month_starts_between(start: date | datetime, end: datetime) -> list[datetime]:
+    """The first instant of each month from `start`'s up to `end` (`end`
+    itself included when it is one)."""
+    months, moment = [], month_start(start)
+    while moment <= end:
+        months.append(moment)
+        moment = months_add(moment, 1)
+    return months
+
+
+def period_containing(*, anchor_day: int, moment: datetime) -> tuple[datetime, datetime]:
+    """The monthly period that holds `moment`: from 00:00 UTC on its
+    `anchor_day` (1-28) to the same day a month later. Anchor day 1 is the
+    calendar month."""
+    if anchor_day not in ANCHOR_DAYS:
+        raise ValueError(f"an anchor day is 1 to 28, not {anchor_day}")
+    moment = _in_utc(moment)
+    start = datetime(moment.year, moment.month, anchor_day, tzinfo=UTC)
+    if moment < start:
+        start = months_add(start, -1)
+    return start, months_add(start, 1)
+
+
+def period_previous(*, anchor_day: int, start: datetime) -> tuple[datetime, datetime]:
+    """The period just before the one starting at `start`."""
+    return period_containing(anchor_day=anchor_day, moment=start - _DAY)
+
+
+def period_last_closed(*, anchor_day: int, as_of: datetime) -> tuple[datetime, datetime]:
+    """The latest period that ended at or before `as_of`."""
+    current_start, _ = period_containing(anchor_day=anchor_day, moment=as_of)
+    return period_previous(anchor_day=anchor_day, start=current_start)

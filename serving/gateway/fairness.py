@@ -1,0 +1,466 @@
+"""Fair queuing at the gateway: flow control per replica and weighted fair
+sharing across tenants, in one process (pure asyncio, no I/O).
+
+Flow control. Each replica takes at most `max_inflight` requests from this
+gateway at a time (`replica_set`); the rest wait here, in per-tenant FIFO
+queues, instead of in vLLM's first-come-first-served queue.
+
+Fairness: a virtual token counter per tenant (VTC: Sheng et al., "Fairness in
+Serving Large Language Models", OSDI 2024). A request's service is
+`input_tokens + output_weight * output_tokens`, divided by the tenant's
+weight. The prompt estimate is charged at dispatch; at release the actual
+output is charged and the estimate corrected to the actual input. When a slot
+frees on a replica, the head request of the backlogged tenant with the least
+counter, among tenants with a request that may run there, goes next.
+
+`output_weight` defaults to 2, the weight the paper evaluates with. An
+output token costs the replica more than a prompt token: each takes a
+decode step of its own and keeps its KV cache for the rest of the request,
+while prompt tokens go through prefill many at a time. Output is also priced
+above input by every major API, so a tenant's share follows what it pays
+for. 2 is a setting, not a measurement: where a replica's decode and prefill
+costs per token are known, derive it from them.
+
+No hoarded credit: a tenant that becomes backlogged has its counter lifted to
+the least counter among the backlogged tenants (to the counter of the tenant
+that last left the backlog when nobody is backlogged, as in the paper's
+algorithm; an immediate dispatch counts as joining and leaving at once).
+Service a tenant got while nobody else waited is therefore never held
+against it: newcomers start from its level. Only service on replicas that
+are not the tenant's own is charged: dedicated and reserved capacity is paid
+for separately, and spill into the shared pool joins the shared fair queue
+on equal terms.
+
+Order on a freed slot of replica r, first rule first:
+  1. requests for which r is their own (dedicated/reserved) replica, before
+     spill-over from others;
+  2. priority class, lower value first (vLLM's convention, `Caller.priority`:
+     critical 0 ... batch 100), with a starvation bound: a class with a request
+     that may run on r is passed over at most `starvation_passes` times in a
+     row (K); the next slot it may use is its own. With C classes waiting at
+     once the bound is K + C - 2 (starved classes go most-passed first). A
+     count, not an age: it guarantees a waiting lower class at least one
+     dispatch in K + 1 without ever handing a sustained overload of batch
+     traffic the whole replica, as an age-based boost would;
+  3. least VTC counter among tenants, ties to the earlier request;
+  4. FIFO within a tenant.
+Each dispatch costs O(priority classes + tenants waiting on that replica).
+A new request is dispatched at once when one of its candidates has a free
+slot: the queue is work-conserving, so a free slot means nobody who could
+use it is waiting. Candidates are tried in the order given (own first, then
+shared; within a group the caller orders by load).
+
+Memory is bounded by the per-tenant queue bound (`max_queued`, refused with
+QueueFull) times the tenants, plus one counter per tenant seen. A waiter
+that times out (QueueTimeout) or whose task is cancelled (client gone)
+leaves at once, uncharged; a slot granted to a task cancelled before it ran
+is returned and its charge undone.
+
+Scope: one event loop, one process. Counters are per process, so with N
+gateways each shares its own traffic fairly; a replica's `max_inflight`
+should then be split among them (or kept in Redis: not this module)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+OUTPUT_WEIGHT = 2
+STARVATION_PASSES = 8
+DEFAULT_MAX_QUEUED = 100
+
+_OWN, _SPILL = 0, 1  # tiers of a waiter on one of its candidate replicas
+
+
+class QueueRefused(Exception):
+    """A request that waited in (or could not join) the gateway's queue."""
+
+
+class QueueTimeout(QueueRefused):
+    def __init__(self, waited_seconds: float, timeout_seconds: float) -> None:  # ok-float
+        super().__init__(
+            f"waited {waited_seconds:.3f}s in the gateway queue (timeout {timeout_seconds:g}s)"
+        )
+        self.waited_seconds = waited_seconds
+        self.timeout_seconds = timeout_seconds
+
+
+class QueueFull(QueueRefused):
+    def __init__(self, bound: int) -> None:
+        super().__init__(f"the tenant's gateway queue is full (bound {bound})")
+        self.bound = bound
+
+
+@dataclass(slots=True, eq=False)
+class _Waiter:
+    """A request waiting for a slot on one of its candidate replicas."""
+
+    tenant_id: int
+    priority: int
+    weight: float  # ok-float: a share, not money
+    candidates: tuple[int, ...]
+    own: frozenset[int]
+    prompt_tokens: int
+    seq: int
+    enqueued_at: float  # ok-float: monotonic seconds
+    future: asyncio.Future[Slot]
+    queued: bool = False
+
+
+class Slot:
+    """One request's place on a replica, from dispatch to `release`."""
+
+    __slots__ = (
+        "_queue",
+        "_released",
+        "own",
+        "priority",
+        "prompt_tokens",
+        "queued_seconds",
+        "replica_id",
+        "tenant_id",
+        "weight",
+    )
+
+    def __init__(
+        self,
+        queue: FairQueue,
+        *,
+        replica_id: int,
+        tenant_id: int,
+        priority: int,
+        weight: float,  # ok-float
+        own: bool,
+        prompt_tokens: int,
+        queued_seconds: float,  # ok-float
+    ) -> None:
+        self._queue = queue
+        self._released = False
+        self.replica_id = replica_id
+        self.tenant_id = tenant_id
+        self.priority = priority
+        self.weight = weight
+        self.own = own
+        self.prompt_tokens = prompt_tokens
+        self.queued_seconds = queued_seconds
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self, output_tokens: int = 0, input_tokens: int | None = None) -> None:
+        """Free the slot and charge the actual service: `output_tokens` and the
+        difference between `input_tokens` (when known) and the prompt estimate
+        charged at dispatch. A request that never reached the replica releases
+        with input_tokens=0. Releasing again does nothing."""
+        if self._released:
+            return
+        self._released = True
+        correction = 0 if input_tokens is None else input_tokens - self.prompt_tokens
+        self._queue._slot_release(self, self._queue.output_weight * output_tokens + correction)
+
+    def _revoke(self) -> None:
+        """Give back a slot its task never used: free it, undo the dispatch charge."""
+        if self._released:
+            return
+        self._released = True
+        self._queue._slot_release(self, -self.prompt_tokens)
+
+
+class FairQueue:
+    """One per gateway process. Register replicas with `replica_set` (or
+    `replicas_sync` from a fleet snapshot), then `await acquire(...)` before
+    calling a replica and `slot.release(...)` after."""
+
+    def __init__(
+        self,
+        *,
+        output_weight: float = OUTPUT_WEIGHT,  # ok-float
+        starvation_passes: int = STARVATION_PASSES,
+        default_max_queued: int = DEFAULT_MAX_QUEUED,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.output_weight = output_weight
+        self.starvation_passes = starvation_passes
+        self.default_max_queued = default_max_queued
+        self._clock = clock
+        self._capacity: dict[int, int] = {}  # replica -> max_inflight
+        self._outstanding: dict[int, int] = {}  # replica -> slots granted, not released
+        self._counters: dict[int, float] = {}  # tenant -> weighted service  # ok-float
+        self._waiting: dict[int, int] = {}  # backlogged tenant -> requests waiting
+        self._depth: dict[int, int] = {}  # priority class -> requests waiting
+        self._passed: dict[int, int] = {}  # priority class -> passed over in a row
+        self._last_left: int | None = None
+        # replica -> tier -> priority -> tenant -> seq -> waiter (FIFO by seq)
+        self._index: dict[int, dict[int, dict[int, dict[int, OrderedDict[int, _Waiter]]]]] = {}
+        self._seq = itertools.count()
+
+    # --- replicas ------------------------------------------------------------
+    def replica_set(self, replica_id: int, *, max_inflight: int) -> None:
+        """Register a replica or change its limit; waiters fill new room at once."""
+        if max_inflight < 0:
+            raise ValueError("max_inflight must be >= 0")
+        self._capacity[replica_id] = max_inflight
+        self._dispatch(replica_id)
+
+    def replica_remove(self, replica_id: int) -> None:
+        """No more dispatches to it. Its slots still release normally; waiters
+        with no other candidate wait on (until it returns, or they time out)."""
+        self._capacity.pop(replica_id, None)
+        if not self._outstanding.get(replica_id):
+            self._outstanding.pop(replica_id, None)
+
+    def replicas_sync(self, max_inflight: Mapping[int, int]) -> None:
+        """Make the registered replicas exactly these (replica id -> max_inflight)."""
+        for replica_id in [r for r in self._capacity if r not in max_inflight]:
+            self.replica_remove(replica_id)
+        for replica_id, limit in max_inflight.items():
+            if self._capacity.get(replica_id) != limit:
+                self.replica_set(replica_id, max_inflight=limit)
+
+    # --- gauges --------------------------------------------------------------
+    def depth_by_priority(self) -> dict[int, int]:
+        """Requests waiting, per priority class."""
+        return dict(self._depth)
+
+    def outstanding_by_replica(self) -> dict[int, int]:
+        """Slots granted and not yet released, per replica."""
+        return dict(self._outstanding)
+
+    def tenant_depth(self, tenant_id: int) -> int:
+        return self._waiting.get(tenant_id, 0)
+
+    def tenant_service(self, tenant_id: int) -> float:  # ok-float
+        """The tenant's virtual counter (weighted service, lifted)."""
+        return self._counters.get(tenant_id, 0.0)
+
+    # --- requests ------------------------------------------------------------
+    async def acquire(
+        self,
+        tenant_id: int,
+        priority: int,
+        weight: float,  # ok-float
+        candidates: Sequence[int],
+        prompt_tokens: int,
+        *,
+        timeout: float,  # ok-float: seconds
+        own: Collection[int] = (),
+        max_queued: int | None = None,
+    ) -> Slot:
+        """A slot on the first of `candidates` (replica ids, preference order)
+        with room, at once if there is one, else when the fair order reaches
+        this request. `own`: those of the candidates that are the tenant's own
+        (dedicated/reserved) replicas. `max_queued`: the tenant's queue bound
+        (default `default_max_queued`).
+
+        Raises QueueFull when the tenant already has `max_queued` requests
+        waiting, QueueTimeout after `timeout` seconds of waiting. Cancelling
+        the awaiting task leaves the queue with nothing charged."""
+        if weight <= 0:
+            raise ValueError("weight must be > 0")
+        ordered = tuple(dict.fromkeys(candidates))
+        if not ordered:
+            raise ValueError("no candidate replicas")
+        own_set = frozenset(own)
+        for replica_id in ordered:
+            if self._has_room(replica_id):
+                self._lift(tenant_id)
+                return self._grant(
+                    replica_id,
+                    tenant_id=tenant_id,
+                    priority=priority,
+                    weight=float(weight),  # ok-float
+                    own=replica_id in own_set,
+                    prompt_tokens=prompt_tokens,
+                    queued_seconds=0.0,
+                )
+        bound = self.default_max_queued if max_queued is None else max_queued
+        if self._waiting.get(tenant_id, 0) >= bound:
+            raise QueueFull(bound)
+        if timeout <= 0:
+            raise QueueTimeout(0.0, timeout)
+        loop = asyncio.get_running_loop()
+        self._lift(tenant_id)
+        waiter = _Waiter(
+            tenant_id=tenant_id,
+            priority=priority,
+            weight=float(weight),  # ok-float
+            candidates=ordered,
+            own=own_set,
+            prompt_tokens=prompt_tokens,
+            seq=next(self._seq),
+            enqueued_at=self._clock(),
+            future=loop.create_future(),
+        )
+        self._enqueue(waiter)
+        expiry = loop.call_later(timeout, self._expire, waiter, timeout)
+        try:
+            return await waiter.future
+        except asyncio.CancelledError:
+            self._abandon(waiter)
+            raise
+        finally:
+            expiry.cancel()
+
+    # --- internals -----------------------------------------------------------
+    def _has_room(self, replica_id: int) -> bool:
+        return self._outstanding.get(replica_id, 0) < self._capacity.get(replica_id, 0)
+
+    def _lift(self, tenant_id: int) -> None:
+        """No hoarded credit: a tenant joining the backlog starts no lower than
+        the least backlogged counter (or the last to leave, if none waits)."""
+        if tenant_id in self._waiting:
+            return
+        if self._waiting:
+            floor = min(self._counters.get(t, 0.0) for t in self._waiting)
+        elif self._last_left is not None:
+            floor = self._counters.get(self._last_left, 0.0)
+        else:
+            return
+        if self._counters.get(tenant_id, 0.0) < floor:
+            self._counters[tenant_id] = floor
+
+    def _grant(
+        self,
+        replica_id: int,
+        *,
+        tenant_id: int,
+        priority: int,
+        weight: float,  # ok-float
+        own: bool,
+        prompt_tokens: int,
+        queued_seconds: float,  # ok-float
+    ) -> Slot:
+        if not own:
+            self._counters[tenant_id] = self._counters.get(tenant_id, 0.0) + prompt_tokens / weight
+        self._outstanding[replica_id] = self._outstanding.get(replica_id, 0) + 1
+        if tenant_id not in self._waiting:
+            self._last_left = tenant_id
+        return Slot(
+            self,
+            replica_id=replica_id,
+            tenant_id=tenant_id,
+            priority=priority,
+            weight=weight,
+            own=own,
+            prompt_tokens=prompt_tokens,
+            queued_seconds=queued_seconds,
+        )
+
+    def _slot_release(self, slot: Slot, tokens: int) -> None:
+        if not slot.own:
+            counter = self._counters.get(slot.tenant_id, 0.0)
+            self._counters[slot.tenant_id] = counter + tokens / slot.weight
+        left = self._outstanding.get(slot.replica_id, 0) - 1
+        if left > 0 or slot.replica_id in self._capacity:
+            self._outstanding[slot.replica_id] = max(0, left)
+        else:
+            self._outstanding.pop(slot.replica_id, None)
+        self._dispatch(slot.replica_id)
+
+    def _enqueue(self, waiter: _Waiter) -> None:
+        waiter.queued = True
+        self._waiting[waiter.tenant_id] = self._waiting.get(waiter.tenant_id, 0) + 1
+        self._depth[waiter.priority] = self._depth.get(waiter.priority, 0) + 1
+        for replica_id in waiter.candidates:
+            tier = _OWN if replica_id in waiter.own else _SPILL
+            flows = (
+                self._index.setdefault(replica_id, {})
+                .setdefault(tier, {})
+                .setdefault(waiter.priority, {})
+            )
+            flows.setdefault(waiter.tenant_id, OrderedDict())[waiter.seq] = waiter
+
+    def _dequeue(self, waiter: _Waiter) -> None:
+        if not waiter.queued:
+            return
+        waiter.queued = False
+        tenant_id, priority = waiter.tenant_id, waiter.priority
+        for replica_id in waiter.candidates:
+            tier = _OWN if replica_id in waiter.own else _SPILL
+            tiers = self._index[replica_id]
+            classes = tiers[tier]
+            flows = classes[priority]
+            fifo = flows[tenant_id]
+            del fifo[waiter.seq]
+            if not fifo:
+                del flows[tenant_id]
+                if not flows:
+                    del classes[priority]
+                    if not classes:
+                        del tiers[tier]
+                        if not tiers:
+                            del self._index[replica_id]
+        self._waiting[tenant_id] -= 1
+        if not self._waiting[tenant_id]:
+            del self._waiting[tenant_id]
+        self._depth[priority] -= 1
+        if not self._depth[priority]:
+            del self._depth[priority]
+            self._passed.pop(priority, None)
+
+    def _expire(self, waiter: _Waiter, timeout: float) -> None:  # ok-float
+        if waiter.future.done():
+            return
+        self._dequeue(waiter)
+        waited = self._clock() - waiter.enqueued_at
+        waiter.future.set_exception(QueueTimeout(waited, timeout))
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        """The waiting task was cancelled: leave the queue, or give back the
+        slot it was granted before it could run."""
+        self._dequeue(waiter)
+        future = waiter.future
+        if future.done() and not future.cancelled() and future.exception() is None:
+            future.result()._revoke()
+
+    def _pick(self, replica_id: int) -> tuple[_Waiter, Iterable[int], int] | None:
+        """The waiter next in line for a slot on this replica, the classes that
+        were eligible for it, and the class chosen (no state changes)."""
+        tiers = self._index.get(replica_id)
+        if not tiers:
+            return None
+        classes = tiers.get(_OWN) or tiers[_SPILL]
+        chosen = self._class_choose(classes)
+        flows = classes[chosen]
+        tenant_id = min(flows, key=lambda t: (self._counters.get(t, 0.0), next(iter(flows[t]))))
+        return next(iter(flows[tenant_id].values())), classes.keys(), chosen
+
+    def _class_choose(self, eligible: Iterable[int]) -> int:
+        starved = [p for p in eligible if self._passed.get(p, 0) >= self.starvation_passes]
+        if starved:
+            return max(starved, key=lambda p: (self._passed[p], -p))
+        return min(eligible)
+
+    def _passes_record(self, eligible: Iterable[int], chosen: int) -> None:
+        for priority in eligible:
+            if priority > chosen:
+                self._passed[priority] = self._passed.get(priority, 0) + 1
+        self._passed.pop(chosen, None)
+
+    def _dispatch(self, replica_id: int) -> None:
+        """Fill the replica's free slots from the queue, in the fair order."""
+        while self._has_room(replica_id):
+            picked = self._pick(replica_id)
+            if picked is None:
+                return
+            waiter, eligible, chosen = picked
+            if waiter.future.done():  # cancelled; its task has not unwound yet
+                self._dequeue(waiter)
+                continue
+            self._passes_record(list(eligible), chosen)
+            self._dequeue(waiter)
+            slot = self._grant(
+                replica_id,
+                tenant_id=waiter.tenant_id,
+                priority=waiter.priority,
+                weight=waiter.weight,
+                own=replica_id in waiter.own,
+                prompt_tokens=waiter.prompt_tokens,
+                queued_seconds=self._clock() - waiter.enqueued_at,
+            )
+            waiter.future.set_result(slot)
