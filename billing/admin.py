@@ -28,6 +28,9 @@ from billing.models import (
     Plan,
     PoolHourCost,
     PriceBook,
+    SlaCreditAdjustment,
+    SlaCreditRule,
+    SloPolicy,
     StripeCustomer,
     StripeEvent,
     Subscription,
@@ -283,3 +286,38 @@ class StripeCustomerAdmin(admin.ModelAdmin):
 class StripeEventAdmin(ReadOnlyAdmin):
     list_display = ["event_id", "type", "created", "processed_at", "outcome"]
     search_fields = ["event_id", "type"]
+
+
+class SlaCreditRuleInline(admin.TabularInline):
+    model = SlaCreditRule
+    extra = 0
+
+
+@admin.register(SloPolicy)
+class SloPolicyAdmin(admin.ModelAdmin):
+    """A plan's (or a tier's default) SLO targets and SLA credit schedule.
+    A change applies to invoices rated from then on (drafts rebuilt
+    included); finalized invoices keep what they said."""
+
+    list_display = [
+        "name",
+        "plan",
+        "tier",
+        "availability_percent",
+        "ttft_p95_ms",
+        "itl_p95_ms",
+        "credit_cap_percent",
+    ]
+    inlines = [SlaCreditRuleInline]
+
+
+@admin.register(SlaCreditAdjustment)
+class SlaCreditAdjustmentAdmin(ReadOnlyAdmin):
+    """Finance's decisions on SLA credits, made on the invoice page or the
+    API (never edited)."""
+
+    list_display = ["tenant", "period_start", "metric", "action", "credit_percent", "created_by"]
+    list_filter = ["metric", "action"]
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -99,6 +99,7 @@ class LineKind(models.TextChoices):
     DISCOUNT = "discount", "Discount"
     COMMIT_TRUE_UP = "commit_true_up", "Minimum commitment true-up"
     CREDIT = "credit", "Prepaid credit applied"
+    SLA_CREDIT = "sla_credit", "SLA credit"
 
 
 class StripeSync(models.TextChoices):
@@ -113,3 +114,20 @@ class ReportKind(models.TextChoices):
     CLOSE = "close", "Monthly close"
     ADHOC = "adhoc", "On request"
     MONTH_TO_DATE = "mtd", "Month to date"
+
+
+class SloMetric(models.TextChoices):
+    """What an SLO promises, measured per tenant from the ledger: the
+    share of requests that did not fail for a platform cause, and the 95th
+    percentile of time to first token and of inter-token latency."""
+
+    AVAILABILITY = "availability", "Availability"
+    TTFT_P95 = "ttft_p95", "Time to first token, p95"
+    ITL_P95 = "itl_p95", "Inter-token latency, p95"
+
+
+class SlaAdjustmentAction(models.TextChoices):
+    """What finance decided about an SLA credit on a draft invoice."""
+
+    WAIVE = "waive", "Waived"
+    ADJUST = "adjust", "Adjusted"

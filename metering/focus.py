@@ -3,7 +3,11 @@ Specification): one row per period, tenant (sub-account), model, replica and
 charge kind (input, cached input and output tokens, GPU-seconds).
 
 The cost columns stay empty until billing rates the usage; BillingCurrency
-is the tenant's."""
+is the tenant's. Tags name the pool and priority and, where requests in the
+row recorded one, their time in the gateway's queue over the row's period:
+the sum and mean in milliseconds (decimal strings) over the requests that
+recorded one (`gateway_queue_requests`), and how many of them waited at
+all (`gateway_queued_requests`)."""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from core.calendar import months_add
-from metering.selectors import UsageQuery, usage_detail_rows
+from core.fixed_point import fixed_point
+from metering.selectors import UsageQuery, gateway_queue_ms_mean, usage_detail_rows
 from tenants.models import Tenant
 
 FOCUS_COLUMNS = (
@@ -55,17 +60,30 @@ def _iso(moment) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def focus_tags(usage: dict) -> str:
+    """The Tags of one usage row (a JSON object, keys sorted)."""
+    tags = {
+        "pool": usage["pool__name"],
+        "pool_kind": usage["pool__kind"],
+        "priority": usage["priority"],
+    }
+    timed = usage["gateway_queue_requests"]
+    if timed:
+        total = usage["gateway_queue_ms_sum"]
+        mean = gateway_queue_ms_mean(total_ms=total, requests=timed)
+        tags |= {
+            "gateway_queue_ms_sum": fixed_point(total),
+            "gateway_queue_ms_mean": fixed_point(mean),
+            "gateway_queue_requests": timed,
+            "gateway_queued_requests": usage["gateway_queued_requests"],
+        }
+    return json.dumps(tags, sort_keys=True)
+
+
 def focus_rows(*, tenant: Tenant | None, query: UsageQuery) -> Iterator[dict]:
     for usage in usage_detail_rows(tenant=tenant, query=query):
         model = usage["served_model__name"] or "unknown"
-        tags = json.dumps(
-            {
-                "pool": usage["pool__name"],
-                "pool_kind": usage["pool__kind"],
-                "priority": usage["priority"],
-            },
-            sort_keys=True,
-        )
+        tags = focus_tags(usage)
         for kind, quantity_of, unit, pricing_unit in CHARGE_KINDS:
             quantity = quantity_of(usage)
             if not quantity:

@@ -54,7 +54,13 @@ class UsageEvent(models.Model):
     sent_at = models.DateTimeField(null=True)
     first_token_at = models.DateTimeField(null=True)
     ended_at = models.DateTimeField()
-    queue_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    queue_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)  # vLLM's queue
+    gateway_queue_ms = models.DecimalField(
+        max_digits=14,
+        decimal_places=3,
+        null=True,
+        help_text="In the gateway's queue before dispatch (null: not measured).",
+    )
     ttft_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
     generation_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
     status = models.CharField(max_length=16, choices=RequestStatus.choices)
@@ -198,6 +204,15 @@ class UsageRollup(models.Model):
     requests_error = models.BigIntegerField(default=0)
     requests_rejected = models.BigIntegerField(default=0)
     device_seconds = models.DecimalField(**SECONDS, default=0)
+    # Time in the gateway's queue: the sum over the requests that recorded
+    # one, how many did (the mean's denominator) and how many of them waited
+    # at all. Defaulted in the database too, for bulk writers that name no
+    # such columns.
+    gateway_queue_ms_sum = models.DecimalField(
+        max_digits=24, decimal_places=3, default=0, db_default=0
+    )
+    gateway_queue_requests = models.BigIntegerField(default=0, db_default=0)
+    gateway_queued_requests = models.BigIntegerField(default=0, db_default=0)
     synthetic = models.BooleanField(default=False)
 
     class Meta:

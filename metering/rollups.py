@@ -1,8 +1,9 @@
 """Hourly rollups per (tenant, model, pool, replica, priority): tokens by
-kind, requests by status and attributed device-seconds. Reports, exports,
-dashboards and rating read these, never the raw ledger. An hour is rebuilt
-whole (delete and insert in one transaction) whenever usage for it arrives
-or one of its windows is attributed again."""
+kind, requests by status, attributed device-seconds and time in the
+gateway's queue (its sum, the requests that recorded it, those that
+waited). Reports, exports, dashboards and rating read these, never the raw
+ledger. An hour is rebuilt whole (delete and insert in one transaction)
+whenever usage for it arrives or one of its windows is attributed again."""
 
 from __future__ import annotations
 
@@ -19,24 +20,29 @@ INSERT INTO metering_usagerollup
     (hour, tenant_id, served_model_id, pool_id, replica_id, priority,
      prompt_tokens, cached_tokens, completion_tokens,
      requests_ok, requests_aborted, requests_error, requests_rejected,
-     device_seconds, synthetic)
+     device_seconds, gateway_queue_ms_sum, gateway_queue_requests,
+     gateway_queued_requests, synthetic)
 SELECT hour, tenant_id, served_model_id, pool_id, replica_id, priority,
        sum(prompt_tokens), sum(cached_tokens), sum(completion_tokens),
        sum(ok), sum(aborted), sum(error), sum(rejected),
-       sum(device_ns)::numeric / 1000000000, bool_or(synthetic)
+       sum(device_ns)::numeric / 1000000000,
+       sum(gateway_queue_ms), sum(gateway_timed), sum(gateway_queued), bool_or(synthetic)
 FROM (
     SELECT date_trunc('hour', received_at) AS hour,
            tenant_id, served_model_id, pool_id, replica_id, priority,
            prompt_tokens, cached_tokens, completion_tokens,
            (status = 'ok')::int AS ok, (status = 'aborted')::int AS aborted,
            (status = 'error')::int AS error, (status = 'rejected')::int AS rejected,
-           0::bigint AS device_ns, synthetic
+           0::bigint AS device_ns,
+           coalesce(gateway_queue_ms, 0) AS gateway_queue_ms,
+           (gateway_queue_ms IS NOT NULL)::int AS gateway_timed,
+           coalesce(gateway_queue_ms > 0, false)::int AS gateway_queued, synthetic
     FROM metering_usageevent
     WHERE received_at >= %(first)s AND received_at < %(last)s
       AND date_trunc('hour', received_at) = ANY(%(hours)s)
     UNION ALL
     SELECT date_trunc('hour', w.start), s.tenant_id, s.served_model_id, s.pool_id,
-           w.replica_id, s.priority, 0, 0, 0, 0, 0, 0, 0, s.device_ns, false
+           w.replica_id, s.priority, 0, 0, 0, 0, 0, 0, 0, s.device_ns, 0, 0, 0, false
     FROM metering_attributionwindow w
     JOIN metering_attributionshare s ON s.window_id = w.id
     WHERE w.start >= %(first)s AND w.start < %(last)s

@@ -2,7 +2,9 @@
 Every read takes `tenant=`: a tenant sees its own rows; None means every
 tenant and is for platform finance staff code paths only. The totals at the
 end are billing's reads (allocation, rating, reports): every tenant, summed
-in SQL, so billing never names a metering table."""
+in SQL, so billing never names a metering table. SLO figures are the one
+read of raw events in bulk: a percentile needs every request, so they are
+computed in SQL over the ledger (by its tenant and time index)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from decimal import Decimal
 
 import numpy as np
 import pandas as pd
+from django.db import connection
 from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncDay, TruncHour, TruncMonth
 
@@ -34,7 +37,11 @@ SUMS = (
     "requests_error",
     "requests_rejected",
     "device_seconds",
+    "gateway_queue_ms_sum",
+    "gateway_queue_requests",
+    "gateway_queued_requests",
 )
+MILLIS = Decimal("0.001")
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,12 @@ def usage_summary(
             | Q(period=period_after, tenant_id=tenant_after, model_key__gt=model_after)
         )
     return rows
+
+
+def gateway_queue_ms_mean(*, total_ms: Decimal, requests: int) -> Decimal | None:
+    """The mean time in the gateway's queue of `requests` that waited
+    `total_ms` in all, to the microsecond; None when no request recorded one."""
+    return (total_ms / requests).quantize(MILLIS) if requests else None
 
 
 def usage_page(
@@ -323,3 +336,122 @@ def usage_of_models_by_tenant(
         )
         .filter(tokens__gt=0)
     )
+
+
+def gateway_queue_by_tier(*, start: datetime, end: datetime) -> list[dict]:
+    """Per tenant tier in [start, end), from the hourly rollups: requests,
+    how many recorded a gateway queue time and how many of those waited at
+    all, the mean wait over those that recorded one and over those that
+    waited, and the share that waited (percent, one decimal; None without
+    any recorded). Every tenant: finance staff code paths only."""
+    rows = (
+        UsageRollup.objects.filter(hour__gte=start, hour__lt=end)
+        .values(tier=F("tenant__tier"))
+        .annotate(
+            requests=Sum(
+                F("requests_ok")
+                + F("requests_aborted")
+                + F("requests_error")
+                + F("requests_rejected")
+            ),
+            timed=Sum("gateway_queue_requests"),
+            queued=Sum("gateway_queued_requests"),
+            total_ms=Sum("gateway_queue_ms_sum"),
+        )
+        .order_by("tier")
+    )
+    return [
+        row
+        | {
+            "mean_ms": gateway_queue_ms_mean(total_ms=row["total_ms"], requests=row["timed"]),
+            "mean_queued_ms": gateway_queue_ms_mean(
+                total_ms=row["total_ms"], requests=row["queued"]
+            ),
+            "queued_pct": (
+                (Decimal(100) * row["queued"] / row["timed"]).quantize(Decimal("0.1"))
+                if row["timed"]
+                else None
+            ),
+        }
+        for row in rows
+    ]
+
+
+# A request failed for a platform cause: a 5xx (503: no replica could take
+# it), or a 429 from the platform's own queue: no replica slot within the
+# queue timeout, or the queue full (codes queue_timeout and queue_full at
+# the start of its error, or the openings of the messages the gateway
+# records for them, serving/gateway/queueing.py). A tenant's own limits
+# and budgets (a 429 naming the limit, even after waiting for it; a 402),
+# bad requests (other 4xx) and clients that went away (499) are not.
+SLO_PLATFORM_FAILURE_SQL = (
+    "(e.http_status >= 500 OR (e.http_status = 429 AND e.error ~ '^(queue_timeout|queue_full):'))"
+)
+# What availability counts: every request but those refused for the
+# tenant's own cause (a 4xx other than the platform queue's 429; a client
+# that went away, 499, counts as served).
+SLO_COUNTED_SQL = f"(e.http_status < 400 OR e.http_status = 499 OR {SLO_PLATFORM_FAILURE_SQL})"
+# Per completed request, in ms. TTFT: what the client waited, from the
+# gateway receiving the request to the first token (gateway queue, vLLM
+# queue and prefill); without first_token_at (another serving tier's
+# report), vLLM's queue time plus its time to first token. Inter-token
+# latency: the time from the first token to the end over the gaps between
+# tokens, (ended_at - first_token_at) / (completion_tokens - 1), or vLLM's
+# generation time over them without first_token_at; only requests with
+# two tokens or more have a gap.
+SLO_TTFT_MS_SQL = (
+    "CASE WHEN e.status = 'ok' THEN coalesce("
+    "extract(epoch FROM e.first_token_at - e.received_at) * 1000, "
+    "coalesce(e.queue_ms, 0) + e.ttft_ms)::float8 END"
+)
+SLO_ITL_MS_SQL = (
+    "CASE WHEN e.status = 'ok' AND e.completion_tokens >= 2 THEN (coalesce("
+    "extract(epoch FROM e.ended_at - e.first_token_at) * 1000, e.generation_ms)"
+    " / (e.completion_tokens - 1))::float8 END"
+)
+SLO_GROUPS = {"tenant": "e.tenant_id", "tier": "t.tier"}
+
+
+def slo_figures(
+    *,
+    start: datetime,
+    end: datetime,
+    tenant_ids: list[int] | None,
+    by_day: bool,
+    group: str = "tenant",
+) -> list[dict]:
+    """SLO figures from the ledger over [start, end), per tenant (`group`
+    "tenant": key = tenant id) or per tenant tier ("tier": key = tier), and
+    per UTC day when `by_day` (else day None): requests counted for
+    availability, how many of them failed for a platform cause, how many
+    completed with a time to first token, and the 95th percentiles
+    (percentile_cont, interpolated) of TTFT and inter-token latency in ms,
+    rounded to the microsecond (None without a sample). `tenant_ids` None:
+    every tenant (finance staff code paths only); a tenant's read passes
+    its own id alone."""
+    day = "(e.received_at AT TIME ZONE 'UTC')::date" if by_day else "NULL::date"
+    only = "AND e.tenant_id = ANY(%s)" if tenant_ids is not None else ""
+    # Only this module's constants are formatted in; values are parameters.
+    sql = f"""
+        WITH r AS (
+            SELECT {SLO_GROUPS[group]} AS key, {day} AS day,
+                   {SLO_COUNTED_SQL} AS counted, {SLO_PLATFORM_FAILURE_SQL} AS failed,
+                   {SLO_TTFT_MS_SQL} AS ttft_ms, {SLO_ITL_MS_SQL} AS itl_ms
+            FROM metering_usageevent e JOIN tenants_tenant t ON t.id = e.tenant_id
+            WHERE e.received_at >= %s AND e.received_at < %s {only}
+        )
+        SELECT key, day,
+               count(*) FILTER (WHERE counted) AS requests,
+               count(*) FILTER (WHERE failed) AS failed,
+               count(ttft_ms) AS timed,
+               round((percentile_cont(0.95) WITHIN GROUP (ORDER BY ttft_ms))::numeric, 3),
+               round((percentile_cont(0.95) WITHIN GROUP (ORDER BY itl_ms))::numeric, 3)
+        FROM r GROUP BY key, day ORDER BY key, day
+    """  # noqa: S608
+    params: list = [start, end]
+    if tenant_ids is not None:
+        params.append(list(tenant_ids))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        names = ["key", "day", "requests", "failed", "timed", "ttft_p95_ms", "itl_p95_ms"]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

@@ -35,7 +35,8 @@ class CompletedRequest:
     completion_tokens: int = 0
     sent_at: datetime | None = None
     first_token_at: datetime | None = None
-    queue_ms: Decimal | None = None
+    queue_ms: Decimal | None = None  # in vLLM's own queue
+    gateway_queue_ms: Decimal | None = None  # in the gateway's queue, before dispatch
     ttft_ms: Decimal | None = None
     generation_ms: Decimal | None = None
     error: str = ""

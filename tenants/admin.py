@@ -82,6 +82,9 @@ class TenantPolicyAdmin(admin.ModelAdmin):
         "max_concurrent_requests",
         "requests_per_minute",
         "tokens_per_minute",
+        "fair_share_weight",
+        "queue_timeout_ms",
+        "max_queued_requests",
         "monthly_budget",
     ]
     list_filter = ["priority_class"]

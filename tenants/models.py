@@ -4,7 +4,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length
@@ -13,6 +13,11 @@ from tenants.choices import PriorityClass, Role, Scope, ServiceScope, TenantStat
 from tenants.keys import KEY_PREFIX, SERVICE_KEY_PREFIX
 
 models.CharField.register_lookup(Length)
+
+# Bounds on a tenant's gateway queue: waiting is for seconds, not hours, and
+# memory stays bounded under a flood.
+QUEUE_TIMEOUT_MS_MAX = 600_000
+MAX_QUEUED_REQUESTS_MAX = 10_000
 
 
 class Tenant(models.Model):
@@ -144,8 +149,9 @@ class ServiceKey(HashedKey):
 
 
 class TenantPolicy(models.Model):
-    """How the gateway treats a tenant: its scheduling class, admission limits
-    and monthly budget. Empty limits mean unlimited."""
+    """How the gateway treats a tenant: its scheduling class, admission limits,
+    share and queue at the gateway, and monthly budget. Empty limits mean
+    unlimited."""
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="policy")
     priority_class = models.CharField(
@@ -171,6 +177,24 @@ class TenantPolicy(models.Model):
     budget_hard_percent = models.PositiveSmallIntegerField(
         default=100, help_text="Refuse new requests when spend crosses this share."
     )
+    # Fair queuing at the gateway (serving/gateway/fairness.py).
+    fair_share_weight = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(1000)],
+        help_text="Share of a contended replica against other tenants of the same "
+        "priority class: a weight of 2 gets twice the token service of a weight of 1.",
+    )
+    queue_timeout_ms = models.PositiveIntegerField(
+        default=5000,
+        validators=[MaxValueValidator(QUEUE_TIMEOUT_MS_MAX)],
+        help_text="How long a request may wait at the gateway (for a replica slot or "
+        "under the concurrency and in-flight token limits) before a 429; 0 never waits.",
+    )
+    max_queued_requests = models.PositiveIntegerField(
+        default=100,
+        validators=[MaxValueValidator(MAX_QUEUED_REQUESTS_MAX)],
+        help_text="Requests that may wait at the gateway at once; more are refused (429).",
+    )
     # Set by billing's budget check when spend crosses the hard threshold;
     # the gateway refuses the tenant's requests (402) while it is set.
     budget_blocked_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -191,6 +215,17 @@ class TenantPolicy(models.Model):
                 condition=Q(budget_soft_percent__gt=0)
                 & Q(budget_soft_percent__lte=models.F("budget_hard_percent")),
                 name="policy_soft_le_hard",
+            ),
+            models.CheckConstraint(
+                condition=Q(fair_share_weight__gt=0), name="policy_fair_share_weight_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(queue_timeout_ms__lte=QUEUE_TIMEOUT_MS_MAX),
+                name="policy_queue_timeout_bounded",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_queued_requests__lte=MAX_QUEUED_REQUESTS_MAX),
+                name="policy_max_queued_bounded",
             ),
         ]
 

@@ -19,6 +19,7 @@ FINANCE_PAGES = [
     "/finance/tenants/{slug}/",
     "/finance/models/tiny-llama/",
     "/finance/receivables/",
+    "/finance/slo/",
     "/jobs/",
 ]
 TENANT_PAGES = ["/usage/", "/keys/"]

@@ -48,6 +48,7 @@ class InvoiceLineOut(serializers.ModelSerializer):
             "service_start",
             "service_end",
             "late",
+            "sla_metric",
         ]
 
 

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from billing.api import costs, fx, invoices, margins
+from billing.api import costs, fx, invoices, margins, slo
 
 urlpatterns = [
     path("costs/rates", costs.CostRateListView.as_view(), name="cost-rates"),
@@ -24,6 +24,12 @@ urlpatterns = [
         invoices.CreditNoteView.as_view(),
         name="invoice-credit-notes",
     ),
+    path(
+        "invoices/<int:pk>/sla-credits",
+        slo.InvoiceSlaCreditView.as_view(),
+        name="invoice-sla-credits",
+    ),
+    path("slo", slo.SloView.as_view(), name="slo"),
     path("invoice-runs", invoices.InvoiceRunListView.as_view(), name="invoice-runs"),
     path("invoice-runs/<int:pk>", invoices.InvoiceRunDetailView.as_view(), name="invoice-run"),
     path("credits", invoices.CreditBalanceView.as_view(), name="credits"),

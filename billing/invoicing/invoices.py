@@ -1,7 +1,8 @@
 """Invoices: the one path by which a tenant's invoice for a period is
 built and finalized, for one tenant (`invoice_draft_build`,
 `invoice_bill_period`) and for a chunk of an invoice run's tenants
-(billing.invoicing.batch) alike: `invoices_bill` rates them, writes each
+(billing.invoicing.batch) alike: `invoices_bill` rates them (with SLA
+credits for missed service levels: billing.invoicing.sla_credits), writes each
 as a draft (a draft already there is rebuilt in place and keeps its row)
 and, when asked, finalizes it (billing.invoicing.finalizing: prepaid
 credit applied, a gapless number from the issuer, immutable from then
@@ -37,6 +38,7 @@ from billing.invoicing.finalizing import (
 )
 from billing.invoicing.late_usage import EarlierPeriods, earlier_periods, late_usage_lines
 from billing.invoicing.lines import LineDraft, lines_from_charges
+from billing.invoicing.sla_credits import SlaReads, sla_credit_lines, sla_reads
 from billing.models import (
     CreditApplication,
     CreditGrant,
@@ -106,13 +108,23 @@ def draft_compose(
     end: datetime,
     inputs: TenantInputs,
     earlier: EarlierPeriods | None = None,
+    sla: SlaReads | None = None,
 ) -> DraftContent | None:
-    """Rate the period and check earlier ones for late usage; None when
-    there is nothing to bill. Shared by the one-invoice path and the run."""
+    """Rate the period, credit its missed SLOs and check earlier periods
+    for late usage; None when there is nothing to bill. Shared by the
+    one-invoice path and the run. `earlier`, `sla`: what `period_reads`
+    loaded for many tenants at once (else read here)."""
     currency = tenant.billing_currency
     warnings: list[str] = []
     charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs, warnings=warnings)
     lines = lines_from_charges(charges, currency=currency, start=start, end=end)
+    if sla is None:
+        sla = sla_reads(
+            tenants=[tenant], start=start, end=end, subscriptions={tenant.pk: inputs.subscription}
+        )
+    lines += sla_credit_lines(
+        tenant=tenant, charges=charges, currency=currency, start=start, end=end, reads=sla
+    )
     late, fingerprints = late_usage_lines(
         tenant=tenant, before=start, currency=currency, earlier=earlier
     )
@@ -132,12 +144,14 @@ def draft_compose(
 @dataclass(frozen=True)
 class PeriodReads:
     """What invoicing tenants for a period reads up front, once for all of
-    them: the usage to rate and the earlier periods to check for late
-    usage (of the tenants not yet invoiced), and which hold prepaid credit."""
+    them: the usage to rate, its SLO compliance and the earlier periods to
+    check for late usage (of the tenants not yet invoiced), and which hold
+    prepaid credit."""
 
     inputs: dict[int, TenantInputs]
     earlier: EarlierPeriods
     with_credit: set[int]
+    sla: SlaReads
 
 
 def period_reads(*, tenants: list[Tenant], start: datetime, end: datetime) -> PeriodReads:
@@ -149,11 +163,18 @@ def period_reads(*, tenants: list[Tenant], start: datetime, end: datetime) -> Pe
         .values_list("tenant_id", flat=True)
     )
     to_rate = [t for t in tenants if t.pk not in final]  # a re-run rates only what is left
+    inputs = rating_inputs(tenants=to_rate, start=start, end=end) if to_rate else {}
     return PeriodReads(
-        inputs=rating_inputs(tenants=to_rate, start=start, end=end) if to_rate else {},
+        inputs=inputs,
         earlier=earlier_periods(tenants=to_rate, before=start),
         with_credit=set(
             CreditGrant.objects.filter(tenant__in=tenants).values_list("tenant_id", flat=True)
+        ),
+        sla=sla_reads(
+            tenants=to_rate,
+            start=start,
+            end=end,
+            subscriptions={pk: read.subscription for pk, read in inputs.items()},
         ),
     )
 
@@ -248,7 +269,9 @@ def _tenant_compose(
     if inputs is None:  # final when the reads were made, voided since: read alone
         inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
         return draft_compose(tenant=tenant, start=start, end=end, inputs=inputs)
-    return draft_compose(tenant=tenant, start=start, end=end, inputs=inputs, earlier=reads.earlier)
+    return draft_compose(
+        tenant=tenant, start=start, end=end, inputs=inputs, earlier=reads.earlier, sla=reads.sla
+    )
 
 
 def _drafts_clear(*, kept: list[int], emptied: list[int]) -> None:

@@ -126,10 +126,11 @@ def earlier_invoices(*, tenant_ids: list[int], before: datetime) -> dict[int, li
 
 def _billed(invoices, *, start: datetime, end: datetime) -> dict[LineKey, LineDraft]:
     """What was billed for the period, by line key: its own invoice's lines
-    and every late-usage line for it since (credit applied is not usage)."""
+    and every late-usage line for it since (credit applied, prepaid or an
+    SLA credit, is not usage)."""
     rows = (
         InvoiceLine.objects.filter(invoice__in=invoices, service_start=start)
-        .exclude(kind=LineKind.CREDIT)
+        .exclude(kind__in=[LineKind.CREDIT, LineKind.SLA_CREDIT])
         .values("kind", "model", "token_kind", "book", "unit_price")
         .annotate(
             quantity=Sum("quantity"),

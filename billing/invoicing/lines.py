@@ -30,6 +30,7 @@ class LineDraft:
     token_kind: str = ""
     book: str = ""
     late: bool = False
+    sla_metric: str = ""
 
     def as_fields(self) -> dict:
         """The InvoiceLine fields (shallow: asdict() would deep-copy)."""

@@ -24,8 +24,8 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from billing.choices import InvoiceStatus
-from billing.models import CreditNote, Invoice, InvoiceRun
+from billing.choices import InvoiceStatus, LineKind
+from billing.models import CreditNote, Invoice, InvoiceLine, InvoiceRun
 from tenants.models import Tenant
 
 # Receivables by days past the due date (an invoice is overdue from the
@@ -143,6 +143,24 @@ def receivables_aging(*, as_of: datetime) -> Receivables:
     for invoice in out.invoices:
         invoice.days_overdue = days_overdue(due_at=invoice.due_at, as_of=as_of)
     return out
+
+
+def sla_credits_by_tenant(*, start: datetime, end: datetime) -> dict[int, int]:
+    """Per tenant, the SLA credits (minor units of its invoices' currency,
+    positive) on its live invoices, drafts included, of billing periods
+    ending in (start, end]: revenue given back for missed service levels,
+    counted in the report period in which the billing period ends (every
+    tenant: finance staff code paths only)."""
+    rows = (
+        InvoiceLine.objects.filter(
+            kind=LineKind.SLA_CREDIT, invoice__period_end__gt=start, invoice__period_end__lte=end
+        )
+        .exclude(invoice__status=InvoiceStatus.VOID)
+        .values("invoice__tenant_id")
+        .annotate(minor=Sum("amount_minor"))
+        .values_list("invoice__tenant_id", "minor")
+    )
+    return {tenant_id: -minor for tenant_id, minor in rows if minor}
 
 
 def days_overdue(*, due_at: datetime, as_of: datetime) -> int:

@@ -1,6 +1,7 @@
 """Billing's models: the cost side (rates, allocation runs and results) and
-the price side (price books, plans, subscriptions, credits), invoices and
-the tenants' Stripe customers."""
+the price side (price books, plans, subscriptions, credits), invoices,
+the tenants' Stripe customers, and service levels (SLO policies, SLA
+credit schedules, finance's decisions on credits)."""
 
 from billing.models.budgets import BudgetState  # noqa: F401
 from billing.models.costs import (  # noqa: F401
@@ -30,3 +31,4 @@ from billing.models.prices import (  # noqa: F401
     VolumeTier,
 )
 from billing.models.reports import MarginReport  # noqa: F401
+from billing.models.sla import SlaCreditAdjustment, SlaCreditRule, SloPolicy  # noqa: F401

@@ -168,7 +168,9 @@ class InvoiceLine(models.Model):
     """One line: `quantity` at `unit_price`, exactly `amount`, billed as
     `amount_minor` (rounded once, half-even). A late-usage adjustment
     (`late`) is the difference between an earlier period rated again and
-    what was billed for it; service_start/service_end name that period."""
+    what was billed for it; service_start/service_end name that period. An
+    SLA credit (kind sla_credit) is a percent of the period's usage
+    charges, for the missed target `sla_metric`."""
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
     position = models.PositiveIntegerField()
@@ -184,6 +186,8 @@ class InvoiceLine(models.Model):
     service_start = models.DateTimeField()
     service_end = models.DateTimeField()
     late = models.BooleanField(default=False)
+    # An SLA credit line: the metric whose missed target it credits.
+    sla_metric = models.CharField(max_length=16, blank=True, default="")
 
     class Meta:
         ordering = ["invoice", "position"]

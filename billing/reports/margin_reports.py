@@ -32,6 +32,7 @@ from billing.models import MarginReport
 from billing.money import from_nano
 from billing.reports.margins import (
     LEVELS,
+    LOST,
     MONEY,
     ORIGINAL,
     margin_data,
@@ -45,7 +46,7 @@ from core.calendar import day_start, month_containing, month_start, months_add
 from core.fixed_point import fixed_point
 
 logger = logging.getLogger(__name__)
-MONEY_OUT = [*MONEY, "cost", "margin", "prev_revenue", "prev_cost", "prev_margin"]
+MONEY_OUT = [*MONEY, LOST, "cost", "margin", "prev_revenue", "prev_cost", "prev_margin"]
 RATIOS = ["margin_pct", "utilization_pct", "revenue_change_pct", "gpu_hours"]
 PER_UNIT = ["cost_per_mtok", "revenue_per_gpu_hour"]
 

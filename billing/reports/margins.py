@@ -8,6 +8,10 @@ energy, other opex, its share of idle) plus each pool's unabsorbed idle
 cost (idle no tenant carries), shown on its own "(unabsorbed)" row; spare
 GPUs that no replica holds are the "(spare)" tier.
 
+Revenue is net of SLA credits (revenue given back for missed service
+levels, billing.reports.revenue); `sla_credit` shows them, the revenue
+lost, at every level.
+
 Levels: tier (shared, reserved, dedicated), pool, tenant, model, and model
 by pool and by tenant (a model's drill-down); each row
 with margin %, tokens, cost per million tokens and, where capacity is
@@ -56,11 +60,12 @@ LEVELS = {
 UNABSORBED, SPARE = "(unabsorbed)", "(spare)"
 NANO = 10**9
 ORIGINAL = "revenue_in_"  # + ISO code: revenue as billed, in that currency
+LOST = "sla_credit"  # revenue given back for missed service levels (not a cost)
 
 
 @dataclass
 class MarginData:
-    detail: pd.DataFrame  # KEYS + MONEY (int nano) + tokens, device_seconds, ORIGINAL*
+    detail: pd.DataFrame  # KEYS + MONEY + LOST (int nano) + tokens, device_seconds, ORIGINAL*
     capacity: pd.DataFrame  # tier, pool, capacity_seconds, busy_seconds
     currency: str = "USD"  # of every MONEY column
     conversions: list[FxConversion] = field(default_factory=list)
@@ -88,13 +93,13 @@ def margin_data(*, start: datetime, end: datetime, currency: str | None = None) 
         _tokens(start=start, end=end, pools=pools, tenants=tenants),
     ]
     parts = [p for p in parts if len(p)]
-    empty = pd.DataFrame(columns=[*KEYS, *MONEY, "tokens", "device_seconds"])
+    empty = pd.DataFrame(columns=[*KEYS, *MONEY, LOST, "tokens", "device_seconds"])
     detail = pd.concat(parts, ignore_index=True) if parts else empty
-    for column in [*MONEY, "tokens"]:
+    for column in [*MONEY, LOST, "tokens"]:
         detail[column] = detail.get(column, 0)
     detail["device_seconds"] = detail.get("device_seconds", 0.0)
     detail[KEYS] = detail[KEYS].fillna("")
-    integers = [*MONEY, "tokens", *original_columns(detail)]
+    integers = [*MONEY, LOST, "tokens", *original_columns(detail)]
     detail[integers] = detail[integers].fillna(0).astype(np.int64)
     detail["device_seconds"] = detail["device_seconds"].fillna(0.0).astype(np.float64)
     detail = detail.groupby(KEYS, as_index=False).sum()
@@ -109,7 +114,7 @@ def margin_data(*, start: datetime, end: datetime, currency: str | None = None) 
 def margin_table(data: MarginData, level: str, previous: MarginData | None = None) -> pd.DataFrame:
     keys = LEVELS[level]
     originals = original_columns(data.detail)
-    sums = [*MONEY, "tokens", "device_seconds", *originals]
+    sums = [*MONEY, LOST, "tokens", "device_seconds", *originals]
     table = data.detail.groupby(keys, as_index=False)[sums].sum()
     table["cost"] = table[MONEY[1:]].sum(axis=1)
     table["margin"] = table["revenue"] - table["cost"]
@@ -143,7 +148,15 @@ def margin_table(data: MarginData, level: str, previous: MarginData | None = Non
         before = before.rename(columns={c: f"prev_{c}" for c in ("revenue", "cost", "margin")})
         table = table.merge(before, on=keys, how="outer")
         # A row only last month had (a tenant gone, idle then but not now) is zero now.
-        for column in (*MONEY, "cost", "margin", "tokens", *originals, *before.columns.drop(keys)):
+        for column in (
+            *MONEY,
+            LOST,
+            "cost",
+            "margin",
+            "tokens",
+            *originals,
+            *before.columns.drop(keys),
+        ):
             table[column] = table[column].fillna(0).astype(np.int64)
         table["device_seconds"] = table["device_seconds"].fillna(0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -179,16 +192,20 @@ def _revenue(*, start, end, pools, tenants, currency) -> tuple[pd.DataFrame, lis
     billed_in = rows["tenant_id"].map(lambda t: tenants[t][2])
     rates, conversions = {}, []
     for code in sorted(set(billed_in)):
-        if code == currency or not rows.loc[billed_in == code, "revenue"].any():
+        if code == currency or not rows.loc[billed_in == code, ["revenue", LOST]].any().any():
             rates[code] = None  # nothing to convert
             continue
         conversion = fx_period_rate(base=code, quote=currency, start=start, end=end)
         rates[code] = conversion.rate
         conversions.append(conversion)
-    converted = [
-        int(nano) if rates[code] is None else fx_convert_nano(int(nano), rates[code])
-        for nano, code in zip(rows["revenue"], billed_in, strict=True)
-    ]
+
+    def convert(column: str) -> np.ndarray:
+        converted = [
+            int(nano) if rates[code] is None else fx_convert_nano(int(nano), rates[code])
+            for nano, code in zip(rows[column], billed_in, strict=True)
+        ]
+        return np.array(converted, dtype=np.int64)
+
     out = pd.DataFrame(
         {
             "tenant": rows["tenant_id"].map(lambda t: tenants[t][0]),
@@ -198,7 +215,8 @@ def _revenue(*, start, end, pools, tenants, currency) -> tuple[pd.DataFrame, lis
                 for p, t in zip(rows["pool_id"], rows["tenant_id"], strict=True)
             ],
             "model": rows["model"].astype(object).fillna(""),
-            "revenue": np.array(converted, dtype=np.int64),
+            "revenue": convert("revenue"),
+            LOST: convert(LOST),
         }
     )
     for code in sorted(set(billed_in)):

@@ -10,7 +10,12 @@ plan's discount and commitment true-up follow the usage revenue.
 
 Revenue is recognised by usage period (accrual). A commitment true-up is
 a monthly figure: it counts only when the report's period is the
-tenant's billing period."""
+tenant's billing period.
+
+SLA credits are revenue given back: those on the tenant's live invoices
+(drafts included) of billing periods ending in the report's period are
+taken off its revenue, following its revenue like the discount, and kept
+beside it (`sla_credit`, positive) so reports show what was lost."""
 
 from __future__ import annotations
 
@@ -21,7 +26,8 @@ import numpy as np
 import pandas as pd
 from django.db.models import Q
 
-from billing.money import to_nano
+from billing.invoicing.selectors import sla_credits_by_tenant
+from billing.money import from_minor, to_nano
 from billing.pricing.periods import tenants_by_period
 from billing.pricing.rating import Charge, charges_compute, rating_inputs, rating_session
 from metering.apportion import apportion
@@ -30,16 +36,19 @@ from serving.choices import PoolKind
 from serving.models import Gpu, Pool, Reservation, ServedModel
 from tenants.models import Tenant
 
-COLUMNS = ["tenant_id", "pool_id", "model", "revenue"]
+COLUMNS = ["tenant_id", "pool_id", "model", "revenue", "sla_credit"]
 TOKEN_COLUMN = {"input": "input", "cached_input": "cached", "output": "completion"}
 
 
 def revenue_rows(*, start: datetime, end: datetime) -> pd.DataFrame:
-    """One row per (tenant, pool, model) with revenue in nano-units; pool
-    and model are None where a charge has no usage to follow."""
+    """One row per (tenant, pool, model) with revenue, net of SLA credits,
+    and the SLA credits, in nano-units; pool and model are None where a
+    charge has no usage to follow."""
     usage = _usage(start=start, end=end)
+    credits = sla_credits_by_tenant(start=start, end=end)
     tenants = Tenant.objects.filter(
         Q(pk__in=usage.keys())
+        | Q(pk__in=credits.keys())
         | Q(reservations__start__lt=end, reservations__end__gt=start)
         | Q(pools__kind=PoolKind.DEDICATED)
         | Q(subscriptions__isnull=False)
@@ -54,7 +63,10 @@ def revenue_rows(*, start: datetime, end: datetime) -> pd.DataFrame:
             charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs[tenant.pk])
             if tenant not in whole:
                 charges = [c for c in charges if c.kind != "commit_true_up"]
-            rows += _place(tenant, charges, usage.get(tenant.pk, {}), start=start, end=end)
+            lost = to_nano(from_minor(credits.get(tenant.pk, 0), tenant.billing_currency))
+            rows += _place(
+                tenant, charges, usage.get(tenant.pk, {}), start=start, end=end, sla_credit=lost
+            )
     frame = pd.DataFrame(rows, columns=COLUMNS)
     return frame.groupby(["tenant_id", "pool_id", "model"], dropna=False, as_index=False).sum()
 
@@ -74,8 +86,11 @@ def _usage(*, start, end) -> dict[int, dict[tuple, dict[str, float]]]:
     return out
 
 
-def _place(tenant, charges: list[Charge], usage: dict, *, start, end) -> list[tuple]:
+def _place(
+    tenant, charges: list[Charge], usage: dict, *, start, end, sla_credit: int = 0
+) -> list[tuple]:
     placed: dict[tuple, int] = defaultdict(int)
+    lost: dict[tuple, int] = defaultdict(int)
     later = []
     for charge in charges:
         amount = to_nano(charge.amount)
@@ -98,7 +113,15 @@ def _place(tenant, charges: list[Charge], usage: dict, *, start, end) -> list[tu
     earned = {key: float(v) for key, v in placed.items() if v > 0}  # ok-float: weights only
     for amount in later:
         _split(placed, amount, earned, fallback=(None, None))
-    return [(tenant.pk, pool, model, nano) for (pool, model), nano in placed.items() if nano]
+    if sla_credit:
+        _split(lost, sla_credit, earned, fallback=(None, None))
+        for key, nano in lost.items():
+            placed[key] -= nano
+    return [
+        (tenant.pk, pool, model, nano, lost.get((pool, model), 0))
+        for (pool, model), nano in placed.items()
+        if nano or lost.get((pool, model))
+    ]
 
 
 def _split(placed: dict, amount: int, weights: dict, *, fallback: tuple) -> None:

@@ -7,8 +7,10 @@ currency (the reporting currency), revenue billed in other currencies
 converted at the rates the report lists. It reads the stored
 month-to-date margin report (computed nightly, or on request), never rating
 live, so it stays fast; a newer report that failed (a missing FX rate, say)
-is shown with its reason. Reconciliation: tokens vLLM served that metering
-did not record (so nobody was billed for them), window by window."""
+is shown with its reason. Beside it, from the usage rollups over the
+report's period, the time requests waited in the gateway's queue by tier.
+Reconciliation: tokens vLLM served that metering did not record (so nobody
+was billed for them), window by window."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from billing.models import MarginReport
 from billing.pricing.unbilled import unpriced_usage
 from billing.web.forms import PeriodFilterForm
 from billing.web.portal import usage_context, usage_days
-from metering.selectors import reconciliation_gaps
+from metering.selectors import gateway_queue_by_tier, reconciliation_gaps
 from serving.models import ServedModel
 from tenants.access import finance_staff_required
 from tenants.models import Tenant
@@ -90,6 +92,11 @@ def finance_overview(request):
         "models": tables.get("model", []),
         "pools": tables.get("pool", []),
         "chart": chart,
+        "gateway_queue": (
+            gateway_queue_by_tier(start=report.period_start, end=report.period_end)
+            if report
+            else []
+        ),
     }
     return render(request, "billing/finance.html", context)
 

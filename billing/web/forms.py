@@ -1,5 +1,5 @@
 """The finance and portal pages' forms: starting an allocation or invoice
-run, acting on an invoice, and the pages' filters. A form reads and checks
+run, acting on an invoice (its SLA credits too), and the pages' filters. A form reads and checks
 what was typed; the services keep their own rules (a reason to finalize
 early, a credit note's limits), so a page says what the API says. A
 refused form is shown as "field: message", its first error."""
@@ -11,7 +11,12 @@ from datetime import UTC, timedelta
 from django import forms
 from django.utils import timezone
 
-from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus
+from billing.choices import (
+    INVOICE_TARGET_STATUSES,
+    InvoiceStatus,
+    SlaAdjustmentAction,
+    SloMetric,
+)
 from billing.errors import BillingInputError
 from billing.money import minor_parse
 from core.forms import UtcDayField
@@ -87,6 +92,17 @@ class InvoiceActionForm(forms.Form):
             return minor_parse(self.cleaned_data["amount"], self.currency, field="amount")
         except BillingInputError as error:
             raise forms.ValidationError(error.message) from None
+
+
+class SlaCreditForm(forms.Form):
+    """Finance's decision on a draft's SLA credit for `metric`: waive it,
+    or adjust it to `credit_percent` of the usage charges, with a `reason`
+    (the service checks the reason and the percent's range)."""
+
+    metric = forms.ChoiceField(choices=SloMetric.choices)
+    action = forms.ChoiceField(choices=SlaAdjustmentAction.choices)
+    credit_percent = forms.DecimalField(required=False, max_digits=5, decimal_places=2)
+    reason = forms.CharField(required=False, strip=False)
 
 
 class PeriodFilterForm(forms.Form):

@@ -2,9 +2,11 @@
 for finance staff) and one invoice as a print-ready document, also
 downloadable as a self-contained HTML file that prints to PDF. Finance
 staff act on it there: finalize, mark paid, void, mark uncollectible,
-issue a credit note. A draft whose period has not ended offers "Finalize
-early" with a required reason instead of "Finalize" (the same rule as the
-API and the invoice run: billing.invoicing.finalizing.finalize_early_check)."""
+issue a credit note, waive or adjust a draft's SLA credit (with a reason;
+a finalized invoice's are fixed). A draft whose period has not ended offers
+"Finalize early" with a required reason instead of "Finalize" (the same
+rule as the API and the invoice run:
+billing.invoicing.finalizing.finalize_early_check)."""
 
 from __future__ import annotations
 
@@ -20,14 +22,22 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from billing.choices import InvoiceStatus, RunStatus
+from billing.choices import InvoiceStatus, LineKind, RunStatus, SlaAdjustmentAction
 from billing.errors import BillingInputError, InvoiceStateError
 from billing.invoicing.credit_notes import credit_note_create
 from billing.invoicing.finalizing import finalize_early_request
 from billing.invoicing.invoices import invoice_amount_due_minor, invoice_status_set
 from billing.invoicing.selectors import invoice_get, invoice_list, invoice_run_list
+from billing.invoicing.sla_adjustments import sla_credit_adjust
+from billing.invoicing.sla_credits import sla_decisions
 from billing.models import Invoice
-from billing.web.forms import CREDIT_NOTE, InvoiceActionForm, InvoiceFilterForm, form_error
+from billing.web.forms import (
+    CREDIT_NOTE,
+    InvoiceActionForm,
+    InvoiceFilterForm,
+    SlaCreditForm,
+    form_error,
+)
 from tenants.access import finance_staff_required, principal_for_session
 
 PAGE_SIZE = 50
@@ -126,18 +136,56 @@ def invoice_action(request, pk: int):
     return redirect("invoice", pk=invoice.pk)
 
 
+@finance_staff_required
+@require_POST
+def invoice_sla_credit(request, pk: int):
+    """Waive or adjust a draft's SLA credit; a bad form re-shows the invoice
+    with a 400 naming the field, a finalized invoice with a 409."""
+    invoice = _invoice(request, pk)
+    form = SlaCreditForm(request.POST)
+    if not form.is_valid():
+        return _document(request, invoice, error=form_error(form), status=400)
+    try:
+        sla_credit_adjust(invoice_id=invoice.pk, by=request.user, **form.cleaned_data)
+    except BillingInputError as error:
+        return _document(request, invoice, error=f"{error.field}: {error.message}", status=400)
+    except InvoiceStateError as error:
+        return _document(request, invoice, error=str(error), status=409)
+    done = SlaAdjustmentAction(form.cleaned_data["action"]).label.lower()
+    messages.success(request, f"SLA credit for {form.cleaned_data['metric']} {done}.")
+    return redirect("invoice", pk=invoice.pk)
+
+
 def _document(request, invoice: Invoice, *, error: str = "", status: int = 200):
     lines = list(invoice.lines.all())
     principal = principal_for_session(request)
     net_days = settings.BILLING["NET_DAYS"]
+    can_act = principal.is_finance and principal.tenant is None
+    sla = [line for line in lines if line.kind == LineKind.SLA_CREDIT]
+    decisions = (
+        sla_decisions(tenant_id=invoice.tenant_id, period_start=invoice.period_start)
+        if can_act
+        else []
+    )
     context = {
         "invoice": invoice,
-        "usage": [line for line in lines if not line.late and line.kind != "credit"],
+        "usage": [
+            line
+            for line in lines
+            if not line.late and line.kind not in (LineKind.CREDIT, LineKind.SLA_CREDIT)
+        ],
         "late": [line for line in lines if line.late],
-        "credits": [line for line in lines if line.kind == "credit"],
+        "sla_credits": sla,
+        # Finance may decide on a draft's credits: those on it, and those
+        # decided before (a waived one has no line left).
+        "sla_adjustable": sorted({line.sla_metric for line in sla} | {d.metric for d in decisions})
+        if can_act and invoice.status == InvoiceStatus.DRAFT
+        else [],
+        "sla_decisions": decisions,
+        "credits": [line for line in lines if line.kind == LineKind.CREDIT],
         "amount_due_minor": invoice_amount_due_minor(invoice),
         "download": "download" in request.GET,
-        "can_act": principal.is_finance and principal.tenant is None,
+        "can_act": can_act,
         "actions": INVOICE_ACTIONS.get(invoice.status, []),
         # A draft: not issued yet; issued when finalized, due net_days later.
         "period_open": not invoice.is_final and invoice.period_end > timezone.now(),

@@ -1,9 +1,10 @@
 """The tenant portal's usage page: usage over time by model (a chart),
-tokens and device-seconds, spend this billing period against the budget,
+tokens and device-seconds, its service levels against its plan's targets
+(billing.web.slo), spend this billing period against the budget,
 what is owed (open invoices per currency, each with how to pay it: the
 Stripe hosted invoice page once synced), an estimate of this period's
-invoice, recent invoices, and export downloads. Reads hourly rollups
-only."""
+invoice, recent invoices, and export downloads. Reads hourly rollups,
+and the ledger for the SLO percentiles."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from billing.invoicing.selectors import days_overdue, invoice_list, invoices_ope
 from billing.pricing.budgets import budget_spend
 from billing.pricing.periods import tenant_period
 from billing.web.forms import PeriodFilterForm
+from billing.web.slo import slo_tenant_context
 from metering.selectors import UsageQuery, requests_recent, usage_summary
 from tenants.access import principal_for_session
 
@@ -84,6 +86,7 @@ def usage_context(*, tenant, days: int) -> dict:
         "outstanding": dict(sorted(outstanding.items())),
         "estimate": invoice_estimate(tenant=tenant, now=now),
         "requests": requests_recent(tenant=tenant),
+        "slo": slo_tenant_context(tenant=tenant, start=start, end=end, now=now),
         "export_range": f"start={start:%Y-%m-%dT%H:%M:%SZ}&end={end:%Y-%m-%dT%H:%M:%SZ}",
     }
 

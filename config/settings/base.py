@@ -205,6 +205,14 @@ GATEWAY = {
     "RECORD_FLUSH_MAX": env.int("GATEWAY_RECORD_FLUSH_MAX", default=500),
     "DEFAULT_MAX_TOKENS": env.int("GATEWAY_DEFAULT_MAX_TOKENS", default=1024),
     "REDIS_PREFIX": env("GATEWAY_REDIS_PREFIX", default="gw"),
+    # The gateway holds the queue: at most a replica's max_inflight requests
+    # outstanding there, the rest waiting in per-tenant fair queues, and
+    # concurrency budgets wait instead of refusing. Off: pass-through (every
+    # request goes straight to a replica, over-budget requests are refused).
+    "FAIR_QUEUING": env.bool("GATEWAY_FAIR_QUEUING", default=True),
+    # With Redis: how often gateways settle replica slots and fair-share
+    # counters, and poll a tenant's budget held by another gateway.
+    "QUEUE_SYNC_SECONDS": env.float("GATEWAY_QUEUE_SYNC_SECONDS", default=0.04),
     "DEAD_LETTER_PATH": env(
         "GATEWAY_DEAD_LETTER_PATH", default=str(VAR_DIR / "dead-letter" / "records.jsonl")
     ),

@@ -1,6 +1,6 @@
 """The demo world's booked cost rates and prices (used by `manage.py up`):
 a peak / off-peak energy tariff, a PUE and the usual overheads; price
-books, plans, subscriptions and a credit grant; all in force from the
+books, plans, subscriptions, SLO policies and a credit grant; all in force from the
 start of 2026; and demo FX rates (Initech and Umbrella bill in EUR).
 Idempotent: what is already there is left."""
 
@@ -20,6 +20,8 @@ from billing.models import (
     ModelPrice,
     Plan,
     PriceBook,
+    SlaCreditRule,
+    SloPolicy,
     Subscription,
     VolumeTier,
 )
@@ -100,7 +102,8 @@ def prices_demo_seed() -> int:
     """The demo's prices, once: a list book for every tier, a dedicated
     book with a GPU-month fee, a reservation fee, graduated output tokens;
     a committed plan for the dedicated and reserved tenants, a discount
-    plan and prepaid credit for a shared one. Returns rows created."""
+    plan and prepaid credit for a shared one; SLO policies with credit
+    schedules. Returns rows created."""
     from serving.models import ServedModel
     from serving.tiny_model import MODEL_NAME
     from tenants.models import Tenant
@@ -136,6 +139,7 @@ def prices_demo_seed() -> int:
         name="Committed", minimum_commit=Decimal("500"), discount_percent=Decimal("10")
     )
     starter = Plan.objects.create(name="Starter", discount_percent=Decimal("5"))
+    created += slo_policies_demo_create(committed=committed)
     tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=["acme", "globex", "hooli"])}
     for slug, plan in (("acme", committed), ("globex", committed), ("hooli", starter)):
         if slug in tenants:
@@ -151,3 +155,41 @@ def prices_demo_seed() -> int:
         )
         created += 1
     return created + 2
+
+
+# (name, tier or None, plan, availability %, TTFT p95 ms, inter-token p95 ms)
+DEMO_SLOS = [
+    ("Shared default", "shared", None, "99.5", "2000", "250"),
+    ("Reserved default", "reserved", None, "99.9", "1000", "150"),
+    ("Dedicated default", "dedicated", None, "99.9", "1000", "150"),
+    ("Committed", None, "Committed", "99.9", "800", "120"),
+]
+
+
+def slo_policies_demo_create(*, committed: Plan) -> int:
+    """Each tier's default SLOs and the Committed plan's own, each with a
+    credit schedule: availability under target 10 %, under 99 % 25 %;
+    TTFT or inter-token p95 over target 5 % each; at most 30 % a period."""
+    created = 0
+    for name, tier, plan, availability, ttft, itl in DEMO_SLOS:
+        policy = SloPolicy.objects.create(
+            name=name,
+            tier=tier or "",
+            plan=committed if plan else None,
+            availability_percent=Decimal(availability),
+            ttft_p95_ms=Decimal(ttft),
+            itl_p95_ms=Decimal(itl),
+            credit_cap_percent=Decimal("30"),
+        )
+        steps = [
+            ("availability", None, "10"),
+            ("availability", Decimal("99"), "25"),
+            ("ttft_p95", None, "5"),
+            ("itl_p95", None, "5"),
+        ]
+        SlaCreditRule.objects.bulk_create(
+            SlaCreditRule(policy=policy, metric=m, threshold=t, credit_percent=Decimal(c))
+            for m, t, c in steps
+        )
+        created += 1 + len(steps)
+    return created

@@ -31,6 +31,17 @@ class UsageEventIn(serializers.Serializer):
     queue_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
     ttft_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
     generation_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
+    gateway_queue_ms = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=3,
+        min_value=0,
+        required=False,
+        allow_null=True,
+        help_text=(
+            "Milliseconds the request waited in the gateway's own queue before it was sent "
+            "to a replica (queue_ms is the replica's queue). Omitted or null: not measured."
+        ),
+    )
     status = serializers.ChoiceField(choices=RequestStatus.choices)
     http_status = serializers.IntegerField(required=False)
     error = serializers.CharField(required=False, allow_blank=True)
@@ -106,6 +117,24 @@ class UsageRowOut(serializers.Serializer):
     requests_error = serializers.IntegerField()
     requests_rejected = serializers.IntegerField()
     device_seconds = serializers.DecimalField(max_digits=24, decimal_places=9)
+    gateway_queue_ms_sum = serializers.DecimalField(
+        max_digits=24,
+        decimal_places=3,
+        help_text="Milliseconds waited in the gateway's queue, summed over gateway_queue_requests.",
+    )
+    gateway_queue_ms_mean = serializers.DecimalField(
+        max_digits=24,
+        decimal_places=3,
+        allow_null=True,
+        help_text="gateway_queue_ms_sum / gateway_queue_requests; null when none recorded it.",
+    )
+    gateway_queue_requests = serializers.IntegerField(
+        help_text="Requests that recorded a gateway queue time (others predate it or came "
+        "from another serving tier)."
+    )
+    gateway_queued_requests = serializers.IntegerField(
+        help_text="Of those, the requests that waited in the gateway's queue at all."
+    )
 
 
 class UsagePageOut(serializers.Serializer):

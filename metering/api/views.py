@@ -27,7 +27,13 @@ from metering.api.serializers import (
 from metering.choices import EventSource
 from metering.focus import FOCUS_COLUMNS, focus_rows
 from metering.ledger import BatchRejected, usage_record_batch
-from metering.selectors import SUMS, UsageQuery, usage_page, usage_summary
+from metering.selectors import (
+    SUMS,
+    UsageQuery,
+    gateway_queue_ms_mean,
+    usage_page,
+    usage_summary,
+)
 from tenants.api.permissions import (
     IsUsageReporter,
     scope_required,
@@ -51,6 +57,7 @@ EXAMPLE_EVENT = {
     "queue_ms": 3.2,
     "ttft_ms": 41.7,
     "generation_ms": 1730.0,
+    "gateway_queue_ms": 0.8,
     "status": "ok",
     "http_status": 200,
 }
@@ -217,6 +224,9 @@ def _usage_row(row: dict) -> dict:
         "model": row["model_name"],
         "requests": requests,
         **{name: row[name] for name in SUMS},
+        "gateway_queue_ms_mean": gateway_queue_ms_mean(
+            total_ms=row["gateway_queue_ms_sum"], requests=row["gateway_queue_requests"]
+        ),
     }
 
 

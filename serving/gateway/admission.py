@@ -9,10 +9,19 @@ tokens/min. Two implementations with the same semantics:
   gateway that dies without releasing does not leak capacity forever.
 
 Per-minute limits use a sliding window estimated from two fixed one-minute
-buckets (the previous bucket weighted by the part of it still in the window)."""
+buckets (the previous bucket weighted by the part of it still in the window).
+
+A refusal for concurrency or in-flight tokens (`QUEUEABLE_LIMITS`) can end
+when one of the tenant's requests does: `release_wait` returns then (at
+once for a release in this process; for Redis, also after `poll_seconds`,
+since another gateway's release is not signalled), and the gateway's queue
+(serving/gateway/queueing.py) tries again. Per-minute limits are not worth
+waiting for: they refuse at once."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -25,6 +34,39 @@ LIMIT_MESSAGES = {
     "requests_per_minute": "requests per minute limit reached (limit {limit})",
     "tokens_per_minute": "tokens per minute limit reached (limit {limit})",
 }
+
+
+QUEUEABLE_LIMITS = frozenset({"max_concurrent_requests", "max_inflight_tokens"})
+POLL_SECONDS = 0.04
+
+
+class ReleaseSignal:
+    """Wakes whoever waits on a tenant's budget when one of its requests
+    ends in this process. Releases are numbered per tenant, so a release
+    between a refusal and the wait is not missed."""
+
+    def __init__(self) -> None:
+        self._count: dict[int, int] = {}
+        self._released: dict[int, asyncio.Future] = {}
+
+    def count(self, tenant_id: int) -> int:
+        return self._count.get(tenant_id, 0)
+
+    async def wait(self, tenant_id: int, since: int, timeout: float) -> None:  # ok-float
+        if self.count(tenant_id) != since:
+            return
+        future = self._released.get(tenant_id)
+        if future is None or future.done():
+            future = asyncio.get_running_loop().create_future()
+            self._released[tenant_id] = future
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+
+    def notify(self, tenant_id: int) -> None:
+        self._count[tenant_id] = self.count(tenant_id) + 1
+        future = self._released.pop(tenant_id, None)
+        if future is not None and not future.done():
+            future.set_result(None)
 
 
 @dataclass(frozen=True)
@@ -50,6 +92,7 @@ class LocalAdmission:
     def __init__(self) -> None:
         self._inflight: dict[int, dict[str, int]] = {}
         self._buckets: dict[int, dict[str, float]] = {}
+        self._released = ReleaseSignal()
 
     async def acquire(self, caller: Caller, request_id: str, tokens: int) -> Refusal | None:
         limits = caller.limits
@@ -88,7 +131,17 @@ class LocalAdmission:
         return None
 
     async def release(self, caller: Caller, request_id: str) -> None:
-        self._inflight.get(caller.tenant_id, {}).pop(request_id, None)
+        if self._inflight.get(caller.tenant_id, {}).pop(request_id, None) is not None:
+            self._released.notify(caller.tenant_id)
+
+    def releases(self, tenant_id: int) -> int:
+        """How many of the tenant's requests have ended here (for `release_wait`)."""
+        return self._released.count(tenant_id)
+
+    async def release_wait(self, tenant_id: int, since: int, timeout: float) -> None:  # ok-float
+        """Until one of the tenant's requests ends after `releases` was
+        `since`, or `timeout` seconds."""
+        await self._released.wait(tenant_id, since, timeout)
 
     async def close(self) -> None:
         return None
@@ -133,10 +186,19 @@ return {'', 0, 0}
 
 
 class RedisAdmission:
-    def __init__(self, url: str, *, lease_seconds: float, prefix: str = "gw") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        lease_seconds: float,
+        prefix: str = "gw",
+        poll_seconds: float = POLL_SECONDS,  # ok-float
+    ) -> None:
         import redis.asyncio as redis
 
         self._redis = redis.from_url(url)
+        self._released = ReleaseSignal()
+        self._poll_seconds = poll_seconds
         self._acquire = self._redis.register_script(_ACQUIRE_LUA)
         self._lease_seconds = lease_seconds
         self._prefix = prefix
@@ -177,6 +239,17 @@ class RedisAdmission:
         entry = self._members.pop(request_id, None)
         if entry is not None:
             await self._redis.zrem(self._keys(entry[0])[0], entry[1])
+            self._released.notify(entry[0])
+
+    def releases(self, tenant_id: int) -> int:
+        """How many of the tenant's requests have ended here (for `release_wait`)."""
+        return self._released.count(tenant_id)
+
+    async def release_wait(self, tenant_id: int, since: int, timeout: float) -> None:  # ok-float
+        """Until one of the tenant's requests ends here after `releases` was
+        `since`, or a poll period (one may have ended on another gateway),
+        at most `timeout` seconds."""
+        await self._released.wait(tenant_id, since, min(timeout, self._poll_seconds))
 
     async def close(self) -> None:
         await self._redis.aclose()

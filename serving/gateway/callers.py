@@ -19,10 +19,16 @@ from tenants.errors import AuthenticationError, TenantSuspendedError
 
 @dataclass(frozen=True)
 class Limits:
+    """Admission limits (None: unlimited) and the tenant's place in the fair
+    queue: its weight, how long a request may wait, how many may wait."""
+
     max_concurrent_requests: int | None
     requests_per_minute: int | None
     tokens_per_minute: int | None
     max_inflight_tokens: int | None
+    fair_share_weight: int = 1
+    queue_timeout_ms: int = 5000
+    max_queued_requests: int = 100
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,9 @@ def caller_load(raw_key: str) -> Caller:
             requests_per_minute=policy.requests_per_minute,
             tokens_per_minute=policy.tokens_per_minute,
             max_inflight_tokens=policy.max_inflight_tokens,
+            fair_share_weight=policy.fair_share_weight,
+            queue_timeout_ms=policy.queue_timeout_ms,
+            max_queued_requests=policy.max_queued_requests,
         ),
     )
 

@@ -56,9 +56,11 @@ that times out (QueueTimeout) or whose task is cancelled (client gone)
 leaves at once, uncharged; a slot granted to a task cancelled before it ran
 is returned and its charge undone.
 
-Scope: one event loop, one process. Counters are per process, so with N
-gateways each shares its own traffic fairly; a replica's `max_inflight`
-should then be split among them (or kept in Redis: not this module)."""
+Scope: one event loop, one process, no I/O. Across gateway processes,
+serving/gateway/fairness_redis.py shares the counters (`service_drain`,
+`service_merge`) and each replica's slots (`replica_set` with this
+process's share, from `waiting_by_replica` and `outstanding_by_replica`)
+through Redis."""
 
 from __future__ import annotations
 
@@ -183,7 +185,10 @@ class FairQueue:
         starvation_passes: int = STARVATION_PASSES,
         default_max_queued: int = DEFAULT_MAX_QUEUED,
         clock: Callable[[], float] = time.monotonic,
+        track_service: bool = False,
     ) -> None:
+        """`track_service`: keep the counter changes since the last
+        `service_drain`, for sharing them with other processes."""
         self.output_weight = output_weight
         self.starvation_passes = starvation_passes
         self.default_max_queued = default_max_queued
@@ -197,7 +202,13 @@ class FairQueue:
         self._last_left: int | None = None
         # replica -> tier -> priority -> tenant -> seq -> waiter (FIFO by seq)
         self._index: dict[int, dict[int, dict[int, dict[int, OrderedDict[int, _Waiter]]]]] = {}
+        self._waiting_at: dict[int, int] = {}  # replica -> waiters it is a candidate of
         self._seq = itertools.count()
+        self._track = track_service
+        # Since the last drain, per tenant: the floor lifts (net of the
+        # charges before them) and the charges: shared = max(shared, floor) + delta.
+        self._floors: dict[int, float] = {}  # ok-float
+        self._deltas: dict[int, float] = {}  # ok-float
 
     # --- replicas ------------------------------------------------------------
     def replica_set(self, replica_id: int, *, max_inflight: int) -> None:
@@ -231,8 +242,55 @@ class FairQueue:
         """Slots granted and not yet released, per replica."""
         return dict(self._outstanding)
 
+    def waiting_by_replica(self) -> dict[int, int]:
+        """Requests waiting that could run on each replica (a request with
+        several candidates counts at each)."""
+        return dict(self._waiting_at)
+
     def tenant_depth(self, tenant_id: int) -> int:
         return self._waiting.get(tenant_id, 0)
+
+    def tenants_waiting(self) -> list[int]:
+        return list(self._waiting)
+
+    # --- sharing counters with other processes ---------------------------------
+    def service_drain(self) -> tuple[dict[int, float], dict[int, float]]:  # ok-float
+        """The counter changes since the last drain, as (floors, deltas) per
+        tenant: apply as `counter = max(counter, floor) + delta`."""
+        floors, deltas = self._floors, self._deltas
+        self._floors, self._deltas = {}, {}
+        return floors, deltas
+
+    def service_restore(
+        self,
+        floors: Mapping[int, float],  # ok-float
+        deltas: Mapping[int, float],  # ok-float
+    ) -> None:
+        """Put back drained changes that could not be shared, ahead of the
+        changes made since: (F1, d1) then (F2, d2) is (max(F1, F2 - d1), d1 + d2)."""
+        for tenant_id in set(floors) | set(deltas):
+            d1, d2 = deltas.get(tenant_id, 0.0), self._deltas.get(tenant_id, 0.0)
+            candidates = [floors.get(tenant_id)]
+            if tenant_id in self._floors:
+                candidates.append(self._floors[tenant_id] - d1)
+            known = [f for f in candidates if f is not None]
+            if known:
+                self._floors[tenant_id] = max(known)
+            if d1 or d2:
+                self._deltas[tenant_id] = d1 + d2
+
+    def service_merge(self, shared: Mapping[int, float]) -> None:  # ok-float
+        """Take the shared counters (after the drained changes were applied to
+        them), keeping the changes made here since the drain."""
+        for tenant_id, value in shared.items():
+            floor = self._floors.get(tenant_id)
+            base = value if floor is None else max(value, floor)
+            self._counters[tenant_id] = base + self._deltas.get(tenant_id, 0.0)
+
+    def _charge(self, tenant_id: int, amount: float) -> None:  # ok-float
+        self._counters[tenant_id] = self._counters.get(tenant_id, 0.0) + amount
+        if self._track:
+            self._deltas[tenant_id] = self._deltas.get(tenant_id, 0.0) + amount
 
     def tenant_service(self, tenant_id: int) -> float:  # ok-float
         """The tenant's virtual counter (weighted service, lifted)."""
@@ -260,24 +318,11 @@ class FairQueue:
         Raises QueueFull when the tenant already has `max_queued` requests
         waiting, QueueTimeout after `timeout` seconds of waiting. Cancelling
         the awaiting task leaves the queue with nothing charged."""
-        if weight <= 0:
-            raise ValueError("weight must be > 0")
+        slot = self.acquire_nowait(tenant_id, priority, weight, candidates, prompt_tokens, own=own)
+        if slot is not None:
+            return slot
         ordered = tuple(dict.fromkeys(candidates))
-        if not ordered:
-            raise ValueError("no candidate replicas")
         own_set = frozenset(own)
-        for replica_id in ordered:
-            if self._has_room(replica_id):
-                self._lift(tenant_id)
-                return self._grant(
-                    replica_id,
-                    tenant_id=tenant_id,
-                    priority=priority,
-                    weight=float(weight),  # ok-float
-                    own=replica_id in own_set,
-                    prompt_tokens=prompt_tokens,
-                    queued_seconds=0.0,
-                )
         bound = self.default_max_queued if max_queued is None else max_queued
         if self._waiting.get(tenant_id, 0) >= bound:
             raise QueueFull(bound)
@@ -306,6 +351,35 @@ class FairQueue:
         finally:
             expiry.cancel()
 
+    def acquire_nowait(
+        self,
+        tenant_id: int,
+        priority: int,
+        weight: float,  # ok-float
+        candidates: Sequence[int],
+        prompt_tokens: int,
+        *,
+        own: Collection[int] = (),
+    ) -> Slot | None:
+        """A slot at once (as `acquire` would give it), or None: nothing free."""
+        if weight <= 0:
+            raise ValueError("weight must be > 0")
+        if not candidates:
+            raise ValueError("no candidate replicas")
+        for replica_id in candidates:
+            if self._has_room(replica_id):
+                self._lift(tenant_id)
+                return self._grant(
+                    replica_id,
+                    tenant_id=tenant_id,
+                    priority=priority,
+                    weight=float(weight),  # ok-float
+                    own=replica_id in own,
+                    prompt_tokens=prompt_tokens,
+                    queued_seconds=0.0,
+                )
+        return None
+
     # --- internals -----------------------------------------------------------
     def _has_room(self, replica_id: int) -> bool:
         return self._outstanding.get(replica_id, 0) < self._capacity.get(replica_id, 0)
@@ -323,6 +397,9 @@ class FairQueue:
             return
         if self._counters.get(tenant_id, 0.0) < floor:
             self._counters[tenant_id] = floor
+            if self._track:
+                net = floor - self._deltas.get(tenant_id, 0.0)
+                self._floors[tenant_id] = max(self._floors.get(tenant_id, net), net)
 
     def _grant(
         self,
@@ -336,7 +413,7 @@ class FairQueue:
         queued_seconds: float,  # ok-float
     ) -> Slot:
         if not own:
-            self._counters[tenant_id] = self._counters.get(tenant_id, 0.0) + prompt_tokens / weight
+            self._charge(tenant_id, prompt_tokens / weight)
         self._outstanding[replica_id] = self._outstanding.get(replica_id, 0) + 1
         if tenant_id not in self._waiting:
             self._last_left = tenant_id
@@ -353,8 +430,7 @@ class FairQueue:
 
     def _slot_release(self, slot: Slot, tokens: int) -> None:
         if not slot.own:
-            counter = self._counters.get(slot.tenant_id, 0.0)
-            self._counters[slot.tenant_id] = counter + tokens / slot.weight
+            self._charge(slot.tenant_id, tokens / slot.weight)
         left = self._outstanding.get(slot.replica_id, 0) - 1
         if left > 0 or slot.replica_id in self._capacity:
             self._outstanding[slot.replica_id] = max(0, left)
@@ -367,6 +443,7 @@ class FairQueue:
         self._waiting[waiter.tenant_id] = self._waiting.get(waiter.tenant_id, 0) + 1
         self._depth[waiter.priority] = self._depth.get(waiter.priority, 0) + 1
         for replica_id in waiter.candidates:
+            self._waiting_at[replica_id] = self._waiting_at.get(replica_id, 0) + 1
             tier = _OWN if replica_id in waiter.own else _SPILL
             flows = (
                 self._index.setdefault(replica_id, {})
@@ -381,6 +458,9 @@ class FairQueue:
         waiter.queued = False
         tenant_id, priority = waiter.tenant_id, waiter.priority
         for replica_id in waiter.candidates:
+            self._waiting_at[replica_id] -= 1
+            if not self._waiting_at[replica_id]:
+                del self._waiting_at[replica_id]
             tier = _OWN if replica_id in waiter.own else _SPILL
             tiers = self._index[replica_id]
             classes = tiers[tier]

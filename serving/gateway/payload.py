@@ -36,6 +36,7 @@ class Prepared:
     client_wants_usage: bool  # the final usage chunk (stream_options.include_usage)
     client_wants_continuous_usage: bool  # usage on every chunk
     estimated_tokens: int  # prompt estimate + max_tokens: the in-flight budget charge
+    prompt_tokens_estimate: int = 0  # the fair queue's charge at dispatch
 
 
 def prepare(
@@ -120,6 +121,7 @@ def _prepare_for_model(
         client_wants_usage=client_wants_usage,
         client_wants_continuous_usage=client_wants_continuous,
         estimated_tokens=prompt_estimate + budget_tokens,
+        prompt_tokens_estimate=prompt_estimate,
     )
 
 

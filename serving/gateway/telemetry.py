@@ -2,14 +2,17 @@
 and tokens per tenant, latency histograms, and the record buffer's health.
 
 Labels are bounded: tenant slug, model name, status and token kind; never
-request ids or keys. Each gateway process exposes its own counters (scrape
-them all; Prometheus sums across instances)."""
+request ids or keys. The fair queue's metrics carry no tenant: its depth and
+wait by priority class, and the slots in use per replica (by name, one per
+registered replica). Each gateway process exposes its own counters and
+gauges (scrape them all; Prometheus sums across instances)."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from serving.records import CompletedRequest
+from tenants.choices import VLLM_PRIORITY
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 600)
@@ -55,6 +58,51 @@ DEAD_LETTERED = Counter(
 BACKLOG = Gauge(
     "gateway_record_backlog", "Records waiting in memory for the sink.", registry=REGISTRY
 )
+QUEUE_DEPTH = Gauge(
+    "gateway_queue_depth",
+    "Requests waiting in the gateway's fair queue, by priority class.",
+    ["priority_class"],
+    registry=REGISTRY,
+)
+QUEUE_SECONDS = Histogram(
+    "gateway_queue_seconds",
+    "Time a request waited at the gateway (for its tenant's budget and a replica slot), "
+    "by priority class.",
+    ["priority_class"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
+OUTSTANDING = Gauge(
+    "gateway_replica_outstanding",
+    "Requests this gateway has outstanding at each replica (fair queuing on).",
+    ["replica"],
+    registry=REGISTRY,
+)
+CLASS_BY_PRIORITY = {number: str(name) for name, number in VLLM_PRIORITY.items()}
+
+
+def priority_label(priority: int) -> str:
+    """The class name of a vLLM priority (bounded: unknown numbers are 'other')."""
+    return CLASS_BY_PRIORITY.get(priority, "other")
+
+
+def queue_wait_observe(priority: int, seconds: float) -> None:  # ok-float
+    QUEUE_SECONDS.labels(priority_label(priority)).observe(seconds)
+
+
+def queue_gauges_set(
+    depth_by_priority: dict[int, int], outstanding_by_replica: dict[str, int]
+) -> None:
+    """The fair queue's state at scrape time (classes with nobody waiting read 0)."""
+    depth = dict.fromkeys(CLASS_BY_PRIORITY.values(), 0)
+    for priority, waiting in depth_by_priority.items():
+        label = priority_label(priority)
+        depth[label] = depth.get(label, 0) + waiting
+    for label, waiting in depth.items():
+        QUEUE_DEPTH.labels(label).set(waiting)
+    OUTSTANDING.clear()
+    for replica, busy in outstanding_by_replica.items():
+        OUTSTANDING.labels(replica).set(busy)
 
 
 def request_observe(

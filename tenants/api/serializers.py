@@ -21,6 +21,9 @@ class PolicyOut(serializers.ModelSerializer):
             "monthly_budget",
             "budget_soft_percent",
             "budget_hard_percent",
+            "fair_share_weight",
+            "queue_timeout_ms",
+            "max_queued_requests",
         ]
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from datetime import timedelta
+from decimal import Decimal
 
 import pandas as pd
 import pytest
@@ -26,13 +28,22 @@ RANGE = {"start": "2026-10-05", "end": "2026-10-06"}
 
 @pytest.fixture
 def usage(ledger):
-    """A: two requests at 12:00 and one at 14:00; B: one at 12:00 (none overlap)."""
+    """A: two requests at 12:00 and one at 14:00; B: one at 12:00 (none overlap).
+    In the gateway's queue: a1 40 ms, a2 not at all, a3 not measured, b1 7.5 ms."""
     usage_record_batch(
         events=[
-            ledger.event("a1"),
-            ledger.event("a2", at=T0 + timedelta(seconds=30), cached_tokens=5),
+            ledger.event("a1", gateway_queue_ms=Decimal("40")),
+            ledger.event(
+                "a2", at=T0 + timedelta(seconds=30), cached_tokens=5, gateway_queue_ms=Decimal(0)
+            ),
             ledger.event("a3", at=T0 + timedelta(hours=2)),
-            ledger.event("b1", tenant=ledger.b, at=T0 + timedelta(seconds=10), completion_tokens=3),
+            ledger.event(
+                "b1",
+                tenant=ledger.b,
+                at=T0 + timedelta(seconds=10),
+                completion_tokens=3,
+                gateway_queue_ms=Decimal("7.5"),
+            ),
         ],
         source=EventSource.API,
     )
@@ -140,3 +151,56 @@ def test_bad_parameters_are_400_naming_the_field(usage, params, field):
 def test_a_key_without_usage_read_is_refused(usage):
     response = client_of(usage.a, scopes=(Scope.INFERENCE,)).get(URL, RANGE)
     assert response.status_code == 403
+
+
+GATEWAY_QUEUE = (
+    "gateway_queue_ms_sum",
+    "gateway_queue_ms_mean",
+    "gateway_queue_requests",
+    "gateway_queued_requests",
+)
+
+
+def test_usage_carries_the_gateway_queue_time_of_the_tenant_only(usage):
+    (day,) = client_of(usage.a).get(URL, RANGE).json()["results"]
+    # a1 waited 40 ms, a2 not at all, a3 recorded none: a mean over two.
+    assert [day[k] for k in GATEWAY_QUEUE] == ["40.000", "20.000", 2, 1]
+    hours = client_of(usage.a).get(URL, {**RANGE, "group_by": "hour"}).json()["results"]
+    assert [[h[k] for k in GATEWAY_QUEUE] for h in hours] == [
+        ["40.000", "20.000", 2, 1],
+        ["0.000", None, 0, 0],  # 14:00: a3 only, not measured
+    ]
+    (b_day,) = client_of(usage.b).get(URL, RANGE).json()["results"]
+    assert [b_day[k] for k in GATEWAY_QUEUE] == ["7.500", "7.500", 1, 1]
+
+
+def test_usage_csv_has_the_gateway_queue_columns(usage):
+    rows = read_csv(client_of(usage.a).get(URL, {**RANGE, "group_by": "hour", "format": "csv"}))
+    assert [[r[k] for k in GATEWAY_QUEUE] for r in rows] == [
+        ["40.000", "20.000", "2", "1"],
+        ["0.000", "", "0", "0"],
+    ]
+    (b_row,) = read_csv(client_of(usage.b).get(URL, {**RANGE, "format": "csv"}))
+    assert [b_row[k] for k in GATEWAY_QUEUE] == ["7.500", "7.500", "1", "1"]
+
+
+def test_focus_tags_carry_the_gateway_queue_time_where_recorded(usage):
+    def tags(tenant, params) -> set[str]:
+        rows = read_csv(client_of(tenant).get(FOCUS, params))
+        return {r["Tags"] for r in rows}
+
+    (day,) = tags(usage.a, RANGE)  # every charge kind of the one row: the same tags
+    assert json.loads(day) == {
+        "gateway_queue_ms_mean": "20.000",
+        "gateway_queue_ms_sum": "40.000",
+        "gateway_queue_requests": 2,
+        "gateway_queued_requests": 1,
+        "pool": usage.pool.name,
+        "pool_kind": "shared",
+        "priority": 0,
+    }
+    by_hour = [json.loads(t) for t in tags(usage.a, {**RANGE, "group_by": "hour"})]
+    untimed = next(t for t in by_hour if "gateway_queue_ms_sum" not in t)  # 14:00, a3
+    assert set(untimed) == {"pool", "pool_kind", "priority"}
+    (b_day,) = tags(usage.b, RANGE)
+    assert json.loads(b_day)["gateway_queue_ms_sum"] == "7.500"

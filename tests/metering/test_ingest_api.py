@@ -3,6 +3,8 @@ per-item results, all-or-nothing with every bad event named."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import orjson
 import pytest
 
@@ -66,6 +68,23 @@ def test_bad_events_are_named_and_nothing_is_written(ledger, reporter):
     assert [r["status"] for r in body["results"]] == ["not_written", "rejected", "rejected"]
     assert "unknown tenant 'nobody'" in body["results"][2]["reason"]
     assert not UsageEvent.objects.exists()
+
+
+def test_the_gateway_queue_time_is_accepted_and_a_negative_one_named(ledger, reporter):
+    timed = as_json(ledger.event("g1")) | {"gateway_queue_ms": 12.25}
+    untimed = as_json(ledger.event("g2"))  # another tier that has no gateway queue
+    response = reporter.post(URL, [timed, untimed], format="json")
+    assert response.status_code == 200, response.json()
+    stored = dict(UsageEvent.objects.values_list("request_id", "gateway_queue_ms"))
+    assert stored == {"g1": Decimal("12.250"), "g2": None}
+
+    negative = as_json(ledger.event("g3")) | {"gateway_queue_ms": -0.5}
+    refused = reporter.post(URL, [negative], format="json")
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["field"] == "events.0.gateway_queue_ms"
+    assert "gateway_queue_ms" in error["message"]
+    assert not UsageEvent.objects.filter(request_id="g3").exists()
 
 
 def test_too_many_events_or_not_json(ledger, reporter, settings):

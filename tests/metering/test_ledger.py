@@ -82,6 +82,8 @@ def test_partitions_are_monthly_and_created_on_demand(ledger):
         ({"received_at": "yesterday"}, "received_at"),
         ({"received_at": T0.replace(tzinfo=None)}, "received_at"),
         ({"queue_ms": -5}, "queue_ms"),
+        ({"gateway_queue_ms": -5}, "gateway_queue_ms"),
+        ({"gateway_queue_ms": "soon"}, "gateway_queue_ms"),
         ({"request_id": ""}, "request_id"),
         ({"sent_at": T0 + timedelta(hours=1)}, "sent_at"),
         ({"first_token_at": T0 - timedelta(seconds=2)}, "first_token_at"),

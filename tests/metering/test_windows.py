@@ -153,6 +153,38 @@ def test_rollups_sum_tokens_requests_and_device_seconds_per_tenant(ledger):
     assert UsageRollup.objects.count() == 3
 
 
+def test_rollups_sum_the_gateway_queue_time_of_requests_that_recorded_it(ledger):
+    record(
+        ledger,
+        ledger.event("a1", gateway_queue_ms=Decimal("12.5")),
+        ledger.event("a2", at=T0 + timedelta(seconds=5), gateway_queue_ms=Decimal("0")),
+        ledger.event("a3", at=T0 + timedelta(seconds=9)),  # not measured
+        ledger.event(
+            "a4",
+            at=T0 + timedelta(seconds=20),
+            status="rejected",
+            http_status=429,
+            replica_id=None,
+            gateway_queue_ms=Decimal("3000"),  # waited, then timed out in the queue
+        ),
+        ledger.event("b1", tenant=ledger.b, gateway_queue_ms=Decimal("1.25")),
+    )
+    metering_run(now=AFTER)
+
+    def queue_time(tenant):
+        rows = UsageRollup.objects.filter(tenant=tenant).order_by("replica_id")
+        return [
+            (r.gateway_queue_ms_sum, r.gateway_queue_requests, r.gateway_queued_requests)
+            for r in rows
+        ]
+
+    expected_a = [(Decimal("12.500"), 2, 1), (Decimal("3000.000"), 1, 1)]  # served, rejected
+    assert queue_time(ledger.a) == expected_a
+    assert queue_time(ledger.b) == [(Decimal("1.250"), 1, 1)]
+    usage_rollup_hours(hours=[T0])  # rebuilt whole: the same sums, not doubled
+    assert queue_time(ledger.a) == expected_a
+
+
 @pytest.mark.parametrize("policy", ["equal", "roofline"])
 def test_conservation_holds_for_a_busy_hour(ledger, policy):
     events = [

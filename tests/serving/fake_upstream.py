@@ -1,6 +1,7 @@
 """A minimal vLLM stand-in on loopback, for what a real replica will not do
-on demand: record exactly what the gateway forwarded, answer 500, hang, or
-drop the connection mid-stream."""
+on demand: record exactly what the gateway forwarded, answer 500, hang,
+drop the connection mid-stream, or take `delay` seconds per request (and
+count how many it had in flight at once)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from aiohttp import web
 class FakeUpstream:
     def __init__(self) -> None:
         self.mode = "ok"  # ok | error500 | hang | drop_midstream
+        self.delay = 0.0  # seconds each request takes before its answer
+        # Usage as a real replica would count it (one token per prompt
+        # character, max_tokens generated) instead of a fixed 7 + 3.
+        self.usage_as_asked = False
         self.requests: list[dict] = []
+        self.inflight = 0
+        self.inflight_max = 0
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
@@ -59,12 +66,27 @@ class FakeUpstream:
         body = await request.json()
         headers = {k.lower(): v for k, v in request.headers.items()}
         self.requests.append({"headers": headers, "body": body})
+        self.inflight += 1
+        self.inflight_max = max(self.inflight_max, self.inflight)
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            return await self._answer(request, body)
+        finally:
+            self.inflight -= 1
+
+    async def _answer(self, request: web.Request, body: dict) -> web.StreamResponse:
         if self.mode == "error500":
             return web.json_response({"error": "boom"}, status=500)
         if self.mode == "hang":
             await self._released.wait()
             return web.json_response({"error": "released"}, status=500)
         usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+        if self.usage_as_asked:
+            prompt = sum(len(m["content"]) for m in body.get("messages", []))
+            output = body.get("max_tokens") or 16
+            usage = {"prompt_tokens": prompt, "completion_tokens": output}
+            usage["total_tokens"] = prompt + output
         if not body.get("stream"):
             return web.json_response(
                 {

@@ -121,3 +121,29 @@ def test_unlimited_policy_admits_everything(admission):
             assert await admission.acquire(c, f"r{i}", 10_000) is None
 
     run(admission, scenario)
+
+
+def test_release_wait_wakes_on_a_release_and_misses_none(admission):
+    c = caller(max_concurrent_requests=1)
+
+    async def scenario(admission):
+        assert await admission.acquire(c, "r1", 10) is None
+        since = admission.releases(c.tenant_id)
+        assert (await admission.acquire(c, "r2", 10)).limit == "max_concurrent_requests"
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, lambda: asyncio.ensure_future(admission.release(c, "r1")))
+        started = loop.time()
+        while True:  # as the gateway's queue does (Redis also wakes to poll)
+            await admission.release_wait(c.tenant_id, since, 5)
+            since = admission.releases(c.tenant_id)
+            if await admission.acquire(c, "r2", 10) is None:
+                break
+        assert loop.time() - started < 1  # woken by the release, not the timeout
+        # A release before the wait began is not missed.
+        since = admission.releases(c.tenant_id)
+        await admission.release(c, "r2")
+        started = loop.time()
+        await admission.release_wait(c.tenant_id, since, 5)
+        assert loop.time() - started < 0.01
+
+    run(admission, scenario)

@@ -192,7 +192,9 @@ def test_cache_salt_isolates_tenants_prefix_cache(fleet, vllm):
 
 
 def test_over_limit_is_429_naming_the_limit(fleet, vllm):
-    fleet.add_tenant("single", max_concurrent_requests=1)
+    # A queue timeout of 0: over its concurrency limit, a request is refused
+    # at once instead of waiting (tests/serving/test_gateway_fair_queue.py).
+    fleet.add_tenant("single", max_concurrent_requests=1, queue_timeout_ms=0)
     fleet.add_tenant("slow", requests_per_minute=2)
     fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
     fleet.ready()
@@ -224,7 +226,7 @@ def test_over_limit_is_429_naming_the_limit(fleet, vllm):
 def test_limits_hold_across_two_gateway_processes(fleet, vllm, tmp_path):
     url = redis_url()
     require(url is not None, "no Redis for cluster-wide limits")
-    fleet.add_tenant("single", max_concurrent_requests=1)
+    fleet.add_tenant("single", max_concurrent_requests=1, queue_timeout_ms=0)
     fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
     env = {"REDIS_URL": url, "GATEWAY_REDIS_PREFIX": f"test-{time.time_ns()}"}
     first, first_url = start_gateway(env=env)

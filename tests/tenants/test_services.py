@@ -1,11 +1,14 @@
 """tenants.services beyond what the API tests cover."""
 
 import pytest
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
 
 from tenants.choices import Role
 from tenants.errors import AuthenticationError, LastOwnerError
-from tenants.models import ApiKey, Membership
+from tenants.models import ApiKey, Membership, TenantPolicy
 from tenants.services import api_key_authenticate, membership_remove, membership_set
+from tests.conftest import client_for_key
 from tests.factories import UserFactory, make_tenant
 
 pytestmark = pytest.mark.django_db
@@ -16,6 +19,30 @@ def test_tenant_create_gives_a_default_policy():
     assert tenant.policy.priority_class == "normal"
     assert tenant.policy.budget_soft_percent == 80
     assert tenant.policy.budget_hard_percent == 100
+
+
+def test_fair_queuing_policy_defaults_and_bounds(world_a):
+    policy = make_tenant().policy
+    assert (policy.fair_share_weight, policy.queue_timeout_ms, policy.max_queued_requests) == (
+        1,
+        5000,
+        100,
+    )
+    for field, bad in [
+        ("fair_share_weight", 0),
+        ("queue_timeout_ms", 600_001),
+        ("max_queued_requests", 10_001),
+    ]:
+        with pytest.raises(ValidationError) as refused:
+            make_tenant(policy={field: bad})
+        assert field in refused.value.message_dict
+    with pytest.raises(IntegrityError), transaction.atomic():
+        TenantPolicy.objects.filter(pk=policy.pk).update(fair_share_weight=0)
+    # The tenant sees its own queue policy, and only its own.
+    body = client_for_key(world_a.secret).get("/api/v1/tenants/me").json()
+    assert body["tenant"]["policy"]["queue_timeout_ms"] == 5000
+    assert body["tenant"]["policy"]["fair_share_weight"] == 1
+    assert body["tenant"]["policy"]["max_queued_requests"] == 100
 
 
 def test_a_tenant_keeps_at_least_one_owner():

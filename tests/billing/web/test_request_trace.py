@@ -39,7 +39,11 @@ def traced(ledger):
         output_per_mtok=Decimal("2"),
     )
     usage_record_batch(
-        events=[ledger.event("a1"), ledger.event("b1", tenant=ledger.b)], source=EventSource.API
+        events=[
+            ledger.event("a1", gateway_queue_ms=Decimal("12.5")),
+            ledger.event("b1", tenant=ledger.b),
+        ],
+        source=EventSource.API,
     )
     metering_run(now=T0 + timedelta(hours=3))
     hour = T0.replace(minute=0)
@@ -72,6 +76,10 @@ def test_finance_follows_a_request_to_its_cost_and_the_margin_report(client, led
     assert c["margin"]["tenant"] == ledger.a.slug
     html = page.content.decode()
     assert 'data-testid="trace-margin"' in html and traced.number in html
+    # The gateway's queue time beside vLLM's own.
+    assert "gateway queue 12.500 ms</span> · vLLM queue 100.000 ms" in html
+    untimed = client.get("/requests/b1/").content.decode()  # recorded none: not a zero
+    assert "gateway queue — ms</span>" in untimed
 
 
 def test_a_member_sees_its_own_request_without_cost_and_not_anothers(client, ledger, traced):
@@ -82,6 +90,7 @@ def test_a_member_sees_its_own_request_without_cost_and_not_anothers(client, led
     assert page.context["invoice"] == traced
     html = page.content.decode()
     assert "trace-cost" not in html and "trace-margin" not in html
+    assert "gateway queue 12.500 ms" in html
     assert client.get("/requests/b1/").status_code == 404
     assert client.get("/requests/nope/").status_code == 404
 

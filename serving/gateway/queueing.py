@@ -1,0 +1,232 @@
+"""A request's wait at the gateway when fair queuing is on
+(GATEWAY["FAIR_QUEUING"]): first for its tenant's budget, then for a slot on
+a replica (serving/gateway/fairness.py).
+
+- Budget: a request over its tenant's concurrency or in-flight token limit
+  waits until one of the tenant's requests ends, then tries again;
+  requests-per-minute and tokens-per-minute refuse at once, and so does a
+  request that could never fit the in-flight token limit (400).
+- Slot: the fair queue's order (priority class, least weighted service,
+  owner first on dedicated and reserved replicas).
+- One clock: both waits (and the wait for a second replica after the first
+  failed) share the tenant's queue timeout; the time spent waiting is the
+  request's `gateway_queue_ms`.
+- One bound: the tenant's requests waiting for either count against its
+  `max_queued_requests`.
+- A client that goes away while waiting leaves at once; nothing was sent
+  upstream and nothing is charged."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from serving.gateway.admission import (
+    QUEUEABLE_LIMITS,
+    LocalAdmission,
+    RedisAdmission,
+    Refusal,
+)
+from serving.gateway.callers import Caller
+from serving.gateway.fairness import FairQueue, QueueFull, QueueTimeout, Slot
+
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request waited."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The answer to a request that may not run (now)."""
+
+    status: int
+    code: str
+    message: str
+    retry_after: int | None = None
+    param: str | None = None
+
+
+@dataclass
+class QueueWait:
+    """One request's time in the gateway's queue, against its timeout."""
+
+    timeout: float  # ok-float: seconds
+    waited: float = 0.0  # ok-float: seconds
+    entered: bool = False  # it got past the refusals that never wait
+    _clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+
+    @property
+    def remaining(self) -> float:  # ok-float
+        return self.timeout - self.waited
+
+    @contextlib.contextmanager
+    def timing(self):
+        started = self._clock()
+        try:
+            yield
+        finally:
+            self.waited += self._clock() - started
+
+
+async def unless_gone(
+    awaitable: Awaitable[T], disconnected: asyncio.Event, *, undo: Callable[[T], None]
+) -> T:
+    """The awaitable's result, or ClientGone as soon as `disconnected` is set
+    (the awaitable cancelled; a result it produced anyway is undone)."""
+    task = asyncio.ensure_future(awaitable)
+    gone = asyncio.ensure_future(disconnected.wait())
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        _abandon(task, undo)
+        raise
+    finally:
+        gone.cancel()
+    if task.done() and not disconnected.is_set():
+        return task.result()
+    _abandon(task, undo)
+    raise ClientGone
+
+
+def _abandon(task: asyncio.Future[T], undo: Callable[[T], None]) -> None:
+    """Cancel `task`; whatever it still produces is undone."""
+
+    def settle(done: asyncio.Future[T]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            undo(done.result())
+
+    task.cancel()
+    task.add_done_callback(settle)
+
+
+class GatewayQueue:
+    """One per gateway process, beside its admission and its fair queue."""
+
+    def __init__(self, fair: FairQueue, admission: LocalAdmission | RedisAdmission) -> None:
+        self.fair = fair
+        self.admission = admission
+        self._budget_waiting: dict[int, int] = {}  # tenant -> requests waiting for budget
+
+    def tenant_queued(self, tenant_id: int) -> int:
+        return self._budget_waiting.get(tenant_id, 0) + self.fair.tenant_depth(tenant_id)
+
+    async def admit(
+        self,
+        caller: Caller,
+        request_id: str,
+        tokens: int,
+        *,
+        wait: QueueWait,
+        disconnected: asyncio.Event,
+    ) -> Refused | None:
+        """Admit the request (None: admitted, release it with the admission),
+        waiting while only the tenant's concurrency or in-flight token limit
+        stands in the way."""
+        limits = caller.limits
+        if limits.max_inflight_tokens and tokens > limits.max_inflight_tokens:
+            return Refused(
+                400,
+                "max_inflight_tokens",
+                f"the request needs {tokens} tokens in flight (prompt estimate + max_tokens), "
+                f"over the tenant's limit of {limits.max_inflight_tokens}: lower max_tokens",
+                param="max_tokens",
+            )
+        tenant_id = caller.tenant_id
+        while True:
+            since = self.admission.releases(tenant_id)
+            refusal = await self.admission.acquire(caller, request_id, tokens)
+            if refusal is None:
+                wait.entered = True
+                return None
+            if refusal.limit not in QUEUEABLE_LIMITS:
+                return _refused(refusal, wait)
+            wait.entered = True
+            if wait.remaining <= 0:
+                return _refused(refusal, wait)
+            bound = limits.max_queued_requests
+            if not wait.waited and self.tenant_queued(tenant_id) >= bound:
+                return _queue_full(bound)
+            self._budget_waiting[tenant_id] = self._budget_waiting.get(tenant_id, 0) + 1
+            try:
+                with wait.timing():
+                    await unless_gone(
+                        self.admission.release_wait(tenant_id, since, wait.remaining),
+                        disconnected,
+                        undo=lambda _: None,
+                    )
+            finally:
+                left = self._budget_waiting[tenant_id] - 1
+                if left:
+                    self._budget_waiting[tenant_id] = left
+                else:
+                    del self._budget_waiting[tenant_id]
+
+    async def slot(
+        self,
+        caller: Caller,
+        candidates: list[int],
+        *,
+        own: Collection[int],
+        prompt_tokens: int,
+        wait: QueueWait,
+        disconnected: asyncio.Event,
+    ) -> Slot | Refused:
+        """A slot on one of `candidates` (replica ids, preference order), or
+        why not (queue timeout, queue full). Raises ClientGone."""
+        limits = caller.limits
+        tenant_id, weight = caller.tenant_id, limits.fair_share_weight
+        free = self.fair.acquire_nowait(
+            tenant_id, caller.priority, weight, candidates, prompt_tokens, own=own
+        )
+        if free is not None:
+            return free
+        bound = max(0, limits.max_queued_requests - self._budget_waiting.get(tenant_id, 0))
+        try:
+            with wait.timing():
+                return await unless_gone(
+                    self.fair.acquire(
+                        tenant_id,
+                        caller.priority,
+                        weight,
+                        candidates,
+                        prompt_tokens,
+                        timeout=max(0.0, wait.remaining),
+                        own=own,
+                        max_queued=bound,
+                    ),
+                    disconnected,
+                    undo=lambda slot: slot.release(0, 0),
+                )
+        except QueueFull:
+            return _queue_full(limits.max_queued_requests)
+        except QueueTimeout:
+            seconds = wait.timeout
+            return Refused(
+                429,
+                "queue_timeout",
+                f"no model server slot within the tenant's queue timeout ({seconds:g}s; "
+                f"waited {wait.waited:.3f}s)",
+                retry_after=1,
+            )
+
+
+def _refused(refusal: Refusal, wait: QueueWait) -> Refused:
+    message = refusal.message
+    if wait.waited:
+        message += f"; waited {wait.waited:.3f}s (the tenant's queue timeout)"
+    return Refused(429, refusal.limit, message, retry_after=refusal.retry_after)
+
+
+def _queue_full(bound: int) -> Refused:
+    return Refused(
+        429,
+        "queue_full",
+        f"too many of the tenant's requests waiting at the gateway (max_queued_requests {bound})",
+        retry_after=1,
+    )

@@ -1,0 +1,62 @@
+"""The finance overview's gateway queue figure: per tier over the shown
+report's period, the share of requests that waited in the gateway's queue
+and the mean wait, counting only requests that recorded a queue time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from billing.choices import ReportKind
+from billing.reports.margin_reports import margin_report_build, margin_report_request
+from metering.choices import EventSource
+from metering.jobs import metering_run
+from metering.ledger import usage_record_batch
+from tenants.choices import Tier
+from tenants.models import Tenant
+from tests.factories import make_finance_user
+from tests.ledger import T0
+
+OCT, NOV = datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def test_the_overview_shows_gateway_queue_time_by_tier(client, ledger):
+    Tenant.objects.filter(pk=ledger.b.pk).update(tier=Tier.RESERVED)
+    second = timedelta(seconds=1)
+    usage_record_batch(
+        events=[
+            ledger.event("a1", gateway_queue_ms=Decimal("30")),
+            ledger.event("a2", at=T0 + 2 * second, gateway_queue_ms=Decimal("0")),
+            ledger.event("a3", at=T0 + 4 * second),  # recorded no queue time
+            ledger.event("b1", tenant=ledger.b, gateway_queue_ms=Decimal("10")),
+            ledger.event("b2", tenant=ledger.b, at=T0 + 2 * second, gateway_queue_ms=30),
+            # November: outside the report's period.
+            ledger.event("late", at=T0 + timedelta(days=40), gateway_queue_ms=Decimal("999")),
+        ],
+        source=EventSource.API,
+    )
+    metering_run(now=T0 + timedelta(days=41))
+    report = margin_report_request(kind=ReportKind.CLOSE, start=OCT, end=NOV)
+    margin_report_build(report_id=report.pk)
+    client.force_login(make_finance_user())
+
+    page = client.get("/finance/")
+
+    assert page.status_code == 200
+    figures = {
+        row["tier"]: (
+            row["requests"],
+            row["timed"],
+            row["queued_pct"],
+            row["mean_ms"],
+            row["mean_queued_ms"],
+        )
+        for row in page.context["gateway_queue"]
+    }
+    assert figures == {
+        "shared": (3, 2, Decimal("50.0"), Decimal("15.000"), Decimal("30.000")),
+        "reserved": (2, 2, Decimal("100.0"), Decimal("20.000"), Decimal("20.000")),
+    }
+    html = page.content.decode()
+    assert 'data-testid="gateway-queue"' in html
+    assert "<td>shared</td><td>3</td><td>2</td><td>50.0</td><td>15.000</td>" in html
