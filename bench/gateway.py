@@ -16,7 +16,6 @@ import os
 import sys
 import time
 import urllib.request
-from decimal import Decimal
 from pathlib import Path
 
 import django
@@ -29,13 +28,11 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from bench.common import LoadResult, load, report_write  # noqa: E402
+from bench.replica import tiny_replica_start  # noqa: E402
 from core.processes import ManagedProcess  # noqa: E402
 from serving.launcher import (  # noqa: E402
-    replica_start,
     replica_stop,
     replica_wait_ready,
-    vllm_install,
-    vllm_installed,
 )
 from serving.services import (  # noqa: E402
     local_gpu_ensure,
@@ -43,7 +40,7 @@ from serving.services import (  # noqa: E402
     replica_register,
     served_model_ensure,
 )
-from serving.tiny_model import MODEL_NAME, tiny_model_write  # noqa: E402
+from serving.tiny_model import MODEL_NAME  # noqa: E402
 from tenants.models import ApiKey, Tenant  # noqa: E402
 from tenants.services import api_key_create, tenant_create  # noqa: E402
 from tests.services import free_port  # noqa: E402
@@ -135,24 +132,13 @@ def main() -> None:
     say = lambda msg: print(msg, flush=True)  # noqa: E731
 
     call_command("migrate", verbosity=0)
-    if not vllm_installed():
-        vllm_install(progress=lambda m: say(f"vLLM install: {m}"))
     _tenant, secret = bench_tenant()
     auth = {"Authorization": f"Bearer {secret}"}
-    model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
-    model = served_model_ensure(
-        name=MODEL_NAME, chars_per_token=Decimal(1), max_context_tokens=2048
-    )
     fake_model = served_model_ensure(name=FAKE_MODEL)
     pool = pool_ensure(name="bench-shared")
     processes: list[ManagedProcess] = []
-    vllm = replica_start(
-        name="bench",
-        port=free_port(),
-        model_dir=model_dir,
-        served_model=MODEL_NAME,
-        max_num_seqs=64,
-        nice=args.vllm_nice,
+    vllm, model = tiny_replica_start(
+        name="bench", served=MODEL_NAME, max_num_seqs=64, say=say, nice=args.vllm_nice
     )
     try:
         say("starting vLLM-CPU replica, fake upstream and gateway …")

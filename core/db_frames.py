@@ -10,8 +10,11 @@ import io
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
+import psycopg
 from django.db import connection
 from pandas.api.types import is_bool_dtype
+from psycopg import pq
+from psycopg.errors import error_from_result
 
 NULLABLE = ("Int64", "Float64", "boolean")
 
@@ -49,16 +52,37 @@ def _query_csv(
     statement = f"COPY (SELECT {columns} FROM ({query}) AS q) TO STDOUT (FORMAT CSV)"  # noqa: S608
     buffer = io.BytesIO()
     if raw is not None:
-        with raw.cursor() as cursor:
-            _copy_out(cursor, statement, params, into=buffer)
+        _copy_out(raw, statement, params, into=buffer)
     else:
         with connection.cursor() as cursor, connection.wrap_database_errors:
-            _copy_out(cursor.cursor, statement, params, into=buffer)
+            _copy_out(cursor.cursor.connection, statement, params, into=buffer)
     buffer.seek(0)
     return buffer
 
 
-def _copy_out(cursor, statement: str, params: Sequence | None, *, into: io.BytesIO) -> None:
-    with cursor.copy(statement, params) as copy:
-        for chunk in copy:
-            into.write(chunk)
+def _copy_out(
+    conn: psycopg.Connection, statement: str, params: Sequence | None, *, into: io.BytesIO
+) -> None:
+    """COPY's rows straight from libpq into `into`. The server sends one
+    message per row; psycopg's Copy object spends about a microsecond of
+    Python on each (3x the old text aggregate's CPU per million rows), so
+    the rows are taken here in one tight loop of libpq calls instead. The
+    parameters are merged client-side, as psycopg does for COPY anyway."""
+    query = psycopg.ClientCursor(conn).mogrify(statement, params).encode(conn.info.encoding)
+    with conn.lock:
+        pgconn = conn.pgconn
+        result = pgconn.exec_(query)
+        if result.status != pq.ExecStatus.COPY_OUT:
+            raise error_from_result(result, encoding=conn.info.encoding)
+        take, write = pgconn.get_copy_data, into.write
+        while True:
+            size, data = take(0)
+            if size < 0:
+                break
+            write(data)
+        failure = None
+        while (result := pgconn.get_result()) is not None:
+            if result.status != pq.ExecStatus.COMMAND_OK and failure is None:
+                failure = error_from_result(result, encoding=conn.info.encoding)
+        if failure is not None:
+            raise failure

