@@ -461,21 +461,17 @@ class Gateway:
                 queue_wait_observe(caller.priority, wait.waited)
             replica = candidates[slot.replica_id]
             tried.add(replica.id)
-            record.replica_id, record.pool_id = replica.id, replica.pool_id
-            self.router.acquire(replica)
             try:
-                outcome = await self._upstream(
+                outcome, error = await self._attempt(
                     send, kind, prepared, record, rid_header, replica, disconnected
                 )
-                break
-            except UpstreamUnavailable as exc:
-                last_error = f"{replica.name}: {exc}"
-                logger.warning("request %s: %s", record.request_id, last_error)
-                self.router.mark_suspect(replica)
-                slot.release(0, 0)  # it never ran: uncharged
+                if outcome is None:
+                    last_error = error
+                    slot.release(0, 0)  # it never ran: uncharged
             finally:
-                self.router.release(replica)
                 _slot_settle(slot, outcome)
+            if outcome is not None:
+                break
         record.gateway_queue_ms = ms(wait.waited * 1000)
         await self._answer(send, caller, record, outcome, last_error, rid_header)
 
@@ -562,22 +558,35 @@ class Gateway:
         last_error = "no replica is serving this model"
         try:
             for replica in self.router.candidates(prepared.route_model, caller.tenant_id)[:2]:
-                record.replica_id, record.pool_id = replica.id, replica.pool_id
-                self.router.acquire(replica)
-                try:
-                    outcome = await self._upstream(
-                        send, kind, prepared, record, rid_header, replica, disconnected
-                    )
+                outcome, error = await self._attempt(
+                    send, kind, prepared, record, rid_header, replica, disconnected
+                )
+                if outcome is not None:
                     break
-                except UpstreamUnavailable as exc:
-                    last_error = f"{replica.name}: {exc}"
-                    logger.warning("request %s: %s", record.request_id, last_error)
-                    self.router.mark_suspect(replica)
-                finally:
-                    self.router.release(replica)
+                last_error = error
         finally:
             watcher.cancel()
         await self._answer(send, caller, record, outcome, last_error, rid_header)
+
+    async def _attempt(
+        self, send, kind, prepared, record, rid_header, replica, disconnected
+    ) -> tuple[Outcome | None, str]:
+        """One replica's try, with or without fair queuing: the outcome, or
+        none and why (the replica is then marked suspect)."""
+        record.replica_id, record.pool_id = replica.id, replica.pool_id
+        self.router.acquire(replica)
+        try:
+            outcome = await self._upstream(
+                send, kind, prepared, record, rid_header, replica, disconnected
+            )
+            return outcome, ""
+        except UpstreamUnavailable as exc:
+            error = f"{replica.name}: {exc}"
+            logger.warning("request %s: %s", record.request_id, error)
+            self.router.mark_suspect(replica)
+            return None, error
+        finally:
+            self.router.release(replica)
 
     async def _answer(
         self,
