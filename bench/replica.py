@@ -18,7 +18,13 @@ from serving.tiny_model import MODEL_NAME, tiny_model_write
 
 
 def tiny_replica_start(
-    *, name: str, served: str, max_num_seqs: int, say: Callable[[str], None], nice: int = 0
+    *,
+    name: str,
+    served: str,
+    max_num_seqs: int,
+    say: Callable[[str], None],
+    nice: int = 0,
+    cpus: str = "",
 ) -> tuple[LocalReplica, ServedModel]:
     """Start `name` serving the tiny model as `served` (not yet ready)."""
     if not vllm_installed():
@@ -32,5 +38,6 @@ def tiny_replica_start(
         served_model=served,
         max_num_seqs=max_num_seqs,
         nice=nice,
+        cpus=cpus,
     )
     return process, model

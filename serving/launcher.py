@@ -129,9 +129,13 @@ def replica_argv(
     max_num_seqs: int,
     max_model_len: int,
     nice: int = 0,
+    cpus: str = "",
 ) -> list[str]:
-    # `nice` execs the server in the same process, so the pid stays the server's.
+    # `nice` and `taskset` exec the server in the same process, so the pid
+    # stays the server's; `cpus` (a taskset list) binds it and its engine.
     prefix = ["nice", "-n", str(nice)] if nice else []
+    if cpus:
+        prefix += ["taskset", "-c", cpus]
     return [
         *prefix,
         str(vllm_python()),
@@ -170,6 +174,7 @@ def replica_start(
     max_num_seqs: int = 64,
     max_model_len: int = 2048,
     nice: int = 0,
+    cpus: str = "",
 ) -> LocalReplica:
     log_path = settings.VAR_DIR / "log" / f"vllm-{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -194,6 +199,7 @@ def replica_start(
                 max_num_seqs=max_num_seqs,
                 max_model_len=max_model_len,
                 nice=nice,
+                cpus=cpus,
             ),
             env=env,
             stdout=log,

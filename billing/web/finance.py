@@ -7,8 +7,10 @@ currency (the reporting currency), revenue billed in other currencies
 converted at the rates the report lists. It reads the stored
 month-to-date margin report (computed nightly, or on request), never rating
 live, so it stays fast; a newer report that failed (a missing FX rate, say)
-is shown with its reason. Beside it, from the usage rollups over the
-report's period, the time requests waited in the gateway's queue by tier.
+is shown with its reason. Beside it, from the usage rollups: the time
+requests waited in the gateway's queue by tier over the report's period,
+and a chart of the queue's mean depth by tier, hour by hour, over the last
+48 hours.
 Reconciliation: tokens vLLM served that metering did not record (so nobody
 was billed for them), window by window."""
 
@@ -25,12 +27,17 @@ from billing.models import MarginReport
 from billing.pricing.unbilled import unpriced_usage
 from billing.web.forms import PeriodFilterForm
 from billing.web.portal import usage_context, usage_days
-from metering.selectors import gateway_queue_by_tier, reconciliation_gaps
+from metering.selectors import (
+    gateway_queue_by_tier,
+    gateway_queue_depth_by_hour,
+    reconciliation_gaps,
+)
 from serving.models import ServedModel
 from tenants.access import finance_staff_required
 from tenants.models import Tenant
 
 MODEL_TENANTS_SHOWN = 50  # the rest are in the report's CSV
+QUEUE_DEPTH_HOURS = 48
 RECONCILIATION_DAYS = {"1": 1, "7": 7, "30": 30}
 PREVIOUS_LABEL = {
     ReportKind.MONTH_TO_DATE: "same days last month",
@@ -97,8 +104,25 @@ def finance_overview(request):
             if report
             else []
         ),
+        "queue_depth_chart": queue_depth_chart(now=timezone.now()),
     }
     return render(request, "billing/finance.html", context)
+
+
+def queue_depth_chart(*, now: datetime, hours: int = QUEUE_DEPTH_HOURS) -> dict:
+    """The gateway queue's mean depth per tier, hour by hour, over the last
+    `hours` hours up to the current one (an hour without usage: 0)."""
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    start = end - timedelta(hours=hours)
+    index = {start + timedelta(hours=n): n for n in range(hours)}
+    series: dict[str, list] = {}
+    for row in gateway_queue_depth_by_hour(start=start, end=end):
+        points = series.setdefault(row["tier"], [0.0] * hours)
+        points[index[row["hour"]]] = float(row["depth"])  # ok-float: a chart point
+    return {
+        "labels": [f"{hour:%m-%d %H}h" for hour in index],
+        "datasets": [{"label": tier, "data": data} for tier, data in sorted(series.items())],
+    }
 
 
 @finance_staff_required

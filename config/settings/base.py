@@ -201,6 +201,10 @@ GATEWAY = {
     "UPSTREAM_CONNECT_TIMEOUT": env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=2.0),
     "UPSTREAM_FIRST_BYTE_TIMEOUT": env.float("GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT", default=120.0),
     "UPSTREAM_READ_TIMEOUT": env.float("GATEWAY_UPSTREAM_READ_TIMEOUT", default=600.0),
+    # Idle connections to replicas close before the replica closes them
+    # (vLLM's server: 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE), so a request never
+    # goes out on a connection the replica is closing.
+    "UPSTREAM_KEEPALIVE_SECONDS": env.float("GATEWAY_UPSTREAM_KEEPALIVE_SECONDS", default=4.0),
     "RECORD_FLUSH_SECONDS": env.float("GATEWAY_RECORD_FLUSH_SECONDS", default=0.1),
     "RECORD_FLUSH_MAX": env.int("GATEWAY_RECORD_FLUSH_MAX", default=500),
     "DEFAULT_MAX_TOKENS": env.int("GATEWAY_DEFAULT_MAX_TOKENS", default=1024),
@@ -213,6 +217,9 @@ GATEWAY = {
     # With Redis: how often gateways settle replica slots and fair-share
     # counters, and poll a tenant's budget held by another gateway.
     "QUEUE_SYNC_SECONDS": env.float("GATEWAY_QUEUE_SYNC_SECONDS", default=0.04),
+    # The share of a shared replica's slots no one tenant may hold, kept for
+    # other tenants' first requests (serving/gateway/fairness.py); 0: none.
+    "SLOT_HEADROOM": env.float("GATEWAY_SLOT_HEADROOM", default=1 / 16),
     "DEAD_LETTER_PATH": env(
         "GATEWAY_DEAD_LETTER_PATH", default=str(VAR_DIR / "dead-letter" / "records.jsonl")
     ),

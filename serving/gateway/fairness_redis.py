@@ -7,8 +7,10 @@ gateways. Each gateway holds some (a Redis hash per replica: slots held,
 demand and last sync per gateway) and dispatches only into slots it holds,
 so the slots granted at a replica never exceed `max_inflight` across all
 gateways (exact: a gateway claims only free slots, atomically, and never
-gives back one in use). Shares are max-min fair on demand (requests
-outstanding there + requests waiting that could run there): a gateway
+gives back one it may be using: a shrinking share is returned a round
+later, once the smaller limit is in force in the process). Shares are
+max-min fair on demand (requests outstanding there + requests waiting
+that could run there): a gateway
 wanting less than an equal split keeps all it wants, the rest is split
 among the others; slots nobody wants are spread as slack so that a quiet
 gateway starts a new request at once. With fewer slots than gateways
@@ -26,8 +28,9 @@ What is approximate across processes (exact within one):
   its gateway's share (at most about two sync periods to move a slot);
 - counters are up to one sync period stale, and a tenant's "rejoins at the
   backlogged minimum" lift sees only the tenants waiting on its gateway;
-- priority classes, the starvation bound and owner-first apply within each
-  gateway's share;
+- priority classes, the starvation bound, owner-first and the headroom
+  apply within each gateway's share (a share under 16 slots keeps no
+  headroom);
 - a gateway that stops syncing (died, or stalled longer than
   `lease_seconds`) loses its slots to the others after the lease, so a
   stall that long can oversubscribe a replica until it syncs again.
@@ -59,7 +62,7 @@ local out = {}
 for i, key in ipairs(KEYS) do
   local base = 3 + (i - 1) * 3
   local cap = tonumber(ARGV[base + 1])
-  local outstanding = tonumber(ARGV[base + 2])
+  local outstanding = tonumber(ARGV[base + 2])  -- slots it may be using now
   local held, want, seen = {}, {}, {}
   local raw = redis.call('HGETALL', key)
   for j = 1, #raw, 2 do
@@ -211,10 +214,16 @@ class FairQueueRedisShare:
             return
         outstanding = self.queue.outstanding_by_replica()
         waiting = self.queue.waiting_by_replica()
+        usable = self.queue.slots_by_replica()
         args: list = [self.gateway_id, self._lease, self._rotate]
         for replica_id in replicas:
             busy = outstanding.get(replica_id, 0)
-            args += [max_inflight[replica_id], busy, busy + waiting.get(replica_id, 0)]
+            # Held: every slot this process may dispatch into until it applies
+            # the answer, not only those in use when sampled (it may fill the
+            # rest while the script runs). A share that shrinks is given back
+            # on the next round, once the smaller limit is in force here.
+            held = max(busy, usable.get(replica_id, 0))
+            args += [max_inflight[replica_id], held, busy + waiting.get(replica_id, 0)]
         result = await self._slots(keys=[self._replica_key(r) for r in replicas], args=args)
         capacity = {r: int(result[2 * i + 1]) for i, r in enumerate(replicas)}
         self.queue.replicas_sync(capacity)

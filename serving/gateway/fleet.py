@@ -124,13 +124,18 @@ class Router:
         ]
 
     def candidates(self, model: str, tenant_id: int) -> list[ReplicaInfo]:
-        """Replicas to try, best first."""
+        """Replicas to try, best first; suspects (a recent connection
+        failure) last, soonest cleared first: with every replica suspect a
+        request still tries one rather than failing without an attempt (one
+        dropped connection to the only replica would otherwise refuse
+        everything for `suspect_seconds`)."""
         now = time.monotonic()
-        usable = [
-            r
-            for r in self.visible_replicas(model, tenant_id)
-            if self._suspect_until.get(r.id, 0) <= now
-        ]
+        visible = self.visible_replicas(model, tenant_id)
+        usable = [r for r in visible if self._suspect_until.get(r.id, 0) <= now]
+        suspects = sorted(
+            (r for r in visible if self._suspect_until.get(r.id, 0) > now),
+            key=lambda r: self._suspect_until[r.id],
+        )
         own = [r for r in usable if self.is_own(r, tenant_id)]
         shared = [r for r in usable if r.pool_kind == PoolKind.SHARED]
 
@@ -143,7 +148,7 @@ class Router:
 
         ordered = order(own, saturated=False) + order(shared, saturated=False)
         ordered += order(own + shared, saturated=True)
-        return ordered
+        return ordered + suspects
 
     def acquire(self, replica: ReplicaInfo) -> None:
         self.inflight[replica.id] = self.inflight.get(replica.id, 0) + 1

@@ -27,6 +27,7 @@ EVENT_END = b"\n\n"
 # tolerant: vLLM writes compact JSON, other OpenAI-compatible servers may not.
 USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 USAGE_ONLY = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 # A chunk's usage object (one level of nesting: prompt_tokens_details).
 CHUNK_USAGE = re.compile(rb',\s*"usage"\s*:\s*\{(?:[^{}]|\{[^{}]*\})*\}')
 
@@ -68,6 +69,8 @@ class UpstreamCall:
     timeouts: UpstreamTimeouts
     send: Send
     extra_headers: list[tuple[bytes, bytes]]
+    # Told the output tokens so far as a stream's usage counts them.
+    on_output: Callable[[int], None] | None = None
 
 
 async def _open(call: UpstreamCall) -> tuple[aiohttp.ClientResponse, datetime]:
@@ -78,11 +81,21 @@ async def _open(call: UpstreamCall) -> tuple[aiohttp.ClientResponse, datetime]:
         total=None, connect=call.timeouts.connect, sock_read=call.timeouts.first_byte
     )
     headers = {"Content-Type": "application/json", "X-Request-Id": call.request_id}
-    try:
-        resp = await call.session.post(call.url, data=call.body, headers=headers, timeout=timeout)
-    except (aiohttp.ClientConnectionError, TimeoutError) as exc:
-        raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
-    return resp, sent_at
+    for attempt in (1, 2):
+        try:
+            resp = await call.session.post(
+                call.url, data=call.body, headers=headers, timeout=timeout
+            )
+        except (aiohttp.ClientConnectorError, TimeoutError) as exc:  # no connection, or silence
+            raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
+        except aiohttp.ClientConnectionError as exc:
+            # Dropped before any answer: most often a pooled connection the
+            # replica closed as it was reused. Once more, on another.
+            if attempt == 2:
+                raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
+        else:
+            return resp, sent_at
+    raise AssertionError("unreachable")
 
 
 async def _read(resp: aiohttp.ClientResponse) -> bytes:
@@ -164,6 +177,7 @@ async def call_stream(
             keep_final_usage=client_wants_usage,
             keep_chunk_usage=client_wants_continuous_usage,
             disconnected=disconnected,
+            on_output=call.on_output,
         )
     finally:
         resp.close()  # on abort this closes the connection: vLLM aborts the request
@@ -178,6 +192,7 @@ async def _relay(
     keep_final_usage: bool,
     keep_chunk_usage: bool,
     disconnected: asyncio.Event,
+    on_output: Callable[[int], None] | None = None,
 ) -> Outcome:
     outcome = Outcome(http_status=200, status="ok", sent_at=sent_at)
     last_usage_event = b""
@@ -195,6 +210,10 @@ async def _relay(
             out = complete + EVENT_END
             if USAGE_OBJECT.search(out):
                 last_usage_event = _last_usage_event(out) or last_usage_event
+                if on_output is not None:
+                    counts = COMPLETION_TOKENS.findall(last_usage_event)
+                    if counts:
+                        on_output(int(counts[-1]))
                 if not (keep_final_usage and keep_chunk_usage):
                     out = _usage_as_requested(
                         out, keep_final=keep_final_usage, keep_chunks=keep_chunk_usage

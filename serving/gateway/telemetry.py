@@ -90,15 +90,20 @@ def queue_wait_observe(priority: int, seconds: float) -> None:  # ok-float
     QUEUE_SECONDS.labels(priority_label(priority)).observe(seconds)
 
 
-def queue_gauges_set(
-    depth_by_priority: dict[int, int], outstanding_by_replica: dict[str, int]
-) -> None:
-    """The fair queue's state at scrape time (classes with nobody waiting read 0)."""
+def depth_by_class(depth_by_priority: dict[int, int]) -> dict[str, int]:
+    """Requests waiting per priority class name (classes nobody waits in: 0)."""
     depth = dict.fromkeys(CLASS_BY_PRIORITY.values(), 0)
     for priority, waiting in depth_by_priority.items():
         label = priority_label(priority)
         depth[label] = depth.get(label, 0) + waiting
-    for label, waiting in depth.items():
+    return depth
+
+
+def queue_gauges_set(
+    waiting_by_class: dict[str, int], outstanding_by_replica: dict[str, int]
+) -> None:
+    """The fair queue's state at scrape time."""
+    for label, waiting in waiting_by_class.items():
         QUEUE_DEPTH.labels(label).set(waiting)
     OUTSTANDING.clear()
     for replica, busy in outstanding_by_replica.items():

@@ -60,7 +60,7 @@ def test_finance_sees_charts_and_issues_a_credit_note(browser, live_server, demo
     sign_in(browser, live_server, "finance")
 
     browser.get(f"{live_server.url}/finance/")
-    assert chart_drawn(browser, "#tier-chart")
+    assert chart_drawn(browser, "canvas[data-testid=tier-chart]")
     tiers = browser.find_element(By.CSS_SELECTOR, "[data-testid=by-tier]").text
     assert "shared" in tiers and "dedicated" in tiers
     shots(browser, "finance")
@@ -86,12 +86,12 @@ def test_finance_sees_charts_and_issues_a_credit_note(browser, live_server, demo
     shots(browser, "finance-model")
     browser.find_element(By.LINK_TEXT, "hooli").click()  # drill into a tenant
     WebDriverWait(browser, 10).until(ec.url_contains("/finance/tenants/hooli/"))
-    assert chart_drawn(browser, "#usage-chart")
+    assert chart_drawn(browser, "canvas[data-testid=usage-chart]")
     assert "Margin" in browser.find_element(By.CSS_SELECTOR, "[data-testid=tenant-margin]").text
     shots(browser, "finance-tenant")
 
     browser.get(f"{live_server.url}/costs/?days=30")
-    assert chart_drawn(browser, "#utilization-chart")
+    assert chart_drawn(browser, "canvas[data-testid=utilization-chart]")
     shots(browser, "costs")
 
     browser.get(f"{live_server.url}/fleet/")
@@ -118,7 +118,7 @@ def test_a_tenant_owner_sees_usage_manages_keys_and_downloads_an_export(
     sign_in(browser, live_server, "hooli-owner")
 
     browser.get(f"{live_server.url}/usage/")
-    assert chart_drawn(browser, "#usage-chart")
+    assert chart_drawn(browser, "canvas[data-testid=usage-chart]")
     totals = browser.find_element(By.CSS_SELECTOR, "[data-testid=usage-totals]").text
     assert "Tokens" in totals or "tokens" in totals
     shots(browser, "usage")
@@ -165,13 +165,13 @@ def test_a_tenant_owner_sees_usage_manages_keys_and_downloads_an_export(
 def test_a_viewer_sees_the_usage_chart_but_no_key_form(browser, live_server, demo_world, shots):
     sign_in(browser, live_server, "acme-viewer")
     browser.get(f"{live_server.url}/usage/")
-    assert chart_drawn(browser, "#usage-chart")
+    assert chart_drawn(browser, "canvas[data-testid=usage-chart]")
     browser.get(f"{live_server.url}/keys/")
     assert not browser.find_elements(By.CSS_SELECTOR, "[data-testid=create-key]")
     assert "Only the tenant's owners and admins" in browser.page_source
     browser.get(f"{live_server.url}/finance/")
     assert "You cannot open this page" in browser.page_source  # the 403 page, in the layout
-    assert not browser.find_elements(By.CSS_SELECTOR, "#tier-chart")
+    assert not browser.find_elements(By.CSS_SELECTOR, "canvas[data-testid=tier-chart]")
     browser.find_element(By.CSS_SELECTOR, "[data-testid=back-home]").click()
     WebDriverWait(browser, 10).until(lambda b: b.current_url == f"{live_server.url}/")
     shots(browser, "viewer")

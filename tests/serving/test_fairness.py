@@ -201,6 +201,58 @@ def test_release_charges_output_and_corrects_the_prompt_estimate():
     run(scenario)
 
 
+def test_output_is_charged_as_it_streams():
+    """A long request is charged for its output while it runs, so a freed slot
+    goes to the tenant that has had less, not the one whose requests are
+    still running."""
+
+    async def scenario():
+        fq = FairQueue(output_weight=2, headroom=0)
+        fq.replica_set(1, max_inflight=2)
+        long = await fq.acquire(1, 50, 1, [1], 10, timeout=LONG)
+        short = await fq.acquire(2, 50, 1, [1], 10, timeout=LONG)
+        long.progress(100)
+        long.progress(60)  # usage never goes back: ignored
+        assert fq.tenant_service(1) == 10 + 2 * 100
+        waiting = [asyncio.create_task(fq.acquire(t, 50, 1, [1], 10, timeout=LONG)) for t in (2, 1)]
+        await asyncio.sleep(0)
+        short.release(output_tokens=5, input_tokens=10)
+        assert (fq.tenant_depth(1), fq.tenant_depth(2)) == (1, 0)  # tenant 2 had less
+        long.release(output_tokens=120, input_tokens=10)  # the rest of its output
+        assert fq.tenant_service(1) == 10 + 2 * 120 + 10
+        for task in waiting:
+            (await task).release()
+
+    run(scenario)
+
+
+def test_headroom_keeps_slots_for_another_tenants_first_request():
+    async def scenario():
+        fq = FairQueue(headroom=1 / 16)
+        fq.replica_set(1, max_inflight=32)
+        fq.replica_set(2, max_inflight=32)  # tenant 1's own
+        assert fq.tenant_limit(1) == 30
+        flood = [await fq.acquire(1, 50, 1, [1], 10, timeout=LONG) for _ in range(30)]
+        more = asyncio.create_task(fq.acquire(1, 50, 1, [1], 10, timeout=LONG))
+        await asyncio.sleep(0)
+        assert not more.done()  # two slots free, kept for others
+        assert fq.outstanding_by_replica()[1] == 30
+        light = fq.acquire_nowait(2, 50, 1, [1], 10)
+        assert light is not None and light.replica_id == 1  # at once
+        light.release()
+        flood.pop().release()  # tenant 1 back under its limit: its waiter goes
+        assert (await more).replica_id == 1
+        # on its own replica a tenant may take every slot
+        own = [fq.acquire_nowait(1, 50, 1, [2], 10, own=[2]) for _ in range(32)]
+        assert all(slot is not None for slot in own)
+        assert fq.acquire_nowait(3, 50, 1, [2], 10) is None
+        # fewer slots than 1/headroom: no headroom
+        fq.replica_set(3, max_inflight=8)
+        assert fq.tenant_limit(3) == 8
+
+    run(scenario)
+
+
 # --- priority classes --------------------------------------------------------
 
 
@@ -527,14 +579,18 @@ ops = st.builds(
     ),
     ops=st.lists(ops, min_size=1, max_size=40),
     seed=st.integers(0, 2**16),
+    headroom=st.sampled_from([0.0, 0.34, 0.5]),
 )
-def test_max_inflight_is_never_exceeded(capacity, ops, seed):
+def test_max_inflight_is_never_exceeded(capacity, ops, seed, headroom):
+    """Nor a tenant's limit on a replica not its own; and nobody waits for a
+    replica with room they may use."""
     rng = random.Random(seed)
 
     async def scenario():
-        fq = FairQueue(starvation_passes=2, default_max_queued=5)
+        fq = FairQueue(starvation_passes=2, default_max_queued=5, headroom=headroom)
         fq.replicas_sync(capacity)
         held: Counter = Counter()
+        shared_held: Counter = Counter()  # (replica, tenant) on replicas not its own
         violations: list[str] = []
 
         def check() -> None:
@@ -544,16 +600,23 @@ def test_max_inflight_is_never_exceeded(capacity, ops, seed):
             for replica_id, n in held.items():
                 if n > fq.outstanding_by_replica().get(replica_id, 0):
                     violations.append(f"replica {replica_id}: held {n} not counted")
-            # work-conserving: nobody waits for a replica with room
+            for (replica_id, tenant), n in shared_held.items():
+                if n > fq.tenant_limit(replica_id):
+                    violations.append(f"tenant {tenant} holds {n} of replica {replica_id}")
+            # work-conserving: nobody waits for a replica with room they may use
             for replica_id, tiers in fq._index.items():
                 if fq.outstanding_by_replica().get(replica_id, 0) < capacity[replica_id]:
                     live = [
                         waiter
-                        for classes in tiers.values()
+                        for tier, classes in tiers.items()
                         for flows in classes.values()
-                        for fifo in flows.values()
+                        for tenant, fifo in flows.items()
                         for waiter in fifo.values()
                         if not waiter.future.done()
+                        and (
+                            tier == 0
+                            or shared_held[replica_id, tenant] < fq.tenant_limit(replica_id)
+                        )
                     ]
                     if live:
                         violations.append(f"replica {replica_id} has room, {len(live)} wait")
@@ -574,6 +637,8 @@ def test_max_inflight_is_never_exceeded(capacity, ops, seed):
             except (QueueTimeout, QueueFull):
                 return
             held[slot.replica_id] += 1
+            if not slot.own:
+                shared_held[slot.replica_id, op.tenant] += 1
             check()
             try:
                 for _ in range(op.hold):
@@ -581,6 +646,8 @@ def test_max_inflight_is_never_exceeded(capacity, ops, seed):
                     check()
             finally:
                 held[slot.replica_id] -= 1
+                if not slot.own:
+                    shared_held[slot.replica_id, op.tenant] -= 1
                 slot.release(output_tokens=rng.randint(0, 20))
                 if rng.random() < 0.3:
                     slot.release()

@@ -98,6 +98,33 @@ def test_slots_follow_demand_and_never_exceed_max_inflight(make_pair):
     run(make_pair, scenario)
 
 
+def test_slots_dispatched_while_a_sync_is_in_flight_are_never_given_away(make_pair):
+    """A gateway samples what it has outstanding, then awaits Redis; what it
+    dispatches meanwhile into the slots it holds must not count as free."""
+
+    async def scenario(a, b):
+        await a.sync({REPLICA: 2})  # a alone: both slots, as slack
+        await b.sync({REPLICA: 2})  # b: nothing free yet
+        slots = [a.queue.acquire_nowait(1, 50, 1, [REPLICA], 10) for _ in range(2)]
+        assert all(slots)
+        real = a.queue.outstanding_by_replica
+        a.queue.outstanding_by_replica = dict  # sampled just before the two went out
+        b.queue.outstanding_by_replica = lambda: {}
+        b.queue.waiting_by_replica = lambda: {REPLICA: 1}  # b wants one
+        await a.sync({REPLICA: 2})
+        a.queue.outstanding_by_replica = real
+        await b.sync({REPLICA: 2})
+        assert b.queue.acquire_nowait(2, 50, 1, [REPLICA], 10) is None  # both are in use at a
+        for slot in slots:
+            slot.release()
+        await a.sync({REPLICA: 2})
+        await a.sync({REPLICA: 2})
+        await b.sync({REPLICA: 2})
+        assert b.queue.acquire_nowait(2, 50, 1, [REPLICA], 10) is not None  # now it may
+
+    run(make_pair, scenario)
+
+
 def test_a_gateway_that_stops_syncing_loses_its_slots_after_the_lease(make_pair):
     async def scenario(a, b):
         await sync_both(a, b, 2)

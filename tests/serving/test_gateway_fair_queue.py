@@ -107,6 +107,9 @@ def test_a_light_tenant_goes_ahead_of_an_earlier_heavy_backlog(fleet, fake):
             for _ in range(6)
         ]
         wait_until(lambda: queue_depth(fleet.gateway) == 5, what="the heavy backlog")
+        queue = httpx.get(f"{fleet.gateway}/healthz", timeout=5).json()["queue"]
+        assert queue["waiting_by_class"]["normal"] == 5
+        assert queue["replicas"] == {"fake": {"slots": 1, "outstanding": 1, "waiting": 5}}
         light = pool.submit(post, fleet.gateway, fleet.secrets["light"], "light", max_tokens=5)
         responses = [f.result() for f in [*heavy, light]]
     assert [r.status_code for r in responses] == [200] * 7
@@ -115,6 +118,27 @@ def test_a_light_tenant_goes_ahead_of_an_earlier_heavy_backlog(fleet, fake):
     light_id = responses[-1].headers["x-request-id"]
     record = wait_for_records([light_id])[light_id]
     assert record.gateway_queue_ms < Decimal(1000)  # FIFO: about 6 x 0.25 s
+
+
+def test_a_flood_leaves_headroom_for_another_tenants_first_request(fleet, fake):
+    """16 slots: the flooding tenant may hold 15 (GATEWAY_SLOT_HEADROOM 1/16);
+    a light tenant's request starts at once instead of waiting for one of
+    the flood's requests to end."""
+    fake.delay = 1.0
+    fleet.add_tenant("heavy")
+    fleet.add_tenant("light")
+    fleet.add_replica("fake", fake.base_url, "shared", max_inflight=16)
+    fleet.ready()
+    with ThreadPoolExecutor(max_workers=21) as pool:
+        heavy = [pool.submit(post, fleet.gateway, fleet.secrets["heavy"]) for _ in range(20)]
+        wait_until(lambda: queue_depth(fleet.gateway) == 5, what="the heavy backlog")
+        assert fake.inflight == 15
+        light = post(fleet.gateway, fleet.secrets["light"], "light")
+        assert all(f.result().status_code == 200 for f in heavy)
+    assert light.status_code == 200
+    light_id = light.headers["x-request-id"]
+    assert wait_for_records([light_id])[light_id].gateway_queue_ms < Decimal(100)
+    assert fake.inflight_max == 16
 
 
 def test_over_the_concurrency_limit_a_request_waits_then_runs(fleet, fake):
@@ -277,6 +301,8 @@ def test_fair_queuing_off_is_pass_through(fleet, fake):
         assert refused.status_code == 429  # refused at once, no queue
         assert refused.json()["error"]["code"] == "max_concurrent_requests"
         assert ("gateway_queue_depth", (("priority_class", "normal"),)) not in metrics(url)
+        health = httpx.get(f"{url}/healthz", timeout=5).json()
+        assert (health["fair_queuing"], health["queue"]) == (False, None)
     finally:
         stop_gateway(proc)
 

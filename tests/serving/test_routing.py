@@ -63,7 +63,7 @@ def test_saturated_own_replica_spills_to_shared_but_stays_as_last_resort():
     assert ids(r.candidates("m", 7)) == [2, 1]
 
 
-def test_least_loaded_among_equals_and_suspects_skipped():
+def test_least_loaded_among_equals_and_suspects_last():
     a, b = (
         replica(1, PoolKind.SHARED, max_inflight=10),
         replica(2, PoolKind.SHARED, max_inflight=10),
@@ -72,4 +72,6 @@ def test_least_loaded_among_equals_and_suspects_skipped():
     r.acquire(a)
     assert ids(r.candidates("m", 7)) == [2, 1]
     r.mark_suspect(b)
-    assert ids(r.candidates("m", 7)) == [1]
+    assert ids(r.candidates("m", 7)) == [1, 2]  # a suspect: last resort
+    r.mark_suspect(a)  # both: the one whose suspicion ends first
+    assert ids(r.candidates("m", 7)) == [2, 1]

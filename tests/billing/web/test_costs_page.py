@@ -41,7 +41,7 @@ def test_finance_sees_runs_costs_and_utilization(world):
     series = page.context["series"]
     assert series["labels"] == [hour.strftime("%Y-%m-%d %H:00")]
     assert series["datasets"] == [{"label": "shared-eu", "data": [25.0]}]
-    assert 'id="utilization-data"' in html
+    assert 'id="utilization-chart"' in html
 
 
 def test_the_utilization_chart_goes_day_by_day_over_a_month(world):

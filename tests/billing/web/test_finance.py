@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from django.utils import timezone
+
 from billing.choices import ReportKind
 from billing.reports.margin_reports import margin_report_build, margin_report_request
 from metering.choices import EventSource
@@ -60,3 +62,44 @@ def test_the_overview_shows_gateway_queue_time_by_tier(client, ledger):
     html = page.content.decode()
     assert 'data-testid="gateway-queue"' in html
     assert "<td>shared</td><td>3</td><td>2</td><td>50.0</td><td>15.000</td>" in html
+
+
+def test_the_overview_charts_the_queues_mean_depth_by_tier_hour_by_hour(client, ledger):
+    """Little's law: the time an hour's requests waited over the hour's
+    length is how many waited on average; tiers apart, other hours 0."""
+    Tenant.objects.filter(pk=ledger.b.pk).update(tier=Tier.RESERVED)
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    minute = timedelta(minutes=1)
+    usage_record_batch(
+        events=[
+            # shared, `hour`: 45 and 9 minutes waited in all -> 0.9 waiting
+            ledger.event("a1", at=hour + minute, gateway_queue_ms=Decimal(45 * 60_000)),
+            ledger.event("a2", at=hour + 2 * minute, gateway_queue_ms=Decimal(9 * 60_000)),
+            # reserved, the hour after: 6 minutes -> 0.1
+            ledger.event("b1", tenant=ledger.b, at=hour + 61 * minute, gateway_queue_ms=360_000),
+            # three days ago: outside the chart
+            ledger.event("old", at=hour - timedelta(days=3), gateway_queue_ms=Decimal(10**6)),
+        ],
+        source=EventSource.API,
+    )
+    metering_run(now=timezone.now() + timedelta(hours=1))
+    client.force_login(make_finance_user())
+
+    page = client.get("/finance/")
+
+    chart = page.context["queue_depth_chart"]
+    assert len(chart["labels"]) == 48
+    at = chart["labels"].index(f"{hour:%m-%d %H}h")
+    series = {d["label"]: d["data"] for d in chart["datasets"]}
+    assert set(series) == {"shared", "reserved"}
+    assert series["shared"][at : at + 2] == [0.9, 0.0]
+    assert series["reserved"][at : at + 2] == [0.0, 0.1]
+    assert sum(series["shared"]) == 0.9 and sum(series["reserved"]) == 0.1
+    assert 'data-testid="queue-depth-chart"' in page.content.decode()
+
+
+def test_the_overview_says_when_the_queue_chart_has_no_usage(client, db):
+    client.force_login(make_finance_user())
+    page = client.get("/finance/")
+    assert page.context["queue_depth_chart"]["datasets"] == []
+    assert 'data-testid="queue-depth-empty"' in page.content.decode()

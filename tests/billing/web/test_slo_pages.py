@@ -55,7 +55,7 @@ def test_finance_sees_every_tenant_with_breaches_marked(client, recent, world_a,
         4,
         2,
     )
-    chart = json.loads(html.split('id="slo-data" type="application/json">')[1].split("<")[0])
+    chart = json.loads(html.split('id="slo-chart" type="application/json">')[1].split("<")[0])
     assert [d["label"] for d in chart["datasets"]] == ["shared"]
     assert 0 in chart["datasets"][0]["data"]  # both missed a target that day: 0 %
 

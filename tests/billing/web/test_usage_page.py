@@ -47,7 +47,7 @@ def test_a_member_sees_their_usage_chart_and_spend_only(client, world_a, world_b
     assert [d["label"] for d in chart["datasets"]] == ["tiny-llama"]
     assert sum(chart["datasets"][0]["data"]) == 2000  # Alpha's 1,000 + 1,000, not Bravo's
     assert 'id="usage-chart"' in html and "chart-4.6.1.umd.min.js" in html
-    assert json.loads(html.split('id="usage-data" type="application/json">')[1].split("<")[0])
+    assert json.loads(html.split('id="usage-chart" type="application/json">')[1].split("<")[0])
     assert response.context["totals"]["requests"] == 3
     assert "777" not in html
     assert "<dd>1,000 (0 cached)</dd>" in html  # grouped thousands, as people read them
