@@ -78,7 +78,7 @@ from tests.services import free_port  # noqa: E402
 SERVED = "fairbench-tiny"  # its own model name: no other replica can serve it
 REPLICA = "fairbench-vllm"
 MAX_NUM_SEQS = 64
-OUTPUT_WEIGHT = 2  # the gateway's VTC weight (serving/gateway/fairness.py)
+OUTPUT_WEIGHT = 2  # the gateway's VTC weight (gateway/fairness.py)
 FLOOD_NICE = 10  # the closed-loop (flooding) clients' CPU priority
 
 

@@ -404,7 +404,7 @@ def gateway_queue_depth_by_hour(*, start: datetime, end: datetime) -> list[dict]
 # it), or a 429 from the platform's own queue: no replica slot within the
 # queue timeout, or the queue full (codes queue_timeout and queue_full at
 # the start of its error, or the openings of the messages the gateway
-# records for them, serving/gateway/queueing.py). A tenant's own limits
+# records for them, gateway/queueing.py). A tenant's own limits
 # and budgets (a 429 naming the limit, even after waiting for it; a 402),
 # bad requests (other 4xx) and clients that went away (499) are not.
 SLO_PLATFORM_FAILURE_SQL = (

@@ -177,7 +177,7 @@ class TenantPolicy(models.Model):
     budget_hard_percent = models.PositiveSmallIntegerField(
         default=100, help_text="Refuse new requests when spend crosses this share."
     )
-    # Fair queuing at the gateway (serving/gateway/fairness.py).
+    # Fair queuing at the gateway (gateway/fairness.py).
     fair_share_weight = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(1000)],

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "billing",
     "dashboard",
     "demo",
+    "gateway",
 ]
 
 MIDDLEWARE = [
@@ -192,7 +193,7 @@ LOGGING = {
 DEMO_PASSWORD = env("DEMO_PASSWORD", default="demo-password")
 DEMO_KEYS_FILE = Path(env("DEMO_KEYS_FILE", default=str(VAR_DIR / "demo_api_keys.json")))
 
-# --- The OpenAI-compatible gateway (serving/gateway) ---
+# --- The OpenAI-compatible gateway (gateway/) ---
 SERVING_RECORD_SINK = env("SERVING_RECORD_SINK", default="metering.sink.usage_event_sink")
 GATEWAY = {
     "KEY_CACHE_SECONDS": env.float("GATEWAY_KEY_CACHE_SECONDS", default=5.0),
@@ -218,7 +219,7 @@ GATEWAY = {
     # counters, and poll a tenant's budget held by another gateway.
     "QUEUE_SYNC_SECONDS": env.float("GATEWAY_QUEUE_SYNC_SECONDS", default=0.04),
     # The share of a shared replica's slots no one tenant may hold, kept for
-    # other tenants' first requests (serving/gateway/fairness.py); 0: none.
+    # other tenants' first requests (gateway/fairness.py); 0: none.
     "SLOT_HEADROOM": env.float("GATEWAY_SLOT_HEADROOM", default=1 / 16),
     "DEAD_LETTER_PATH": env(
         "GATEWAY_DEAD_LETTER_PATH", default=str(VAR_DIR / "dead-letter" / "records.jsonl")

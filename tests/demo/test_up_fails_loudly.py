@@ -28,7 +28,7 @@ from core.processes import (
     uvicorn_argv,
 )
 from demo.stack import WorkloadFailed, workload
-from tests.serving.fake_upstream import FakeUpstream
+from tests.gateway.fake_upstream import FakeUpstream
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -63,7 +63,7 @@ def test_days_are_utc_days_and_the_range_is_half_open(ledger):
 
 
 def test_platform_queue_refusals_count_and_a_tenants_own_limits_do_not(ledger):
-    """The 429s as the gateway records them (serving/gateway/app.py): the
+    """The 429s as the gateway records them (gateway/app.py): the
     code first. The platform's queue (queue_timeout, queue_full) fails
     availability; a tenant's own limits, even after waiting, are left out."""
     refused = {"status": "rejected", "http_status": 429, "first_token_at": None}

@@ -8,8 +8,8 @@ import pytest
 from serving.choices import ReplicaStatus
 from serving.scraper import metrics_parse, replica_scrape
 from serving.services import local_gpu_ensure, pool_ensure, replica_register, served_model_ensure
+from tests.gateway.fake_upstream import METRICS_TEXT, FakeUpstream
 from tests.services import free_port
-from tests.serving.fake_upstream import METRICS_TEXT, FakeUpstream
 
 
 def test_metrics_parse_reads_vllm_counters_and_gauges():

@@ -13,7 +13,7 @@ from django.core import mail
 
 from billing.models import BudgetState
 from billing.pricing.budgets import budget_check, budgets_check
-from serving.gateway.callers import CallerRefused, caller_load
+from gateway.callers import CallerRefused, caller_load
 from tenants.choices import Role
 from tenants.models import TenantPolicy
 from tests.billing.conftest import NOV, OCT

@@ -8,8 +8,8 @@ from unittest import mock
 
 import pytest
 
-from serving.gateway.admission import LocalAdmission, RedisAdmission
-from serving.gateway.callers import Caller, Limits
+from gateway.admission import LocalAdmission, RedisAdmission
+from gateway.callers import Caller, Limits
 from tests.services import redis_url, require
 
 
@@ -95,11 +95,11 @@ def test_requests_and_tokens_per_minute_use_a_sliding_window(admission):
     minute = 1_800_000_000 - (1_800_000_000 % 60)
 
     async def scenario(admission):
-        with mock.patch("serving.gateway.admission.time.time", return_value=minute + 50):
+        with mock.patch("gateway.admission.time.time", return_value=minute + 50):
             for i in range(8):
                 assert await admission.acquire(c, f"p{i}", 1) is None
             assert await admission.acquire(t, "tp", 800) is None
-        with mock.patch("serving.gateway.admission.time.time", return_value=minute + 90):
+        with mock.patch("gateway.admission.time.time", return_value=minute + 90):
             # previous minute: 8 requests weighted 0.5 = 4; room for 6 more
             for i in range(6):
                 assert await admission.acquire(c, f"n{i}", 1) is None

@@ -6,7 +6,7 @@
 Run it with `manage.py gateway` (uvicorn, uvloop, httptools).
 
 With GATEWAY["FAIR_QUEUING"] (the default) the gateway holds the queue
-(serving/gateway/queueing.py, fairness.py): each replica gets at most its
+(gateway/queueing.py, fairness.py): each replica gets at most its
 `max_inflight` requests from the gateways together, the rest wait here in
 weighted fair order, and a request over its tenant's concurrency budget
 waits instead of being refused. Off, every admitted request goes straight
@@ -50,15 +50,14 @@ import orjson  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from serving.choices import RequestStatus  # noqa: E402
-from serving.gateway.admission import LocalAdmission, RedisAdmission  # noqa: E402
-from serving.gateway.callers import Caller, CallerCache, CallerRefused  # noqa: E402
-from serving.gateway.errors import error_body  # noqa: E402
-from serving.gateway.fairness import FairQueue, Slot  # noqa: E402
-from serving.gateway.fairness_redis import FairQueueRedisShare  # noqa: E402
-from serving.gateway.fleet import ReplicaInfo, Router, fleet_snapshot_load  # noqa: E402
-from serving.gateway.payload import BadRequest, Prepared, prepare  # noqa: E402
-from serving.gateway.proxy import (  # noqa: E402
+from gateway.admission import LocalAdmission, RedisAdmission  # noqa: E402
+from gateway.callers import Caller, CallerCache, CallerRefused  # noqa: E402
+from gateway.errors import error_body  # noqa: E402
+from gateway.fairness import FairQueue, Slot  # noqa: E402
+from gateway.fairness_redis import FairQueueRedisShare  # noqa: E402
+from gateway.fleet import ReplicaInfo, Router, fleet_snapshot_load  # noqa: E402
+from gateway.payload import BadRequest, Prepared, prepare  # noqa: E402
+from gateway.proxy import (  # noqa: E402
     Outcome,
     UpstreamCall,
     UpstreamTimeouts,
@@ -67,9 +66,9 @@ from serving.gateway.proxy import (  # noqa: E402
     call_unary,
     ms,
 )
-from serving.gateway.queueing import ClientGone, GatewayQueue, QueueWait, Refused  # noqa: E402
-from serving.gateway.recorder import Recorder  # noqa: E402
-from serving.gateway.telemetry import (  # noqa: E402
+from gateway.queueing import ClientGone, GatewayQueue, QueueWait, Refused  # noqa: E402
+from gateway.recorder import Recorder  # noqa: E402
+from gateway.telemetry import (  # noqa: E402
     BACKLOG,
     depth_by_class,
     exposition,
@@ -77,9 +76,10 @@ from serving.gateway.telemetry import (  # noqa: E402
     queue_wait_observe,
     request_observe,
 )
+from serving.choices import RequestStatus  # noqa: E402
 from serving.records import MODEL_NAME_MAX, CompletedRequest, record_sink  # noqa: E402
 
-logger = logging.getLogger("serving.gateway")
+logger = logging.getLogger("gateway")
 
 ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
 MAX_BODY_BYTES = 8 * 1024 * 1024

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serving.gateway.fairness import FairQueue, QueueFull, QueueTimeout, Slot
+from gateway.fairness import FairQueue, QueueFull, QueueTimeout, Slot
 
 LONG = 60.0  # a queue timeout no test reaches
 W_OUT = 2

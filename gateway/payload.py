@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from serving.gateway.callers import Caller
-from serving.gateway.fleet import FleetSnapshot
+from gateway.callers import Caller
+from gateway.fleet import FleetSnapshot
 
 # Fields a client must not set: the gateway sets them per tenant.
 GATEWAY_OWNED_FIELDS = ("priority", "cache_salt", "request_id", "kv_transfer_params")

@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from metering.models import UsageEvent
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import start_gateway, stop_gateway, wait_for_fleet, wait_for_records
+from tests.gateway.fake_upstream import FakeUpstream
 from tests.services import redis_url, require
-from tests.serving.fake_upstream import FakeUpstream
 
 pytestmark = [pytest.mark.slow]
 

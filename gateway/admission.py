@@ -15,7 +15,7 @@ A refusal for concurrency or in-flight tokens (`QUEUEABLE_LIMITS`) can end
 when one of the tenant's requests does: `release_wait` returns then (at
 once for a release in this process; for Redis, also after `poll_seconds`,
 since another gateway's release is not signalled), and the gateway's queue
-(serving/gateway/queueing.py) tries again. Per-minute limits are not worth
+(gateway/queueing.py) tries again. Per-minute limits are not worth
 waiting for: they refuse at once."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from serving.gateway.callers import Caller
+from gateway.callers import Caller
 
 LIMIT_MESSAGES = {
     "max_concurrent_requests": "too many concurrent requests (limit {limit})",

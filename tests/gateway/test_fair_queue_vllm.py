@@ -1,7 +1,7 @@
 """Fair queuing end to end through a real vLLM-CPU replica and the official
 openai client: a light tenant's request goes ahead of a heavy tenant's
 backlog that reached the gateway before it (issue #17). The same through a
-fake replica, with its other properties: tests/serving/test_gateway_fair_queue.py."""
+fake replica, with its other properties: tests/gateway/test_gateway_fair_queue.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.fleet import wait_for_records
-from tests.serving.test_gateway_fair_queue import queue_depth, wait_until
-from tests.serving.test_gateway_vllm import chat
+from tests.gateway.test_gateway_fair_queue import queue_depth, wait_until
+from tests.gateway.test_gateway_vllm import chat
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 

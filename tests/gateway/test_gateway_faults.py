@@ -16,7 +16,7 @@ from serving.choices import PoolKind
 from serving.models import LoraAdapter
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import start_gateway, stop_gateway, wait_for_fleet, wait_for_records
-from tests.serving.fake_upstream import FakeUpstream
+from tests.gateway.fake_upstream import FakeUpstream
 
 pytestmark = [pytest.mark.slow]
 

@@ -19,7 +19,7 @@ import aiohttp
 import orjson
 from django.utils import timezone
 
-from serving.gateway.errors import error_body
+from gateway.errors import error_body
 
 Send = Callable[[dict], Awaitable[None]]
 EVENT_END = b"\n\n"

@@ -72,7 +72,7 @@ leaves at once, uncharged; a slot granted to a task cancelled before it ran
 is returned and its charge undone.
 
 Scope: one event loop, one process, no I/O. Across gateway processes,
-serving/gateway/fairness_redis.py shares the counters (`service_drain`,
+gateway/fairness_redis.py shares the counters (`service_drain`,
 `service_merge`) and each replica's slots (`replica_set` with this
 process's share, from `waiting_by_replica` and `outstanding_by_replica`)
 through Redis."""

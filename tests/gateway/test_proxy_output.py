@@ -1,6 +1,6 @@
 """The relay tells the fair queue the output generated so far, chunk by
 chunk, from the usage vLLM puts on every chunk, so a long request is
-charged while it runs (serving/gateway/fairness.py: Slot.progress)."""
+charged while it runs (gateway/fairness.py: Slot.progress)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import json
 import aiohttp
 import pytest
 
-from serving.gateway.proxy import UpstreamCall, UpstreamTimeouts, call_stream
-from tests.serving.fake_upstream import FakeUpstream
+from gateway.proxy import UpstreamCall, UpstreamTimeouts, call_stream
+from tests.gateway.fake_upstream import FakeUpstream
 
 
 @pytest.fixture

@@ -193,7 +193,7 @@ def test_cache_salt_isolates_tenants_prefix_cache(fleet, vllm):
 
 def test_over_limit_is_429_naming_the_limit(fleet, vllm):
     # A queue timeout of 0: over its concurrency limit, a request is refused
-    # at once instead of waiting (tests/serving/test_gateway_fair_queue.py).
+    # at once instead of waiting (tests/gateway/test_gateway_fair_queue.py).
     fleet.add_tenant("single", max_concurrent_requests=1, queue_timeout_ms=0)
     fleet.add_tenant("slow", requests_per_minute=2)
     fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from django.db import IntegrityError, OperationalError
 
-from serving.gateway.recorder import Recorder
+from gateway.recorder import Recorder
 from serving.records import CompletedRequest
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)

@@ -12,7 +12,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, host: str, port: int, workers: int, **options):
         uvicorn.run(
-            "serving.gateway.app:application",
+            "gateway.app:application",
             host=host,
             port=port,
             workers=workers,

@@ -7,7 +7,7 @@ from unittest import mock
 
 import pytest
 
-from serving.gateway.callers import Caller, CallerCache, CallerRefused, Limits
+from gateway.callers import Caller, CallerCache, CallerRefused, Limits
 
 
 def test_refusals_are_cached_and_raised_fresh_without_growing():
@@ -27,7 +27,7 @@ def test_refusals_are_cached_and_raised_fresh_without_growing():
             raised.append(info.value)
         return raised
 
-    with mock.patch("serving.gateway.callers.caller_load", load):
+    with mock.patch("gateway.callers.caller_load", load):
         gc.collect()
         before = len(gc.get_objects())
         raised = asyncio.run(hammer())
@@ -66,7 +66,7 @@ def test_concurrent_requests_share_one_lookup_and_the_entry_expires():
         await cache.get("glk_k")
         return cache
 
-    with mock.patch("serving.gateway.callers.caller_load", load):
+    with mock.patch("gateway.callers.caller_load", load):
         cache = asyncio.run(scenario())
     assert len(loads) == 2  # 50 concurrent requests, then once more after the TTL
     assert set(cache.used_at) == {9}

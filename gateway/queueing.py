@@ -1,6 +1,6 @@
 """A request's wait at the gateway when fair queuing is on
 (GATEWAY["FAIR_QUEUING"]): first for its tenant's budget, then for a slot on
-a replica (serving/gateway/fairness.py).
+a replica (gateway/fairness.py).
 
 - Budget: a request over its tenant's concurrency or in-flight token limit
   waits until one of the tenant's requests ends, then tries again;
@@ -25,14 +25,14 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from serving.gateway.admission import (
+from gateway.admission import (
     QUEUEABLE_LIMITS,
     LocalAdmission,
     RedisAdmission,
     Refusal,
 )
-from serving.gateway.callers import Caller
-from serving.gateway.fairness import FairQueue, QueueFull, QueueTimeout, Slot
+from gateway.callers import Caller
+from gateway.fairness import FairQueue, QueueFull, QueueTimeout, Slot
 
 T = TypeVar("T")
 

@@ -1,8 +1,8 @@
 """Routing order: own capacity first, then shared, least loaded, skipping
 saturated and suspect replicas; other tenants' capacity never."""
 
+from gateway.fleet import FleetSnapshot, ReplicaInfo, Router
 from serving.choices import PoolKind
-from serving.gateway.fleet import FleetSnapshot, ReplicaInfo, Router
 
 
 def replica(

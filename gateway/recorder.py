@@ -18,7 +18,7 @@ import logging
 import time
 from pathlib import Path
 
-from serving.gateway.telemetry import DEAD_LETTERED, FLUSH_SECONDS, FLUSHED
+from gateway.telemetry import DEAD_LETTERED, FLUSH_SECONDS, FLUSHED
 from serving.records import CompletedRequest, RecordSink
 
 logger = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Fair queuing across gateway processes: each process keeps its own
-FairQueue (serving/gateway/fairness.py) and, every `sync_seconds`, settles
+FairQueue (gateway/fairness.py) and, every `sync_seconds`, settles
 two things with the others through Redis, each in one atomic Lua script.
 
 Slots. A replica's `max_inflight` is a number of slots shared by the live
@@ -46,7 +46,7 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from serving.gateway.fairness import FairQueue
+from gateway.fairness import FairQueue
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from serving.gateway.fairness import FairQueue
-from serving.gateway.fairness_redis import FairQueueRedisShare
+from gateway.fairness import FairQueue
+from gateway.fairness_redis import FairQueueRedisShare
 from tests.services import redis_url, require
 
 REPLICA = 7
