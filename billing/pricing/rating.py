@@ -4,7 +4,13 @@ hour, its reservations and dedicated GPUs, and its plan; returns charge
 lines in exact Decimal, unrounded (an invoice rounds each line once).
 
 Graduated tiers count the period's volume from its start, whichever book
-priced the earlier tokens, so a price change mid-month keeps the volume."""
+priced the earlier tokens, so a price change mid-month keeps the volume.
+
+A model's prices in a book reduce to a `RateCard` (plain data: steps of
+per-million prices by token kind, the GPU-second price), and `card_pieces`
+is the one place tokens meet prices: rating a period walks it line by line,
+and `usage_amount` prices one request's usage after the period's volume so
+far (what the gateway reserves and settles: issue 18)."""
 
 from __future__ import annotations
 
@@ -28,6 +34,74 @@ from serving.models import Gpu, Reservation, ServedModel
 from tenants.models import Tenant
 
 MILLION = Decimal(1_000_000)
+TOKEN_KINDS = (TokenKind.INPUT, TokenKind.CACHED_INPUT, TokenKind.OUTPUT)
+
+
+@dataclass(frozen=True)
+class RateCard:
+    """One model's prices in one book, as plain data: per token kind the
+    steps (from_tokens, price per million) of its graduated tiers (a flat
+    price is one step from 0), and the price per GPU-second (None: none)."""
+
+    steps: dict[str, tuple[tuple[int, Decimal], ...]]
+    per_gpu_second: Decimal | None = None
+
+    @classmethod
+    def of(cls, price: ModelPrice) -> RateCard:
+        tiers = list(price.tiers.all())  # ordered by kind, from_tokens
+        steps = {}
+        for kind in TOKEN_KINDS:
+            own = tuple((t.from_tokens, t.per_mtok) for t in tiers if t.kind == kind)
+            steps[kind] = own or ((0, price.per_mtok(kind)),)
+        return cls(steps=steps, per_gpu_second=price.per_gpu_second)
+
+
+def card_pieces(card: RateCard, kind: str, done: int, tokens: int):
+    """(tokens, price per million) pieces of `tokens` more of `kind`, after
+    `done` of it in the period so far."""
+    steps = card.steps[kind]
+    bounds = [start for start, _ in steps[1:]] + [None]
+    position, left = done, tokens
+    for (start, per_mtok), upto in zip(steps, bounds, strict=True):
+        if left <= 0:
+            return
+        if upto is not None and position >= upto:
+            continue
+        take = left if upto is None else min(left, upto - max(position, start))
+        if take > 0:
+            yield Decimal(take), per_mtok
+            position += take
+            left -= take
+
+
+def usage_counts(*, prompt: int, cached: int, completion: int) -> dict[str, int]:
+    """Tokens by kind: cached prompt tokens are priced apart from the rest."""
+    return {
+        TokenKind.INPUT: prompt - cached,
+        TokenKind.CACHED_INPUT: cached,
+        TokenKind.OUTPUT: completion,
+    }
+
+
+def usage_amount(
+    card: RateCard,
+    *,
+    done: dict[str, int],
+    prompt: int,
+    cached: int = 0,
+    completion: int = 0,
+    gpu_seconds: Decimal = Decimal(0),
+) -> Decimal:
+    """What this much usage costs after `done` tokens by kind of the same
+    model in the period, exact and unrounded (as rating's lines are)."""
+    amount = Decimal(0)
+    counts = usage_counts(prompt=prompt, cached=cached, completion=completion)
+    for kind, tokens in counts.items():
+        for quantity, per_mtok in card_pieces(card, kind, done.get(kind, 0), tokens):
+            amount += quantity * per_mtok / MILLION
+    if card.per_gpu_second is not None and gpu_seconds:
+        amount += gpu_seconds * card.per_gpu_second
+    return amount
 
 
 @dataclass(frozen=True)
@@ -151,6 +225,7 @@ class Books:
     def __init__(self, books: list[PriceBook], prices: dict[tuple[int, int], ModelPrice]):
         self.books = books
         self.prices = prices
+        self._cards: dict[tuple[int, int], RateCard] = {}
 
     def at(self, moment: datetime) -> PriceBook | None:
         live = [
@@ -164,6 +239,15 @@ class Books:
 
     def price(self, book: PriceBook, model_id: int) -> ModelPrice | None:
         return self.prices.get((book.pk, model_id))
+
+    def card(self, book: PriceBook, model_id: int) -> RateCard | None:
+        price = self.price(book, model_id)
+        if price is None:
+            return None
+        key = (book.pk, model_id)
+        if key not in self._cards:
+            self._cards[key] = RateCard.of(price)
+        return self._cards[key]
 
     def priced_models(self, book: PriceBook | None) -> set[int]:
         return {model_id for book_id, model_id in self.prices if book and book_id == book.pk}
@@ -230,26 +314,23 @@ def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]
     lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
     for since, model_id, name, prompt, cached, completion, seconds, _ in usage:
         book = books.at(since)
-        price = books.price(book, model_id) if book else None
-        if price is None:
+        card = books.card(book, model_id) if book else None
+        if card is None:
             unpriced[name] += prompt + completion
             continue
-        counts = {
-            TokenKind.INPUT: prompt - cached,
-            TokenKind.CACHED_INPUT: cached,
-            TokenKind.OUTPUT: completion,
-        }
-        for kind, tokens in counts.items():
+        for kind, tokens in usage_counts(
+            prompt=prompt, cached=cached, completion=completion
+        ).items():
             done = volume[(model_id, kind)]
-            for quantity, per_mtok in _graduated(price, kind, done, tokens):
+            for quantity, per_mtok in card_pieces(card, kind, done, tokens):
                 line = lines[("tokens", name, kind, book.pk, per_mtok)]
                 line[0] += quantity
                 line[1] += quantity * per_mtok / MILLION
             volume[(model_id, kind)] = done + tokens
-        if price.per_gpu_second is not None and seconds:
-            line = lines[("gpu_seconds", name, None, book.pk, price.per_gpu_second)]
+        if card.per_gpu_second is not None and seconds:
+            line = lines[("gpu_seconds", name, None, book.pk, card.per_gpu_second)]
             line[0] += seconds
-            line[1] += seconds * price.per_gpu_second
+            line[1] += seconds * card.per_gpu_second
     return [
         Charge(
             kind=kind,
@@ -268,26 +349,6 @@ def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]
         for (kind, model, token_kind, book_id, unit), (quantity, amount) in lines.items()
         if quantity
     ]
-
-
-def _graduated(price: ModelPrice, kind: str, done: int, tokens: int):
-    """(tokens, price per million) pieces of `tokens` more, after `done`."""
-    tiers = [t for t in price.tiers.all() if t.kind == kind]
-    if not tiers:
-        yield Decimal(tokens), price.per_mtok(kind)
-        return
-    bounds = [t.from_tokens for t in tiers[1:]] + [None]
-    position, left = done, tokens
-    for tier, upto in zip(tiers, bounds, strict=True):
-        if left <= 0:
-            return
-        if upto is not None and position >= upto:
-            continue
-        take = left if upto is None else min(left, upto - max(position, tier.from_tokens))
-        if take > 0:
-            yield Decimal(take), tier.per_mtok
-            position += take
-            left -= take
 
 
 def _charges_reservations(reservations, *, start, end, books: Books) -> list[Charge]:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from billing.models import Plan, Subscription, VolumeTier
-from billing.pricing.rating import charges_rate
+from billing.pricing.rating import RateCard, charges_rate, usage_amount
 from tests.billing.conftest import NOV, OCT
 
 D = Decimal
@@ -58,6 +58,43 @@ def test_graduated_output_tiers_count_the_month_volume(world):
         (D(500_000), D(2)),
     }
     assert _total(output) == D("17")
+
+
+def test_one_requests_price_is_what_it_adds_to_the_periods_rating(world):
+    """The gateway prices a request with `usage_amount` after the period's
+    volume so far; rating the period with and without that request's usage
+    must differ by exactly that amount, across a tier boundary, with cached
+    tokens and GPU-seconds."""
+    price = world.price(per_gpu_second=D("0.0002"))
+    for start, per_mtok in ((0, "4"), (1_000_000, "3")):
+        VolumeTier.objects.create(
+            model_price=price, kind="output", from_tokens=start, per_mtok=D(per_mtok)
+        )
+    world.tokens(world.a, hour=OCT + timedelta(hours=1), prompt=300_000, completion=999_990)
+    before = _total(charges_rate(tenant=world.a, start=OCT, end=NOV))
+
+    amount = usage_amount(
+        RateCard.of(price),
+        done={"input": 300_000, "cached_input": 0, "output": 999_990},
+        prompt=1_000,
+        cached=400,
+        completion=30,  # 10 at $4/M, 20 at $3/M
+        gpu_seconds=D("2.5"),
+    )
+    world.tokens(
+        world.a,
+        hour=OCT + timedelta(hours=2),
+        prompt=1_000,
+        cached=400,
+        completion=30,
+        seconds=D("2.5"),
+    )
+    after = _total(charges_rate(tenant=world.a, start=OCT, end=NOV))
+
+    by_hand = (600 * D(1) + 400 * D("0.25") + 10 * D(4) + 20 * D(3)) / 1_000_000 + D("2.5") * D(
+        "0.0002"
+    )
+    assert amount == by_hand == after - before
 
 
 def test_a_price_change_mid_month_prices_each_hour_by_its_book(world):
