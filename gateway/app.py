@@ -68,6 +68,7 @@ from gateway.proxy import (  # noqa: E402
 )
 from gateway.queueing import ClientGone, GatewayQueue, QueueWait, Refused  # noqa: E402
 from gateway.recorder import Recorder  # noqa: E402
+from gateway.spend import LocalSpend, RedisSpend, SpendGuard, SpendRefusal  # noqa: E402
 from gateway.telemetry import (  # noqa: E402
     BACKLOG,
     depth_by_class,
@@ -103,6 +104,7 @@ class Gateway:
         self.admission: LocalAdmission | RedisAdmission | None = None
         self.queue: GatewayQueue | None = None  # fair queuing on
         self.queue_share: FairQueueRedisShare | None = None  # ... across gateways
+        self.spend: SpendGuard | None = None  # budgets held per request
         self._tasks: list[asyncio.Task] = []
         self.loop_lag_max = 0.0  # ok-float: seconds, a health statistic
         self.gc_pause_max = 0.0  # ok-float: seconds, a health statistic
@@ -128,6 +130,12 @@ class Gateway:
             )
         else:
             self.admission = LocalAdmission()
+        store = (
+            RedisSpend(settings.REDIS_URL, prefix=self.cfg["REDIS_PREFIX"])
+            if settings.REDIS_URL
+            else LocalSpend()
+        )
+        self.spend = SpendGuard(store, lease_seconds=self.cfg["SPEND_LEASE_SECONDS"])
         if self.cfg["FAIR_QUEUING"]:
             fair = FairQueue(
                 track_service=bool(settings.REDIS_URL),
@@ -173,6 +181,8 @@ class Gateway:
             await self.admission.close()
         if self.queue_share is not None:
             await self.queue_share.close()
+        if self.spend is not None and isinstance(self.spend.store, RedisSpend):
+            await self.spend.store.close()
 
     def _time_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -387,6 +397,44 @@ class Gateway:
             )
             return
         record.model, record.stream = prepared.model, prepared.stream
+        hold = None
+        if caller.spend is not None:
+            hold = await self.spend.reserve(
+                caller.spend,
+                model=prepared.route_model,
+                request_id=request_id,
+                prompt_tokens_max=prepared.prompt_tokens_max,
+                output_tokens_max=prepared.output_tokens_max,
+                choices=prepared.choices,
+            )
+            if isinstance(hold, SpendRefusal):
+                record.http_status, record.error = hold.status, f"{hold.code}: {hold.message}"
+                self._finish(record, caller)
+                await respond(
+                    send,
+                    hold.status,
+                    error_body(hold.status, hold.message, code=hold.code, param=hold.param),
+                    [rid_header],
+                )
+                return
+        try:
+            await self._completion_admitted(
+                send, receive, kind, caller, prepared, record, rid_header
+            )
+        finally:
+            if hold is not None:
+                await self.spend.settle(
+                    hold,
+                    prompt=record.prompt_tokens,
+                    cached=record.cached_tokens,
+                    completion=record.completion_tokens,
+                )
+
+    async def _completion_admitted(
+        self, send, receive, kind, caller, prepared, record, rid_header
+    ) -> None:
+        """Through the fair queue, or admitted at once (pass-through)."""
+        request_id = record.request_id
         if self.queue is not None:
             await self._completion_queued(send, receive, kind, caller, prepared, record, rid_header)
             return

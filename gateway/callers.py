@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.utils import timezone
 
+from billing.pricing.spend_terms import SpendTerms, spend_terms
 from tenants.choices import VLLM_PRIORITY, Scope
 from tenants.errors import AuthenticationError, TenantSuspendedError
 
@@ -39,6 +41,7 @@ class Caller:
     priority: int
     cache_salt: str
     limits: Limits
+    spend: SpendTerms | None = None  # a budget to hold at admission (issue 18)
 
 
 class CallerRefused(Exception):
@@ -89,6 +92,7 @@ def caller_load(raw_key: str) -> Caller:
             queue_timeout_ms=policy.queue_timeout_ms,
             max_queued_requests=policy.max_queued_requests,
         ),
+        spend=spend_terms(tenant=key.tenant, now=timezone.now()),
     )
 
 

@@ -37,6 +37,14 @@ class Prepared:
     client_wants_continuous_usage: bool  # usage on every chunk
     estimated_tokens: int  # prompt estimate + max_tokens: the in-flight budget charge
     prompt_tokens_estimate: int = 0  # the fair queue's charge at dispatch
+    # Upper bounds, for the worst-case charge a budget reserves (issue 18):
+    # the prompt's tokens (no more than its bytes plus the chat template, and
+    # no more than the context less max_tokens, which vLLM enforces), the
+    # output tokens of one choice (max_tokens, else the whole context) and
+    # the choices (n, best_of).
+    prompt_tokens_max: int = 0
+    output_tokens_max: int = 0
+    choices: int = 1
 
 
 def prepare(
@@ -93,6 +101,9 @@ def _prepare_for_model(
     info = fleet.models[route_model]
     prompt_estimate = int(prompt_chars / info.chars_per_token) + 1  # ok-float: estimate only
     budget_tokens = max_tokens if max_tokens is not None else default_max_tokens
+    choices = _choices(payload)
+    context = info.max_context_tokens
+    prompt_tokens_max = max(1, min(context - (max_tokens or 0), 2 * prompt_chars + 64))
 
     for name in GATEWAY_OWNED_FIELDS:
         payload.pop(name, None)
@@ -122,6 +133,9 @@ def _prepare_for_model(
         client_wants_continuous_usage=client_wants_continuous,
         estimated_tokens=prompt_estimate + budget_tokens,
         prompt_tokens_estimate=prompt_estimate,
+        prompt_tokens_max=prompt_tokens_max,
+        output_tokens_max=max_tokens if max_tokens is not None else context,
+        choices=choices,
     )
 
 
@@ -144,6 +158,19 @@ def _max_tokens(payload: dict[str, Any], kind: str) -> int | None:
             raise BadRequest(f"'{name}' must be a positive integer", param=name)
         return value
     return None
+
+
+def _choices(payload: dict[str, Any]) -> int:
+    """How many completions the request asks for (n, best_of: at least 1)."""
+    most = 1
+    for name in ("n", "best_of"):
+        value = payload.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise BadRequest(f"'{name}' must be a positive integer", param=name)
+        most = max(most, value)
+    return most
 
 
 def _prompt_chars(payload: dict[str, Any], kind: str) -> int:

@@ -23,8 +23,17 @@ to the nearest, within half a nano-unit of the ledger's exact Decimal.
 Redis's scripts compare them as doubles, exact to 2**53 nano-units (about
 9 million in the currency); a larger limit counts as that much.
 
-A key names one tenant's period (`spend_key`): a new period starts from
-zero, and a key outlives its period by `KEY_DAYS` for the correction job."""
+A key names one tenant's period (`spend_key`); its account starts from the
+`seed` the first reservation brings (the period's spend by the ledger), and
+outlives its period by `KEY_DAYS` for the correction job.
+
+`SpendGuard` is the gateway's use of them: a request's worst case (the
+bounds `gateway.payload` puts on its prompt, output and choices, priced by
+billing's rating code after the period's volume so far) reserved before it
+is forwarded, refused with 402 when it does not fit, settled to what its
+tokens cost when it ends. GPU-seconds are attributed after the fact by
+metering: neither the reservation nor the settlement counts them (the
+ledger correction does)."""
 
 from __future__ import annotations
 
@@ -33,6 +42,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
+
+from billing.pricing.rating import RateCard, usage_amount
+from billing.pricing.spend_terms import SpendTerms
 
 NANO = Decimal("1e-9")
 MAX_UNITS = 2**53 - 1
@@ -84,10 +96,10 @@ class LocalSpend:
         self._accounts: dict[str, _Account] = {}
         self._clock = clock
 
-    def _account(self, key: str) -> _Account:
+    def _account(self, key: str, seed: Decimal = Decimal(0)) -> _Account:
         account = self._accounts.get(key)
         if account is None:
-            account = self._accounts[key] = _Account(leases={})
+            account = self._accounts[key] = _Account(spent=nanos(seed), leases={})
         now = self._clock()
         for lease_id, (amount, expiry) in list(account.leases.items()):
             if expiry <= now:
@@ -103,8 +115,11 @@ class LocalSpend:
         *,
         limit: Decimal,
         ttl: float,  # ok-float: seconds
+        seed: Decimal = Decimal(0),
     ) -> SpendRefused | None:
-        account = self._account(key)
+        """Hold `amount` if it fits under `limit`; `seed`: the account's
+        spent if this is its first use."""
+        account = self._account(key, seed)
         want, cap = nanos(amount, up=True), nanos(limit)
         left = cap - account.spent - account.reserved
         if want > left:
@@ -148,6 +163,7 @@ end
 _RESERVE_LUA = (
     _EXPIRE_LUA
     + """
+redis.call('HSETNX', KEYS[1], 'spent', ARGV[6])
 local want, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
 local spent = tonumber(redis.call('HGET', KEYS[1], 'spent') or '0')
 local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0')
@@ -211,10 +227,18 @@ class RedisSpend:
         *,
         limit: Decimal,
         ttl: float,  # ok-float: seconds
+        seed: Decimal = Decimal(0),
     ) -> SpendRefused | None:
         admitted, left = await self._reserve(
             keys=self._keys(key),
-            args=[nanos(amount, up=True), nanos(limit), ttl, lease_id, self._key_seconds],
+            args=[
+                nanos(amount, up=True),
+                nanos(limit),
+                ttl,
+                lease_id,
+                self._key_seconds,
+                nanos(seed),
+            ],
         )
         if admitted:
             return None
@@ -232,3 +256,78 @@ class RedisSpend:
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A request's reservation, and what its settlement is priced with."""
+
+    key: str
+    lease_id: str
+    card: RateCard
+    done: dict[str, int]
+
+
+@dataclass(frozen=True)
+class SpendRefusal:
+    status: int
+    code: str
+    message: str
+    param: str | None = None
+
+
+class SpendGuard:
+    def __init__(self, store: LocalSpend | RedisSpend, *, lease_seconds: float) -> None:  # ok-float
+        self.store = store
+        self._ttl = lease_seconds
+
+    async def reserve(
+        self,
+        terms: SpendTerms,
+        *,
+        model: str,
+        request_id: str,
+        prompt_tokens_max: int,
+        output_tokens_max: int,
+        choices: int,
+    ) -> Hold | SpendRefusal:
+        card = terms.cards.get(model)
+        if card is None:
+            return SpendRefusal(
+                409,
+                "model_not_priced",
+                f"the model `{model}` has no price in force for this tenant, and a tenant "
+                "with a budget may use only priced models",
+                "model",
+            )
+        done = terms.volume.get(model, {})
+        worst = usage_amount(
+            card, done=done, prompt=prompt_tokens_max, completion=output_tokens_max * choices
+        )
+        key = spend_key(tenant_id=terms.tenant_id, period_start=terms.period_start)
+        refused = await self.store.reserve(
+            key, request_id, worst, limit=terms.limit, ttl=self._ttl, seed=terms.spent
+        )
+        if refused is None:
+            return Hold(key=key, lease_id=request_id, card=card, done=done)
+        return SpendRefusal(
+            402,
+            "budget_exceeded",
+            f"the budget has {_money(refused.left)} {terms.currency} left of "
+            f"{_money(terms.limit)} this period, and this request may cost up to "
+            f"{_money(worst)} {terms.currency} ({prompt_tokens_max:,} prompt tokens and "
+            f"{output_tokens_max * choices:,} output tokens at most): lower max_tokens, "
+            "or raise the budget",
+            "max_tokens",
+        )
+
+    async def settle(self, hold: Hold, *, prompt: int, cached: int, completion: int) -> None:
+        actual = usage_amount(
+            hold.card, done=hold.done, prompt=prompt, cached=cached, completion=completion
+        )
+        await self.store.settle(hold.key, hold.lease_id, actual)
+
+
+def _money(amount: Decimal) -> str:
+    """Enough places to tell a budget's last cents from nothing."""
+    return format(amount.quantize(Decimal("0.000001")).normalize(), "f")

@@ -9,7 +9,11 @@ the gateway by the metering pipeline's delay (a minute or two).
 Crossing the soft threshold emails the tenant's owners and admins, once
 per period. Crossing the hard threshold emails them and makes the gateway
 refuse the tenant's new requests (402, naming the budget) until the next
-period begins or the budget is raised; the check runs every minute."""
+period begins or the budget is raised; the check runs every minute. The
+gateway also holds the hard threshold request by request, exactly and
+before the ledger knows (gateway/spend.py, billing.pricing.spend_terms):
+this check is what emails, and what still stops usage that reaches the
+ledger some other way."""
 
 from __future__ import annotations
 

@@ -206,6 +206,11 @@ GATEWAY = {
     # (vLLM's server: 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE), so a request never
     # goes out on a connection the replica is closing.
     "UPSTREAM_KEEPALIVE_SECONDS": env.float("GATEWAY_UPSTREAM_KEEPALIVE_SECONDS", default=4.0),
+    # How long a request's budget reservation holds if its gateway never
+    # settles it (it died): longer than any request the gateway lets run
+    # (first byte 120 s, then the read timeout between chunks), so a live
+    # request never loses its hold; the ledger correction counts the rest.
+    "SPEND_LEASE_SECONDS": env.float("GATEWAY_SPEND_LEASE_SECONDS", default=900.0),
     "RECORD_FLUSH_SECONDS": env.float("GATEWAY_RECORD_FLUSH_SECONDS", default=0.1),
     "RECORD_FLUSH_MAX": env.int("GATEWAY_RECORD_FLUSH_MAX", default=500),
     "DEFAULT_MAX_TOKENS": env.int("GATEWAY_DEFAULT_MAX_TOKENS", default=1024),

@@ -121,13 +121,16 @@ def test_removing_the_budget_lifts_the_block(priced):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_gateway_refuses_a_tenant_over_its_hard_budget(fleet, vllm, settings):
-    """Real requests through the gateway are metered, rated against the
-    budget, and the next request is refused with a 402 naming it."""
+def test_the_gateway_holds_the_hard_budget_per_request(fleet, vllm, settings):
+    """Real requests through the gateway: each reserves its worst case (16
+    output tokens at $1 per thousand) against what is left of the budget,
+    so the fourth is refused with a 402 naming what is left before it runs,
+    and the spend the ledger rates afterwards never passes the budget."""
     import openai
 
     from billing.models import ModelPrice, PriceBook
     from metering.jobs import metering_run
+    from tests.fleet import wait_for_records_written
 
     settings.METERING = {**settings.METERING, "ATTRIBUTION_GRACE_SECONDS": 0}
     tenant = fleet.add_tenant("spender")
@@ -145,27 +148,26 @@ def test_the_gateway_refuses_a_tenant_over_its_hard_budget(fleet, vllm, settings
     )
     _budget(tenant, "0.05")  # 50 output tokens
     client = fleet.client("spender")
-    for _ in range(4):
-        client.chat.completions.create(
+
+    def ask():
+        return client.chat.completions.create(
             model=fleet.model.name,
             messages=[{"role": "user", "content": "hi"}],
             max_tokens=16,
             extra_body={"ignore_eos": True},
         )
-    from tests.fleet import wait_for_records_written
 
+    for _ in range(3):
+        ask()  # 0.016 each
+    with pytest.raises(openai.APIStatusError) as refused:
+        ask()
+    assert refused.value.status_code == 402
+    assert refused.value.body["code"] == "budget_exceeded"
+    assert "0.002 USD left of 0.05" in refused.value.message
+    assert "may cost up to 0.016 USD" in refused.value.message
     wait_for_records_written(fleet.gateway)
     metering_run(now=datetime.now(UTC) + timedelta(hours=1))
 
     check = budget_check(tenant=tenant)
 
-    assert check.spend == Decimal("0.064") and check.blocked  # 64 tokens at $0.001
-    import time
-
-    time.sleep(1.5)  # the test gateway caches callers for 1 s
-    with pytest.raises(openai.APIStatusError) as refused:
-        client.chat.completions.create(
-            model=fleet.model.name, messages=[{"role": "user", "content": "hi"}], max_tokens=4
-        )
-    assert refused.value.status_code == 402
-    assert "monthly budget of 0.05 USD reached" in refused.value.message
+    assert check.spend == Decimal("0.048") and not check.blocked  # under the budget
