@@ -68,7 +68,7 @@ from gateway.proxy import (  # noqa: E402
 )
 from gateway.queueing import ClientGone, GatewayQueue, QueueWait, Refused  # noqa: E402
 from gateway.recorder import Recorder  # noqa: E402
-from gateway.spend import LocalSpend, RedisSpend, SpendGuard, SpendRefusal  # noqa: E402
+from gateway.spend import LocalSpend, RedisSpend, SpendGuard  # noqa: E402
 from gateway.telemetry import (  # noqa: E402
     BACKLOG,
     depth_by_class,
@@ -384,16 +384,17 @@ class Gateway:
                 default_max_tokens=self.cfg["DEFAULT_MAX_TOKENS"],
             )
         except BadRequest as bad:
-            record.http_status, record.error = bad.status, bad.message
             record.model = bad.model[:MODEL_NAME_MAX]  # an unknown model too: what was asked
             # A name the client made up never becomes a metrics label.
             unknown = bad.code == "model_not_found"
-            self._finish(record, caller, model_label="unknown" if unknown else None)
-            await respond(
+            await self._reject(
                 send,
-                bad.status,
-                error_body(bad.status, bad.message, param=bad.param, code=bad.code),
-                [rid_header],
+                record,
+                caller,
+                rid_header,
+                Refused(bad.status, bad.code, bad.message, param=bad.param),
+                error=bad.message,
+                model_label="unknown" if unknown else None,
             )
             return
         record.model, record.stream = prepared.model, prepared.stream
@@ -407,14 +408,10 @@ class Gateway:
                 output_tokens_max=prepared.output_tokens_max,
                 choices=prepared.choices,
             )
-            if isinstance(hold, SpendRefusal):
-                record.http_status, record.error = hold.status, f"{hold.code}: {hold.message}"
-                self._finish(record, caller)
-                await respond(
-                    send,
-                    hold.status,
-                    error_body(hold.status, hold.message, code=hold.code, param=hold.param),
-                    [rid_header],
+            if isinstance(hold, Refused):
+                # The code first, as for the queue's refusals (availability reads it).
+                await self._reject(
+                    send, record, caller, rid_header, hold, error=f"{hold.code}: {hold.message}"
                 )
                 return
         try:
@@ -429,6 +426,27 @@ class Gateway:
                     cached=record.cached_tokens,
                     completion=record.completion_tokens,
                 )
+
+    async def _reject(
+        self,
+        send,
+        record: CompletedRequest,
+        caller: Caller,
+        rid_header,
+        refused: Refused,
+        *,
+        error: str,
+        model_label: str | None = None,
+    ) -> None:
+        """A request refused before it was admitted: recorded, then answered."""
+        record.http_status, record.error = refused.status, error
+        self._finish(record, caller, model_label=model_label)
+        await respond(
+            send,
+            refused.status,
+            error_body(refused.status, refused.message, param=refused.param, code=refused.code),
+            [rid_header],
+        )
 
     async def _completion_admitted(
         self, send, receive, kind, caller, prepared, record, rid_header

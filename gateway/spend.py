@@ -45,6 +45,7 @@ from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
 
 from billing.pricing.rating import RateCard, usage_amount
 from billing.pricing.spend_terms import SpendTerms
+from gateway.queueing import Refused
 
 NANO = Decimal("1e-9")
 MAX_UNITS = 2**53 - 1
@@ -268,14 +269,6 @@ class Hold:
     done: dict[str, int]
 
 
-@dataclass(frozen=True)
-class SpendRefusal:
-    status: int
-    code: str
-    message: str
-    param: str | None = None
-
-
 class SpendGuard:
     def __init__(self, store: LocalSpend | RedisSpend, *, lease_seconds: float) -> None:  # ok-float
         self.store = store
@@ -290,15 +283,15 @@ class SpendGuard:
         prompt_tokens_max: int,
         output_tokens_max: int,
         choices: int,
-    ) -> Hold | SpendRefusal:
+    ) -> Hold | Refused:
         card = terms.cards.get(model)
         if card is None:
-            return SpendRefusal(
+            return Refused(
                 409,
                 "model_not_priced",
                 f"the model `{model}` has no price in force for this tenant, and a tenant "
                 "with a budget may use only priced models",
-                "model",
+                param="model",
             )
         done = terms.volume.get(model, {})
         worst = usage_amount(
@@ -310,7 +303,7 @@ class SpendGuard:
         )
         if refused is None:
             return Hold(key=key, lease_id=request_id, card=card, done=done)
-        return SpendRefusal(
+        return Refused(
             402,
             "budget_exceeded",
             f"the budget has {_money(refused.left)} {terms.currency} left of "
@@ -318,7 +311,7 @@ class SpendGuard:
             f"{_money(worst)} {terms.currency} ({prompt_tokens_max:,} prompt tokens and "
             f"{output_tokens_max * choices:,} output tokens at most): lower max_tokens, "
             "or raise the budget",
-            "max_tokens",
+            param="max_tokens",
         )
 
     async def settle(self, hold: Hold, *, prompt: int, cached: int, completion: int) -> None:

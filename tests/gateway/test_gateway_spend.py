@@ -14,7 +14,8 @@ import pytest
 from billing.models import ModelPrice, PriceBook
 from billing.pricing.rating import RateCard
 from billing.pricing.spend_terms import SpendTerms
-from gateway.spend import LocalSpend, SpendGuard, SpendRefusal
+from gateway.queueing import Refused
+from gateway.spend import LocalSpend, SpendGuard
 from serving.models import ServedModel
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import wait_for_records
@@ -94,8 +95,8 @@ def test_a_tenant_with_a_budget_may_not_use_an_unpriced_model():
         )
 
     refused = asyncio.run(reserve("unpriced"))
-    assert isinstance(refused, SpendRefusal)
+    assert isinstance(refused, Refused)
     assert (refused.status, refused.code, refused.param) == (409, "model_not_priced", "model")
     assert "`unpriced`" in refused.message
     held = asyncio.run(reserve("priced"))
-    assert not isinstance(held, SpendRefusal)
+    assert not isinstance(held, Refused)
