@@ -116,7 +116,7 @@ class Gateway:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
                 limit=0,
-                keepalive_timeout=settings.GATEWAY["UPSTREAM_KEEPALIVE_SECONDS"],
+                keepalive_timeout=self.cfg["UPSTREAM_KEEPALIVE_SECONDS"],
                 ttl_dns_cache=300,
             ),
             auto_decompress=False,
@@ -139,7 +139,7 @@ class Gateway:
         if self.cfg["FAIR_QUEUING"]:
             fair = FairQueue(
                 track_service=bool(settings.REDIS_URL),
-                headroom=settings.GATEWAY["SLOT_HEADROOM"],
+                headroom=self.cfg["SLOT_HEADROOM"],
             )
             self.queue = GatewayQueue(fair, self.admission)
             if settings.REDIS_URL:
@@ -181,7 +181,7 @@ class Gateway:
             await self.admission.close()
         if self.queue_share is not None:
             await self.queue_share.close()
-        if self.spend is not None and isinstance(self.spend.store, RedisSpend):
+        if self.spend is not None:
             await self.spend.store.close()
 
     def _time_gc(self, phase: str, info: dict) -> None:

@@ -145,6 +145,9 @@ class LocalSpend:
         account = self._account(key)
         return SpendState(spent=amount_of(account.spent), reserved=amount_of(account.reserved))
 
+    async def close(self) -> None:
+        """Nothing to let go of (the same interface as RedisSpend)."""
+
 
 # KEYS[1]: the account hash (spent, reserved); KEYS[2]: the leases' expiries
 # (a sorted set); KEYS[3]: the leases' amounts (a hash). Expired leases go

@@ -18,7 +18,13 @@ from decimal import Decimal
 
 from billing.pricing.budgets import budget_spend
 from billing.pricing.periods import tenant_period
-from billing.pricing.rating import RateCard, price_books, rating_inputs, usage_counts
+from billing.pricing.rating import (
+    RateCard,
+    price_books,
+    rating_inputs,
+    rating_session,
+    usage_counts,
+)
 from tenants.models import Tenant
 
 HUNDRED = Decimal(100)
@@ -41,6 +47,11 @@ def spend_terms(*, tenant: Tenant, now: datetime) -> SpendTerms | None:
     policy = tenant.policy
     if policy.monthly_budget is None:
         return None
+    with rating_session():  # the books read once, for the cards and the spend
+        return _terms(tenant, policy, now)
+
+
+def _terms(tenant: Tenant, policy, now: datetime) -> SpendTerms:
     start, end = tenant_period(tenant=tenant, moment=now)
     inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
     books = price_books(tier=tenant.tier, start=start, end=end)

@@ -189,6 +189,17 @@ class TestBadRequests:
                 400,
                 "stream",
             ),
+            (
+                b'{"model": "tiny-llama", "messages": [{"role":"user","content":"x"}], "n": 0}',
+                400,
+                "n",
+            ),
+            (
+                b'{"model": "tiny-llama", "messages": [{"role":"user","content":"x"}], '
+                b'"best_of": "2"}',
+                400,
+                "best_of",
+            ),
             (b'{"model": "nope", "messages": [{"role":"user","content":"x"}]}', 404, "model"),
         ],
     )

@@ -37,8 +37,7 @@ def run(scenario, spend) -> None:
         try:
             await asyncio.wait_for(scenario(spend), 10)
         finally:
-            if isinstance(spend, RedisSpend):
-                await spend.close()
+            await spend.close()
 
     asyncio.run(main())
 
