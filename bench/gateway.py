@@ -16,6 +16,8 @@ import os
 import sys
 import time
 import urllib.request
+from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import django
@@ -29,6 +31,8 @@ from django.core.management import call_command  # noqa: E402
 
 from bench.common import LoadResult, load, report_write  # noqa: E402
 from bench.replica import tiny_replica_start  # noqa: E402
+from billing.invoicing.credits import credit_grant_create  # noqa: E402
+from billing.models import ModelPrice, Plan, PriceBook, Subscription  # noqa: E402
 from core.processes import ManagedProcess  # noqa: E402
 from serving.launcher import (  # noqa: E402
     replica_stop,
@@ -42,22 +46,60 @@ from serving.services import (  # noqa: E402
 )
 from serving.tiny_model import MODEL_NAME  # noqa: E402
 from tenants.models import ApiKey, Tenant  # noqa: E402
-from tenants.services import api_key_create, tenant_create  # noqa: E402
-from tests.services import free_port  # noqa: E402
+from tenants.services import api_key_create, policy_budget_set, tenant_create  # noqa: E402
+from tests.services import free_port, redis_url  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_MODEL = "bench-fake"
+# The same fake upstream under another name, priced per GPU-second too: a
+# held request on it reserves a renewed grant and goes upstream as a stream.
+FAKE_GPU_MODEL = "bench-fake-gpu"
+ROUNDS = 5  # the held arms take turns this many times
 
 
-def bench_tenant() -> tuple[Tenant, str]:
-    tenant = Tenant.objects.filter(slug="bench").first() or tenant_create(
-        name="Benchmark", slug="bench"
+def bench_tenant(slug: str = "bench") -> tuple[Tenant, str]:
+    tenant = Tenant.objects.filter(slug=slug).first() or tenant_create(
+        name=f"Benchmark {slug}", slug=slug
     )
     ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True).update(
         revoked_at=django.utils.timezone.now()
     )
     _, secret = api_key_create(tenant=tenant, name="bench", scopes=["inference"])
     return tenant, secret
+
+
+def held_tenant_secrets(fake_model) -> dict[str, str]:
+    """Two more tenants the gateway holds per request (issue 18): one with a
+    monthly budget, one on a prepaid plan with credit; neither ever runs
+    out. The fake model gets a price, as a held tenant may use only priced
+    models. Returns their bearer secrets by label."""
+    since = datetime(2026, 1, 1, tzinfo=UTC)
+    book, _ = PriceBook.objects.get_or_create(
+        name="bench", version=1, defaults={"effective_from": since}
+    )
+    ModelPrice.objects.get_or_create(
+        book=book,
+        served_model=fake_model,
+        defaults={"input_per_mtok": 1, "cached_input_per_mtok": 1, "output_per_mtok": 2},
+    )
+    ModelPrice.objects.get_or_create(
+        book=book,
+        served_model=served_model_ensure(name=FAKE_GPU_MODEL),
+        defaults={
+            "input_per_mtok": 1,
+            "cached_input_per_mtok": 1,
+            "output_per_mtok": 2,
+            "per_gpu_second": Decimal("0.0006"),
+        },
+    )
+    budget, budget_secret = bench_tenant("bench-budget")
+    policy_budget_set(tenant=budget, monthly_budget=Decimal(10**9))
+    prepaid, prepaid_secret = bench_tenant("bench-prepaid")
+    plan, _ = Plan.objects.get_or_create(name="bench prepaid", defaults={"prepaid": True})
+    if not prepaid.subscriptions.exists():
+        Subscription.objects.create(tenant=prepaid, plan=plan, start=since)
+        credit_grant_create(tenant=prepaid, amount=Decimal(10**9), granted_at=since)
+    return {"with a budget": budget_secret, "prepaid": prepaid_secret}
 
 
 def body(model: str, tokens: int, stream: bool) -> bytes:
@@ -94,6 +136,26 @@ def pin(pid: int, cpus: set[int]) -> None:
                 os.sched_setaffinity(thread.id, cpus)
 
 
+def cpu_seconds(process: psutil.Process) -> float:
+    """User + system CPU seconds of a process, every thread."""
+    times = process.cpu_times()
+    return times.user + times.system
+
+
+def ceiling_by_cpu(base: LoadResult, held: LoadResult) -> str:
+    """A gateway's ceiling is one core over its CPU per request: the ratio
+    of the two arms' CPU per request, measured on the gateway process itself
+    (unlike the throughput, it does not move with the load generator and the
+    fake upstream sharing the cores)."""
+    return (
+        f"| {held.label} | {base.server_cpu_us_per_request:.0f} | "
+        f"{held.server_cpu_us_per_request:.0f} | "
+        f"{held.server_cpu_us_per_request - base.server_cpu_us_per_request:+.0f} | "
+        f"x {base.server_cpu_us_per_request / held.server_cpu_us_per_request:.3f} | "
+        f"x {held.throughput / base.throughput:.3f} |"
+    )
+
+
 def row(r: LoadResult) -> str:
     return (
         f"| {r.label} | {r.requests} | {r.errors} | {r.throughput:.1f} | "
@@ -102,9 +164,9 @@ def row(r: LoadResult) -> str:
     )
 
 
-def compare(direct: LoadResult, via: LoadResult) -> str:
+def compare(direct: LoadResult, via: LoadResult, *, against: str = "direct") -> str:
     return (
-        f"| {via.label} vs direct | throughput x {via.throughput / direct.throughput:.3f} | "
+        f"| {via.label} vs {against} | throughput x {via.throughput / direct.throughput:.3f} | "
         f"TTFT +{via.p('ttft_ms', 50) - direct.p('ttft_ms', 50):.2f} / "
         f"+{via.p('ttft_ms', 99) - direct.p('ttft_ms', 99):.2f} ms | "
         f"e2e +{via.p('e2e_ms', 50) - direct.p('e2e_ms', 50):.2f} / "
@@ -135,6 +197,7 @@ def main() -> None:
     _tenant, secret = bench_tenant()
     auth = {"Authorization": f"Bearer {secret}"}
     fake_model = served_model_ensure(name=FAKE_MODEL)
+    held = held_tenant_secrets(fake_model)
     pool = pool_ensure(name="bench-shared")
     processes: list[ManagedProcess] = []
     vllm, model = tiny_replica_start(
@@ -168,14 +231,15 @@ def main() -> None:
             gpus=[local_gpu_ensure(serial="local-bench")],
             max_inflight=1000,
         )
-        replica_register(
-            name="bench-fake",
-            base_url=f"http://127.0.0.1:{fake_port}",
-            model=fake_model,
-            pool=pool,
-            gpus=[local_gpu_ensure(serial="fake")],
-            max_inflight=100000,
-        )
+        for name, served in (("bench-fake", fake_model), ("bench-fake-gpu", None)):
+            replica_register(
+                name=name,
+                base_url=f"http://127.0.0.1:{fake_port}",
+                model=served or served_model_ensure(name=FAKE_GPU_MODEL),
+                pool=pool,
+                gpus=[local_gpu_ensure(serial=name)],
+                max_inflight=100000,
+            )
         gw_port = free_port()
         gateway = ManagedProcess(
             "gateway",
@@ -187,7 +251,21 @@ def main() -> None:
         processes.append(gateway)
         gateway.start()
         gateway.wait_ready(timeout=60)
-        time.sleep(3)  # the gateway's fleet refresh picks up the bench replicas
+        shared_url = None
+        if redis_url():  # the production layout: spend accounts shared through Redis
+            shared_port = free_port()
+            shared = ManagedProcess(
+                "gateway-redis",
+                [sys.executable, "manage.py", "gateway", "--port", str(shared_port)],
+                env={"REDIS_URL": redis_url(), "GATEWAY_REDIS_PREFIX": f"bench-{time.time_ns()}"},
+                log_path=Path(settings.VAR_DIR) / "log" / "bench-gateway-redis.log",
+                ready_url=f"http://127.0.0.1:{shared_port}/healthz",
+            )
+            processes.append(shared)
+            shared.start()
+            shared.wait_ready(timeout=60)
+            shared_url = f"http://127.0.0.1:{shared_port}/v1/chat/completions"
+        time.sleep(3)  # the gateways' fleet refresh picks up the bench replicas
 
         direct_url = f"{vllm.base_url}/v1/chat/completions"
         gw_url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
@@ -269,13 +347,45 @@ def main() -> None:
 
         fake_direct = f"http://127.0.0.1:{fake_port}/v1/chat/completions"
         ceiling = []
-        for stream in (False, True):
+        plain_arms = [
+            ("fake upstream direct", fake_direct, None),
+            ("gateway → fake upstream", gw_url, auth),
+        ]
+        # Spend held per request (issue 18): each gateway's tenant without a
+        # budget against its held tenants, (label, url, headers, model).
+        bearer = {name: {"Authorization": f"Bearer {sec}"} for name, sec in held.items()}
+        held_sets = {
+            "in memory": [
+                ("gateway → fake upstream, no budget", gw_url, auth, FAKE_MODEL),
+                # The same arm again: how far apart two identical arms come
+                # out (the measurement's own noise, to read the others by).
+                ("gateway → fake upstream, no budget, again", gw_url, auth, FAKE_MODEL),
+                *(
+                    (f"gateway → fake upstream, {name}", gw_url, bearer[name], FAKE_MODEL)
+                    for name in held
+                ),
+                (
+                    "gateway → fake upstream, prepaid, priced per GPU-second "
+                    "(asked upstream as a stream)",
+                    gw_url,
+                    bearer["prepaid"],
+                    FAKE_GPU_MODEL,
+                ),
+            ]
+        }
+        if shared_url:
+            held_sets["through Redis"] = [
+                ("Redis gateway → fake upstream, no budget", shared_url, auth, FAKE_MODEL),
+                ("Redis gateway → fake upstream, no budget, again", shared_url, auth, FAKE_MODEL),
+                *(
+                    (f"Redis gateway → fake upstream, {name}", shared_url, bearer[name], FAKE_MODEL)
+                    for name in held
+                ),
+            ]
+        for stream, arms in ((False, plain_arms), (True, plain_arms)):
             kind = "stream" if stream else "non-stream"
             say(f"gateway ceiling, {kind} …")
-            for label, url, headers in (
-                ("fake upstream direct", fake_direct, None),
-                ("gateway → fake upstream", gw_url, auth),
-            ):
+            for label, url, headers in arms:
                 ceiling.append(
                     run(
                         f"{label}, {kind}",
@@ -288,22 +398,53 @@ def main() -> None:
                         headers=headers,
                     )
                 )
+
+        # The server under test behind each URL (the fake upstream's own
+        # CPU where it is called straight).
+        gateway_of = {gw_url: psutil.Process(gateway.pid), fake_direct: psutil.Process(fake.pid)}
+        if shared_url:
+            gateway_of[shared_url] = psutil.Process(shared.pid)
+
+        def on_fake(label, url, headers, model, *, one_at_a_time=False, rounds=1):
+            """The instant fake upstream through a gateway, plain requests
+            (one round of `rounds`), with the CPU time the gateway spent on them."""
+            requests = args.serial_requests if one_at_a_time else args.ceiling_requests
+            before = cpu_seconds(gateway_of[url])
+            result = run(
+                f"{label}, non-stream, 1 at a time" if one_at_a_time else label,
+                url,
+                model=model,
+                tokens=args.tokens,
+                stream=False,
+                requests=requests // rounds,
+                concurrency=1 if one_at_a_time else args.ceiling_concurrency,
+                headers=headers,
+            )
+            result.server_cpu_seconds = cpu_seconds(gateway_of[url]) - before
+            return result
+
+        def interleaved(arms, *, one_at_a_time, rounds=ROUNDS):
+            """Each arm's load in `rounds` parts, the arms taking turns in a
+            rotating order, so that the machine's noise over time falls on
+            every arm alike."""
+            parts: dict[str, list[LoadResult]] = {arm[0]: [] for arm in arms}
+            for n in range(rounds):
+                # Each round starts with another arm: an arm's place in the
+                # turn (what ran just before it) falls on every arm alike.
+                for arm in arms[n % len(arms) :] + arms[: n % len(arms)]:
+                    result = on_fake(*arm, one_at_a_time=one_at_a_time, rounds=rounds)
+                    parts[arm[0]].append(result)
+            return [LoadResult.merged(results) for results in parts.values()]
+
         say("gateway hop alone, one request at a time …")
-        for label, url, headers in (
-            ("fake upstream direct", fake_direct, None),
-            ("gateway → fake upstream", gw_url, auth),
-        ):
-            serial.append(
-                run(
-                    f"{label}, non-stream, 1 at a time",
-                    url,
-                    model=FAKE_MODEL,
-                    tokens=args.tokens,
-                    stream=False,
-                    requests=args.serial_requests,
-                    concurrency=1,
-                    headers=headers,
-                )
+        for label, url, headers in plain_arms:
+            serial.append(on_fake(label, url, headers, FAKE_MODEL, one_at_a_time=True))
+        held_results = {}
+        for name, arms in held_sets.items():
+            say(f"spend held per request, accounts {name}, arms taking turns …")
+            held_results[name] = (
+                interleaved(arms, one_at_a_time=True),
+                interleaved(arms, one_at_a_time=False),
             )
         health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{gw_port}/healthz").read())
         gateway_rss = psutil.Process(gateway.pid).memory_info().rss / 2**20
@@ -352,6 +493,51 @@ def main() -> None:
         ),
         compare(serial[0], serial[1]),
         compare(serial[2], serial[3]),
+        "",
+        "Spend held per request (issue 18): the gateway's own hop (one request at a "
+        "time) and its ceiling against the instant fake upstream, each held tenant "
+        "against the same gateway's tenant without a budget, the arms taking turns in "
+        f"{ROUNDS} rounds (target: at most +0.2 ms p50 one at a time; ceiling at least "
+        "0.9x). One gateway keeps its spend accounts in memory (no REDIS_URL); "
+        + (
+            "the other shares them (and its admission limits) through Redis, as "
+            "gateways in production do, each admitting against its slice of a tenant's "
+            "accounts far from the limit (core.spend_slices). The 'no budget, again' rows "
+            "run the first arm twice: how far apart identical arms come out."
+            if "through Redis" in held_results
+            else "no Redis answered, so the shared-accounts rows are missing."
+        )
+        + " The GPU-second arm reserves a grant of GPU time with each request and asks "
+        "upstream for a stream it answers whole (gateway.spend, gateway.unstream).",
+        "",
+        "| comparison | throughput ratio | added TTFT p50 / p99 | added e2e p50 / p99 |",
+        "|---|---|---|---|",
+        *(
+            compare(arm_results[0], r, against="no budget")
+            for one, many in held_results.values()
+            for arm_results in (one, many)
+            for r in arm_results[1:]
+        ),
+        "",
+        "The gateway's ceiling measured by its own CPU: CPU seconds (user + system, "
+        "every thread of the gateway process) per request at the ceiling load, each "
+        "held arm against the same gateway's arm without a budget. One core serves "
+        "1 / (CPU per request) requests a second, so the ratio of CPU per request is "
+        "the ratio of the two ceilings, free of the noise the load generator and the "
+        "fake upstream add by sharing the two cores (the throughput ratio beside it).",
+        "",
+        "| arm (ceiling load) | no budget µs CPU / req | held µs CPU / req | added µs | "
+        "ceiling ratio by CPU | throughput ratio |",
+        "|---|---|---|---|---|---|",
+        *(ceiling_by_cpu(many[0], r) for _one, many in held_results.values() for r in many[1:]),
+        "",
+        header,
+        *(
+            row(r)
+            for one, many in held_results.values()
+            for arm_results in (one, many)
+            for r in arm_results
+        ),
         "",
         f"Gateway ceiling: an instant fake upstream on loopback, "
         f"{args.ceiling_requests} requests, {args.ceiling_concurrency} concurrent, "

@@ -25,6 +25,7 @@ def tiny_replica_start(
     say: Callable[[str], None],
     nice: int = 0,
     cpus: str = "",
+    stream_interval: int = 1,
 ) -> tuple[LocalReplica, ServedModel]:
     """Start `name` serving the tiny model as `served` (not yet ready)."""
     if not vllm_installed():
@@ -39,5 +40,6 @@ def tiny_replica_start(
         max_num_seqs=max_num_seqs,
         nice=nice,
         cpus=cpus,
+        stream_interval=stream_interval,
     )
     return process, model

@@ -16,6 +16,7 @@ from billing.models import AllocationRun, InvoiceRun, MarginReport
 from billing.payments.stripe_api import TRANSIENT_ERRORS
 from billing.payments.sync import invoice_stripe_sync, invoices_awaiting_sync
 from billing.pricing.budgets import budgets_check
+from billing.pricing.spend_corrections import spend_corrections_write
 from billing.queueing import INVOICE_STRIPE_SYNC_TASK, after_commit
 from billing.reports.margin_reports import margin_report_build, margin_report_request, report_period
 from billing.runs import runs_fail
@@ -139,6 +140,13 @@ def budgets_check_task() -> int:
     """Every minute: alert at the soft threshold, block at the hard one,
     unblock after a raise or when a new period begins."""
     return sum(check.blocked for check in budgets_check())
+
+
+@shared_task(name="billing.spend_correct", time_limit=280, soft_time_limit=270, ignore_result=True)
+def spend_correct_task() -> int:
+    """Every five minutes: the ledger's spend of each held account up to
+    the last closed hour, for the gateways to correct their counters."""
+    return len(spend_corrections_write())
 
 
 @shared_task(

@@ -22,6 +22,14 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from core.errors import ConflictError, InputError
 
 
+def validated(serializer_class, data, **kwargs) -> dict:
+    """`data` through an input serializer: its validated data, or a 400
+    naming each offending field (raised)."""
+    serializer = serializer_class(data=data, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
 class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "the request conflicts with the current state"
@@ -115,6 +123,3 @@ class ErrorOut(serializers.Serializer):
     """The shape of every API error."""
 
     error = ErrorBodyOut()
-
-
-ERROR_RESPONSES = {code: ErrorOut for code in (400, 401, 403, 404)}

@@ -209,12 +209,36 @@ def ports_check_free(*, ports: list[tuple[str, int, str]]) -> None:
 
 
 def free_port() -> int:
-    """A TCP port free on loopback right now."""
+    """A TCP port free on loopback now, below the kernel's ephemeral range.
+
+    A server is often started a while after its port is chosen (a gateway
+    after vLLM's minute of start-up); a port the kernel hands out itself
+    (bind to 0) comes from the ephemeral range, where any outgoing
+    connection meanwhile may take it. Below that range only a listener
+    takes a port, so one found free now stays free."""
+    import random
     import socket
 
-    with socket.socket() as sock:
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randint(max(1024, low - 12000), low - 1)  # noqa: S311 (not a secret)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # all taken: whatever the kernel gives
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def database_url_for_subprocess(*, name: str | None = None) -> str:

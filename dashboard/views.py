@@ -31,12 +31,14 @@ def metrics(request):
     token = settings.METRICS_TOKEN
     if token and request.headers.get("Authorization") != f"Bearer {token}":
         return json_error(status_code=401, code="unauthorized", message="metrics token required")
+    from billing.pricing.spend_corrections import SpendDriftCollector
     from dashboard.jobs import JobsCollector
     from metering.telemetry import MeteringCollector
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(MeteringCollector())
     registry.register(JobsCollector())
+    registry.register(SpendDriftCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 

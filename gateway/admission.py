@@ -22,19 +22,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 from dataclasses import dataclass
 
+from core.redis_clients import redis_async
 from gateway.callers import Caller
+from gateway.errors import Refused
 
+UNAVAILABLE = "admission_unavailable"  # the shared store could not be reached: fail closed
 LIMIT_MESSAGES = {
     "max_concurrent_requests": "too many concurrent requests (limit {limit})",
     "max_inflight_tokens": "too many tokens in flight (limit {limit})",
     "requests_per_minute": "requests per minute limit reached (limit {limit})",
     "tokens_per_minute": "tokens per minute limit reached (limit {limit})",
+    UNAVAILABLE: "the gateway's admission limits could not be read (Redis): try again shortly",
 }
 
+
+logger = logging.getLogger(__name__)
 
 QUEUEABLE_LIMITS = frozenset({"max_concurrent_requests", "max_inflight_tokens"})
 POLL_SECONDS = 0.04
@@ -74,18 +81,35 @@ class Refusal:
     limit: str
     value: int
     retry_after: int
+    status: int = 429
 
     @property
     def message(self) -> str:
         return LIMIT_MESSAGES[self.limit].format(limit=self.value)
+
+    def refused(self, more: str = "") -> Refused:
+        """The answer (waiting lifts it), `more` said after the limit."""
+        return Refused(self.status, self.limit, self.message + more, retry_after=self.retry_after)
 
 
 def _window_estimate(prev: float, cur: float, now: float) -> float:
     return prev * (1 - (now % 60) / 60) + cur
 
 
-def _seconds_to_next_minute(now: float) -> int:
-    return max(1, math.ceil(60 - (now % 60)))
+def _window_wait(prev: float, cur: float, need: float, limit: float, now: float) -> int:
+    """Seconds until the sliding window (last minute's count weighed by the
+    part of it still in the window, plus this minute's) has room for `need`
+    more: later this minute if this minute's count leaves room once last
+    minute's has slid out far enough, else into the next minute, where this
+    minute's count is the one sliding out. (`_ACQUIRE_LUA` says the same.)"""
+    into = now % 60
+    if cur + need <= limit:  # room this minute once prev weighs little enough
+        fraction = 1 - (limit - need - cur) / prev
+        wait = 60 * fraction - into
+    else:  # next minute, as this minute's count slides out
+        fraction = 1 - (limit - need) / cur if cur else 0.0
+        wait = 60 - into + 60 * max(0.0, fraction)
+    return max(1, math.ceil(wait))
 
 
 class LocalAdmission:
@@ -109,22 +133,19 @@ class LocalAdmission:
         buckets = self._buckets.setdefault(caller.tenant_id, {})
         for stale in [k for k in buckets if int(k[1:]) < minute - 1]:
             del buckets[stale]
-        if limits.requests_per_minute:
-            est = _window_estimate(
-                buckets.get(f"r{minute - 1}", 0), buckets.get(f"r{minute}", 0), now
-            )
-            if est + 1 > limits.requests_per_minute:
-                return Refusal(
-                    "requests_per_minute", limits.requests_per_minute, _seconds_to_next_minute(now)
-                )
-        if limits.tokens_per_minute:
-            est = _window_estimate(
-                buckets.get(f"t{minute - 1}", 0), buckets.get(f"t{minute}", 0), now
-            )
-            if est + tokens > limits.tokens_per_minute:
-                return Refusal(
-                    "tokens_per_minute", limits.tokens_per_minute, _seconds_to_next_minute(now)
-                )
+        refusal = None  # the per-minute limit that keeps it waiting longest
+        for limit, prefix, need in (
+            ("requests_per_minute", "r", 1),
+            ("tokens_per_minute", "t", tokens),
+        ):
+            allowed = getattr(limits, limit)
+            prev, cur = buckets.get(f"{prefix}{minute - 1}", 0), buckets.get(f"{prefix}{minute}", 0)
+            if allowed and _window_estimate(prev, cur, now) + need > allowed:
+                wait = _window_wait(prev, cur, need, allowed, now)
+                if refusal is None or wait > refusal.retry_after:
+                    refusal = Refusal(limit, allowed, wait)
+        if refusal is not None:
+            return refusal
         buckets[f"r{minute}"] = buckets.get(f"r{minute}", 0) + 1
         buckets[f"t{minute}"] = buckets.get(f"t{minute}", 0) + tokens
         leases[request_id] = tokens
@@ -163,18 +184,34 @@ if maxc > 0 or maxt > 0 then
   end
 end
 local minute = math.floor(now / 60)
-local keep = 1 - (now % 60) / 60
-local wait = math.max(1, math.ceil(60 - (now % 60)))
-if rpm > 0 then
-  local cur = tonumber(redis.call('HGET', KEYS[2], 'r' .. minute) or '0')
-  local prev = tonumber(redis.call('HGET', KEYS[2], 'r' .. (minute - 1)) or '0')
-  if prev * keep + cur + 1 > rpm then return {'requests_per_minute', rpm, wait} end
+local into = now % 60
+local keep = 1 - into / 60
+-- Seconds until the window has room for `need` (admission._window_wait).
+local function wait_for(prev, cur, need, limit)
+  local wait
+  if cur + need <= limit then
+    wait = 60 * (1 - (limit - need - cur) / prev) - into
+  else
+    local fraction = 0
+    if cur > 0 then fraction = math.max(0, 1 - (limit - need) / cur) end
+    wait = 60 - into + 60 * fraction
+  end
+  return math.max(1, math.ceil(wait))
 end
-if tpm > 0 then
-  local cur = tonumber(redis.call('HGET', KEYS[2], 't' .. minute) or '0')
-  local prev = tonumber(redis.call('HGET', KEYS[2], 't' .. (minute - 1)) or '0')
-  if prev * keep + cur + tokens > tpm then return {'tokens_per_minute', tpm, wait} end
+local checks = {{'requests_per_minute', 'r', 1, rpm}, {'tokens_per_minute', 't', tokens, tpm}}
+local refused = nil  -- the per-minute limit that keeps it waiting longest
+for _, c in ipairs(checks) do
+  local name, prefix, need, limit = c[1], c[2], c[3], c[4]
+  if limit > 0 then
+    local cur = tonumber(redis.call('HGET', KEYS[2], prefix .. minute) or '0')
+    local prev = tonumber(redis.call('HGET', KEYS[2], prefix .. (minute - 1)) or '0')
+    if prev * keep + cur + need > limit then
+      local wait = wait_for(prev, cur, need, limit)
+      if refused == nil or wait > refused[3] then refused = {name, limit, wait} end
+    end
+  end
 end
+if refused ~= nil then return refused end
 redis.call('HINCRBY', KEYS[2], 'r' .. minute, 1)
 redis.call('HINCRBY', KEYS[2], 't' .. minute, tokens)
 redis.call('HDEL', KEYS[2], 'r' .. (minute - 2), 't' .. (minute - 2))
@@ -194,9 +231,7 @@ class RedisAdmission:
         prefix: str = "gw",
         poll_seconds: float = POLL_SECONDS,  # ok-float
     ) -> None:
-        import redis.asyncio as redis
-
-        self._redis = redis.from_url(url)
+        self._redis = redis_async(url)
         self._released = ReleaseSignal()
         self._poll_seconds = poll_seconds
         self._acquire = self._redis.register_script(_ACQUIRE_LUA)
@@ -212,10 +247,22 @@ class RedisAdmission:
         ]
 
     async def acquire(self, caller: Caller, request_id: str, tokens: int) -> Refusal | None:
-        limits = caller.limits
         now = time.time()
         member = f"{request_id}:{tokens}"
-        result = await self._acquire(
+        try:
+            result = await self._acquire_script(caller, now, member, tokens)
+        except Exception as exc:  # Redis unreachable: nothing admitted unchecked
+            logger.warning("request %s: admission limits unreachable: %s", request_id, exc)
+            return Refusal(UNAVAILABLE, 0, 1, status=503)
+        limit = result[0].decode() if isinstance(result[0], bytes) else result[0]
+        if limit:
+            return Refusal(limit, int(result[1]), int(result[2]))
+        self._members[request_id] = (caller.tenant_id, member)
+        return None
+
+    async def _acquire_script(self, caller: Caller, now: float, member: str, tokens: int):
+        limits = caller.limits
+        return await self._acquire(
             keys=self._keys(caller.tenant_id),
             args=[
                 now,
@@ -229,16 +276,14 @@ class RedisAdmission:
                 int(self._lease_seconds) + 60,
             ],
         )
-        limit = result[0].decode() if isinstance(result[0], bytes) else result[0]
-        if limit:
-            return Refusal(limit, int(result[1]), int(result[2]))
-        self._members[request_id] = (caller.tenant_id, member)
-        return None
 
     async def release(self, caller: Caller, request_id: str) -> None:
         entry = self._members.pop(request_id, None)
         if entry is not None:
-            await self._redis.zrem(self._keys(entry[0])[0], entry[1])
+            try:
+                await self._redis.zrem(self._keys(entry[0])[0], entry[1])
+            except Exception as exc:  # its lease expires instead
+                logger.warning("request %s: admission lease not released: %s", request_id, exc)
             self._released.notify(entry[0])
 
     def releases(self, tenant_id: int) -> int:

@@ -32,11 +32,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import os
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,27 +51,45 @@ django.setup()
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 from django.conf import settings  # noqa: E402
+from django.db import DatabaseError  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from billing.pricing.spend_corrections import (  # noqa: E402
+    spend_correction_applied,
+    spend_corrections_pending,
+)
+from core.spend_accounts import LocalSpend, RedisSpend, epoch_hour  # noqa: E402
+from core.spend_slices import SlicedSpend  # noqa: E402
 from gateway.admission import LocalAdmission, RedisAdmission  # noqa: E402
-from gateway.callers import Caller, CallerCache, CallerRefused  # noqa: E402
-from gateway.errors import error_body  # noqa: E402
+from gateway.callers import Caller, CallerCache, CallerRefused, TermsCache  # noqa: E402
+from gateway.changes import ChangesListener  # noqa: E402
+from gateway.errors import Refused, error_body  # noqa: E402
 from gateway.fairness import FairQueue, Slot  # noqa: E402
 from gateway.fairness_redis import FairQueueRedisShare  # noqa: E402
 from gateway.fleet import ReplicaInfo, Router, fleet_snapshot_load  # noqa: E402
 from gateway.payload import BadRequest, Prepared, prepare  # noqa: E402
 from gateway.proxy import (  # noqa: E402
+    Cut,
     Outcome,
     UpstreamCall,
     UpstreamTimeouts,
     UpstreamUnavailable,
+    call_collected,
     call_stream,
     call_unary,
     ms,
+    prompt_counted,
+    respond,
+    respond_refused,
 )
-from gateway.queueing import ClientGone, GatewayQueue, QueueWait, Refused  # noqa: E402
+from gateway.queueing import (  # noqa: E402
+    ClientGone,
+    GatewayQueue,
+    QueueWait,
+    never_fits,
+)
 from gateway.recorder import Recorder  # noqa: E402
-from gateway.spend import LocalSpend, RedisSpend, SpendGuard  # noqa: E402
+from gateway.spend import SpendGuard  # noqa: E402
 from gateway.telemetry import (  # noqa: E402
     BACKLOG,
     depth_by_class,
@@ -82,9 +103,14 @@ from serving.records import MODEL_NAME_MAX, CompletedRequest, record_sink  # noq
 
 logger = logging.getLogger("gateway")
 
-ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+}
+PATHS = {kind: path for path, kind in ENDPOINTS.items()}
 MAX_BODY_BYTES = 8 * 1024 * 1024
-JSON = (b"content-type", b"application/json")
 PROMETHEUS = b"text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -93,6 +119,7 @@ class Gateway:
         cfg = settings.GATEWAY
         self.cfg = cfg
         self.callers = CallerCache(ttl_seconds=cfg["KEY_CACHE_SECONDS"])
+        self.terms = TermsCache(ttl_seconds=cfg["TERMS_CACHE_SECONDS"])
         self.router = Router(suspect_seconds=cfg["SUSPECT_SECONDS"])
         self.timeouts = UpstreamTimeouts(
             connect=cfg["UPSTREAM_CONNECT_TIMEOUT"],
@@ -104,7 +131,8 @@ class Gateway:
         self.admission: LocalAdmission | RedisAdmission | None = None
         self.queue: GatewayQueue | None = None  # fair queuing on
         self.queue_share: FairQueueRedisShare | None = None  # ... across gateways
-        self.spend: SpendGuard | None = None  # budgets held per request
+        self.spend: SpendGuard | None = None  # budgets and prepaid credit held per request
+        self.changes = ChangesListener(on_terms=self._forget, on_correction=self._apply_corrections)
         self._tasks: list[asyncio.Task] = []
         self.loop_lag_max = 0.0  # ok-float: seconds, a health statistic
         self.gc_pause_max = 0.0  # ok-float: seconds, a health statistic
@@ -130,12 +158,17 @@ class Gateway:
             )
         else:
             self.admission = LocalAdmission()
-        store = (
-            RedisSpend(settings.REDIS_URL, prefix=self.cfg["REDIS_PREFIX"])
-            if settings.REDIS_URL
-            else LocalSpend()
+        store = LocalSpend()
+        if settings.REDIS_URL:
+            store = RedisSpend(settings.REDIS_URL, prefix=self.cfg["REDIS_PREFIX"])
+            if self.cfg["SPEND_SLICES"]:
+                store = SlicedSpend(store, ttl=self.cfg["SPEND_LEASE_SECONDS"])
+        self.spend = SpendGuard(
+            store,
+            lease_seconds=self.cfg["SPEND_LEASE_SECONDS"],
+            grant_seconds=self.cfg["SPEND_GPU_GRANT_SECONDS"],
+            stop_seconds=self.cfg["SPEND_GPU_STOP_SECONDS"],
         )
-        self.spend = SpendGuard(store, lease_seconds=self.cfg["SPEND_LEASE_SECONDS"])
         if self.cfg["FAIR_QUEUING"]:
             fair = FairQueue(
                 track_service=bool(settings.REDIS_URL),
@@ -165,6 +198,7 @@ class Gateway:
             asyncio.create_task(self._watch_loop_lag(), name="loop-lag"),
             asyncio.create_task(self._refresh_fleet(), name="fleet-refresh"),
             asyncio.create_task(self._flush_key_usage(), name="key-usage"),
+            asyncio.create_task(self.changes.run(), name="changes"),
         ]
         if self.queue_share is not None:
             self._tasks.append(asyncio.create_task(self._share_queue(), name="queue-share"))
@@ -206,6 +240,16 @@ class Gateway:
             await asyncio.sleep(self.cfg["FLEET_REFRESH_SECONDS"])
             try:
                 self.router.snapshot = await asyncio.to_thread(fleet_snapshot_load)
+            except DatabaseError as exc:
+                # Transient (a lost connection, a deadlock against a TRUNCATE or
+                # a migration): the next refresh tries again; a lasting outage
+                # repeats this line every refresh.
+                first_line = str(exc).splitlines()[0] if str(exc) else ""
+                logger.warning(
+                    "fleet refresh failed (%s: %s); keeping the last snapshot",
+                    type(exc).__name__,
+                    first_line,
+                )
             except Exception:
                 logger.exception("fleet refresh failed; keeping the last snapshot")
             if self.queue_share is None:
@@ -246,6 +290,30 @@ class Gateway:
             await asyncio.to_thread(api_keys_mark_used, used_at_by_key=stamps)
         except Exception:
             logger.exception("could not record API key use")
+
+    def _forget(self, tenant_id: int | None) -> None:
+        """A change to what `tenant_id`'s requests are held to (None: every
+        tenant's): its keys and terms are read again."""
+        self.callers.forget(tenant_id)
+        self.terms.forget(tenant_id)
+
+    async def _apply_corrections(self, correction_id: int | None) -> None:
+        """The ledger's corrections of spend accounts (one, or every one not
+        applied yet), each applied to the counters and its drift recorded."""
+        try:
+            rows = await asyncio.to_thread(
+                _db, spend_corrections_pending, correction_id=correction_id
+            )
+            for row in rows:
+                drift = await self.spend.store.correct(
+                    row.account, cut=epoch_hour(row.cut.timestamp()), ledger=row.ledger
+                )
+                if drift is not None:
+                    await asyncio.to_thread(
+                        _db, spend_correction_applied, correction_id=row.pk, drift=drift
+                    )
+        except Exception:  # the next correction, or the next connection, tries again
+            logger.exception("could not apply the ledger's spend corrections")
 
     # --- requests ----------------------------------------------------------
     async def handle(self, scope: dict, receive, send) -> None:
@@ -303,6 +371,7 @@ class Gateway:
             "fleet_loaded_at": snapshot.loaded_at,
             "replicas": sum(len(r) for r in snapshot.replicas_by_model.values()),
             "record_backlog": self.recorder.backlog if self.recorder else 0,
+            "listening_for_changes": self.changes.listening,
             "records_flushed": self.recorder.flushed if self.recorder else 0,
             "records_dead_lettered": self.recorder.dead_lettered if self.recorder else 0,
             "event_loop_lag_max_ms": round(self.loop_lag_max * 1000, 2),
@@ -326,9 +395,7 @@ class Gateway:
         try:
             caller = await self.authenticate(scope)
         except CallerRefused as refused:
-            await respond(
-                send, refused.status, error_body(refused.status, refused.message, code=refused.code)
-            )
+            await respond_refused(send, refused.refused)
             return
         snapshot, created = self.router.snapshot, int(time.time())
         data = [
@@ -356,12 +423,7 @@ class Gateway:
         try:
             caller = await self.authenticate(scope)
         except CallerRefused as refused:
-            await respond(
-                send,
-                refused.status,
-                error_body(refused.status, refused.message, code=refused.code),
-                [rid_header],
-            )
+            await respond_refused(send, refused.refused, [rid_header])
             return
         record = CompletedRequest(
             request_id=request_id,
@@ -398,15 +460,29 @@ class Gateway:
             )
             return
         record.model, record.stream = prepared.model, prepared.stream
+        refused = never_fits(caller, prepared.estimated_tokens, param=prepared.max_tokens_field)
+        if refused is not None:  # before anything is held for it
+            error = f"{refused.code}: {refused.message}"
+            await self._reject(send, record, caller, rid_header, refused, error=error)
+            return
         hold = None
-        if caller.spend is not None:
+        try:
+            terms = await self.terms.get(caller.tenant_id)
+        except CallerRefused as unreadable:  # its terms unknown: nothing is held for it
+            refused = unreadable.refused
+            error = f"{refused.code}: {refused.message}"
+            await self._reject(send, record, caller, rid_header, refused, error=error)
+            return
+        if terms is not None:
             hold = await self.spend.reserve(
-                caller.spend,
+                terms,
                 model=prepared.route_model,
                 request_id=request_id,
                 prompt_tokens_max=prepared.prompt_tokens_max,
                 output_tokens_max=prepared.output_tokens_max,
                 choices=prepared.choices,
+                gpus=lambda: self.router.gpus_at_most(prepared.route_model, caller.tenant_id),
+                output_field=prepared.max_tokens_field if prepared.generates else None,
             )
             if isinstance(hold, Refused):
                 # The code first, as for the queue's refusals (availability reads it).
@@ -414,6 +490,7 @@ class Gateway:
                     send, record, caller, rid_header, hold, error=f"{hold.code}: {hold.message}"
                 )
                 return
+            prepared.hold = hold
         try:
             await self._completion_admitted(
                 send, receive, kind, caller, prepared, record, rid_header
@@ -425,6 +502,7 @@ class Gateway:
                     prompt=record.prompt_tokens,
                     cached=record.cached_tokens,
                     completion=record.completion_tokens,
+                    received_at=record.received_at.timestamp(),
                 )
 
     async def _reject(
@@ -441,12 +519,7 @@ class Gateway:
         """A request refused before it was admitted: recorded, then answered."""
         record.http_status, record.error = refused.status, error
         self._finish(record, caller, model_label=model_label)
-        await respond(
-            send,
-            refused.status,
-            error_body(refused.status, refused.message, param=refused.param, code=refused.code),
-            [rid_header],
-        )
+        await respond_refused(send, refused, [rid_header])
 
     async def _completion_admitted(
         self, send, receive, kind, caller, prepared, record, rid_header
@@ -459,14 +532,10 @@ class Gateway:
 
         refusal = await self.admission.acquire(caller, request_id, prepared.estimated_tokens)
         if refusal is not None:
-            record.http_status, record.error = 429, refusal.message
+            refused = refusal.refused()
+            record.http_status, record.error = refused.status, refusal.message
             self._finish(record, caller)
-            await respond(
-                send,
-                429,
-                error_body(429, refusal.message, code=refusal.limit),
-                [rid_header, (b"retry-after", str(refusal.retry_after).encode())],
-            )
+            await respond_refused(send, refused, [rid_header])
             return
         try:
             await self._proxy(receive, send, kind, caller, prepared, record, rid_header)
@@ -590,15 +659,7 @@ class Gateway:
         # platform's queue (queue_timeout, queue_full) from a tenant's limit.
         record.http_status, record.error = refused.status, f"{refused.code}: {refused.message}"
         self._finish_queued(record, caller, wait)
-        headers = [rid_header]
-        if refused.retry_after is not None:
-            headers.append((b"retry-after", str(refused.retry_after).encode()))
-        await respond(
-            send,
-            refused.status,
-            error_body(refused.status, refused.message, code=refused.code, param=refused.param),
-            headers,
-        )
+        await respond_refused(send, refused, [rid_header])
 
     def _finish_queued(
         self, record: CompletedRequest, caller: Caller, wait: QueueWait, *, gone: bool = False
@@ -624,19 +685,26 @@ class Gateway:
         replica: ReplicaInfo,
         disconnected: asyncio.Event,
         on_output: Callable[[int], None] | None = None,
+        cut: Cut | None = None,
     ) -> Outcome:
         """One attempt at one replica (UpstreamUnavailable: try another)."""
-        path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
         call = UpstreamCall(
             session=self.session,
-            url=replica.base_url + path,
+            url=replica.base_url + PATHS[kind],
             body=prepared.body,
             request_id=record.request_id,
             timeouts=self.timeouts,
             send=send,
             extra_headers=[rid_header],
             on_output=on_output,
+            cut=cut,
+            kind=kind,
+            prompt_tokens_estimate=prepared.prompt_tokens_estimate,
         )
+        if cut is not None and not prepared.stream and prepared.generates:
+            # It may be stopped while it runs: asked as a stream, answered whole.
+            # (An embedding has no stream: it runs once through, briefly.)
+            return await call_collected(replace(call, body=prepared.body_streamed()), kind=kind)
         if prepared.stream:
             return await call_stream(
                 call,
@@ -680,9 +748,12 @@ class Gateway:
         record.replica_id, record.pool_id = replica.id, replica.pool_id
         self.router.acquire(replica)
         try:
-            outcome = await self._upstream(
-                send, kind, prepared, record, rid_header, replica, disconnected, on_output
-            )
+            async with self.spend.running(
+                prepared.hold, tenant_id=record.tenant_id, replica_id=replica.id, gpus=replica.gpus
+            ) as cut:
+                outcome = await self._upstream(
+                    send, kind, prepared, record, rid_header, replica, disconnected, on_output, cut
+                )
             return outcome, ""
         except UpstreamUnavailable as exc:
             error = f"{replica.name}: {exc}"
@@ -706,15 +777,15 @@ class Gateway:
         if outcome is None:
             record.status, record.http_status, record.error = RequestStatus.ERROR, 503, last_error
             self._finish(record, caller)
-            await respond(
-                send,
-                503,
-                error_body(
-                    503, f"no model server could take the request ({last_error})", code="no_replica"
-                ),
-                [rid_header],
+            message = f"no model server could take the request ({last_error})"
+            # The fleet is read again within a second or two: a replica back up,
+            # or one more added, is seen by then.
+            retry_after = max(1, math.ceil(self.cfg["FLEET_REFRESH_SECONDS"]))
+            await respond_refused(
+                send, Refused(503, "no_replica", message, retry_after=retry_after), [rid_header]
             )
             return
+        outcome = await prompt_counted(outcome)
         usage, metrics = outcome.usage, outcome.metrics
         record.status, record.http_status, record.error = (
             outcome.status,
@@ -728,12 +799,17 @@ class Gateway:
         record.queue_ms = ms(metrics.get("queue_time_ms"))
         record.ttft_ms = ms(metrics.get("time_to_first_token_ms"))
         record.generation_ms = ms(metrics.get("generation_time_ms"))
-        self._finish(record, caller)
+        self._finish(record, caller, ended_at=outcome.upstream_ended_at)
 
     def _finish(
-        self, record: CompletedRequest, caller: Caller, model_label: str | None = None
+        self,
+        record: CompletedRequest,
+        caller: Caller,
+        model_label: str | None = None,
+        *,
+        ended_at: datetime | None = None,
     ) -> None:
-        record.ended_at = timezone.now()
+        record.ended_at = ended_at or timezone.now()
         self.recorder.add(record)
         request_observe(record, tenant=caller.tenant_slug, model_label=model_label)
 
@@ -771,14 +847,6 @@ async def _watch_disconnect(receive, disconnected: asyncio.Event) -> None:
             return
 
 
-async def respond(
-    send, status: int, body: bytes, headers: list | None = None, content_type: bytes = JSON[1]
-) -> None:
-    start_headers = [(b"content-type", content_type), *(headers or [])]
-    await send({"type": "http.response.start", "status": status, "headers": start_headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 def _header(scope: dict, name: bytes) -> bytes | None:
     for key, value in scope["headers"]:
         if key == name:
@@ -807,3 +875,12 @@ async def application(scope: dict[str, Any], receive, send) -> None:
                 return
     elif scope["type"] == "http":
         await gateway.handle(scope, receive, send)
+
+
+def _db(function, **kwargs):
+    """`function(**kwargs)` on a worker thread's database connection, closed
+    first if it went stale or broke (the gateway's threads live long)."""
+    from django.db import close_old_connections
+
+    close_old_connections()
+    return function(**kwargs)

@@ -1,22 +1,31 @@
-"""Who is calling the gateway: a live API key with the inference scope,
-with its tenant's policy, cached in-process for a few seconds so the hot
-path does not hit the database on every request. A revoked key stops
-working within the cache's TTL."""
+"""Who is calling the gateway: a live API key with the inference scope and
+its tenant's policy (CallerCache), and the tenant's spend terms
+(TermsCache), cached in-process so the hot path does not hit the database
+on every request: keys for a few seconds, terms (costly to read) longer. A
+change to any of them is told to the gateway at once (gateway.changes),
+which forgets the tenant's entries; the TTL bounds how stale an entry can
+be when that notice is lost."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 import hmac
+import logging
 import time
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import Error as DatabaseError  # InterfaceError too
 from django.utils import timezone
 
 from billing.pricing.spend_terms import SpendTerms, spend_terms
+from gateway.errors import Refused
 from tenants.choices import VLLM_PRIORITY, Scope
 from tenants.errors import AuthenticationError, TenantSuspendedError
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,15 +50,16 @@ class Caller:
     priority: int
     cache_salt: str
     limits: Limits
-    spend: SpendTerms | None = None  # a budget to hold at admission (issue 18)
 
 
 class CallerRefused(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    """Who is calling, or under which terms, decides that the request may
+    not run: `refused` is the answer."""
+
+    def __init__(self, status: int, code: str, message: str, *, retry_after: int | None = None):
         super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
+        self.status, self.code, self.message = status, code, message
+        self.refused = Refused(status, code, message, retry_after=retry_after)
 
 
 def cache_salt_for(tenant_id: int) -> str:
@@ -92,54 +102,170 @@ def caller_load(raw_key: str) -> Caller:
             queue_timeout_ms=policy.queue_timeout_ms,
             max_queued_requests=policy.max_queued_requests,
         ),
-        spend=spend_terms(tenant=key.tenant, now=timezone.now()),
     )
 
 
-class CallerCache:
-    """raw key -> (Caller or refusal, expiry). Refusals are cached too, so a
-    client hammering with a bad key costs one lookup per TTL."""
+class LoadingCache:
+    """key -> a value (or a refusal) loaded in a thread, shared by the
+    requests that ask for it at once, and kept `ttl_seconds`. Past half its
+    TTL an entry still in use is reloaded in the background while it goes
+    on serving, so a busy key never waits on the database; past its TTL a
+    request waits for the reload. Refusals are cached too, so a client
+    hammering with a bad key costs one lookup per TTL.
+
+    `forget(tenant)` drops what is cached of a tenant (and every refusal,
+    whose tenant is not kept): its next request reloads, and a load that was
+    in flight when it was forgotten is used once but not kept."""
 
     def __init__(self, *, ttl_seconds: float, max_entries: int = 100_000) -> None:
         self._ttl = ttl_seconds
         self._max = max_entries
-        self._entries: dict[str, tuple[float, Caller | CallerRefused]] = {}
-        self._loading: dict[str, asyncio.Future] = {}
-        self.used_at: dict[int, float] = {}  # api key id -> last use (epoch seconds)
+        # key -> (refresh after, expires, value or refusal), monotonic seconds
+        self._entries: dict = {}
+        self._loading: dict = {}
+        self._forgotten: list[tuple[int, int | None]] = []  # (sequence, tenant or None: all)
+        self._sequence = 0
+        self._refreshing: set[asyncio.Task] = set()
 
-    async def get(self, raw_key: str) -> Caller:
+    def load(self, key):
+        """The value for `key` (sync, in a thread); may raise CallerRefused."""
+        raise NotImplementedError
+
+    def tenant_of(self, key, value) -> int | None:
+        raise NotImplementedError
+
+    def expires_in(self, value) -> float:
+        """How long `value` may be kept (seconds)."""
+        return self._ttl
+
+    async def lookup(self, key):
         now = time.monotonic()
-        entry = self._entries.get(raw_key)
-        if entry is None or entry[0] <= now:
-            result = await self._load(raw_key)
-            if len(self._entries) >= self._max:
-                self._entries.clear()
-            self._entries[raw_key] = (time.monotonic() + self._ttl, result)
+        entry = self._entries.get(key)
+        if entry is None or entry[1] <= now:
+            result = await self._load(key)
         else:
-            result = entry[1]
-        if isinstance(result, CallerRefused):
-            # A fresh exception each time: re-raising the cached instance would
+            if entry[0] <= now and key not in self._loading:
+                self._refresh(key)
+            result = entry[2]
+        if isinstance(result, Refused):
+            # A fresh exception each time: re-raising a cached instance would
             # chain one more traceback (and its frames) onto it per request.
             raise CallerRefused(result.status, result.code, result.message)
-        self.used_at[result.api_key_id] = time.time()
         return result
 
-    async def _load(self, raw_key: str) -> Caller | CallerRefused:
+    def forget(self, tenant_id: int | None = None) -> None:
+        self._sequence += 1
+        self._forgotten.append((self._sequence, tenant_id))
+        del self._forgotten[:-1000]
+        if tenant_id is None:
+            self._entries.clear()
+            return
+        for key, (_, _, result) in list(self._entries.items()):
+            if self._drops(key, result, tenant_id):
+                del self._entries[key]
+
+    def _drops(self, key, result, tenant_id: int | None) -> bool:
+        return (
+            tenant_id is None
+            or isinstance(result, Refused)
+            or self.tenant_of(key, result) == tenant_id
+        )
+
+    def _refresh(self, key) -> None:
+        async def refresh():
+            try:
+                await self._load(key)
+            except Exception:  # the entry serves until it expires; then a request waits
+                logger.warning("could not refresh a cached entry", exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(refresh())
+        self._refreshing.add(task)  # a strong reference while it runs
+        task.add_done_callback(self._refreshing.discard)
+
+    async def _load(self, key):
         # One database lookup per key at a time, however many requests wait on it.
-        pending = self._loading.get(raw_key)
+        pending = self._loading.get(key)
         if pending is not None:
             return await pending
         future = asyncio.get_running_loop().create_future()
-        self._loading[raw_key] = future
+        self._loading[key] = future
+        sequence = self._sequence
         try:
             try:
-                result: Caller | CallerRefused = await asyncio.to_thread(caller_load, raw_key)
+                result = await asyncio.to_thread(self.load, key)
             except CallerRefused as refused:
-                result = refused
+                result = refused.refused
+            except DatabaseError as exc:  # not kept: the next request reads again
+                logger.warning("gateway: the database could not be read: %s", exc)
+                raise CallerRefused(
+                    503,
+                    "database_unavailable",
+                    "the gateway could not read its database: try again shortly",
+                    retry_after=1,
+                ) from None
             future.set_result(result)
-            return result
         except BaseException as exc:
             future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when none waits
             raise
         finally:
-            del self._loading[raw_key]
+            del self._loading[key]
+        self._keep(key, result, sequence)
+        return result
+
+    def _keep(self, key, result, sequence: int) -> None:
+        for seen, tenant in reversed(self._forgotten):
+            if seen <= sequence:
+                break
+            if self._drops(key, result, tenant):
+                return  # read before a change to it: used once, not kept
+        if len(self._entries) >= self._max:
+            self._entries.clear()
+        now, keep = time.monotonic(), self.expires_in(result)
+        self._entries[key] = (now + keep / 2, now + keep, result)
+
+
+class CallerCache(LoadingCache):
+    """raw API key -> its Caller."""
+
+    def __init__(self, *, ttl_seconds: float, max_entries: int = 100_000) -> None:
+        super().__init__(ttl_seconds=ttl_seconds, max_entries=max_entries)
+        self.used_at: dict[int, float] = {}  # api key id -> last use (epoch seconds)
+
+    def load(self, key: str) -> Caller:
+        return caller_load(key)
+
+    def tenant_of(self, key: str, value: Caller) -> int:
+        return value.tenant_id
+
+    async def get(self, raw_key: str) -> Caller:
+        caller = await self.lookup(raw_key)
+        self.used_at[caller.api_key_id] = time.time()
+        return caller
+
+
+class TermsCache(LoadingCache):
+    """tenant id -> its spend terms (None: nothing to hold it to). Terms are
+    costly to read (its period's spend rated from the ledger) and change
+    only when told (gateway.changes: a budget, credit, a price, an
+    invoice), so they are kept longer than keys, and never past the end of
+    the period they are for."""
+
+    def load(self, key: int) -> SpendTerms | None:
+        from django.db import close_old_connections
+
+        close_old_connections()
+        tenant = Tenant.objects.select_related("policy").get(pk=key)
+        return spend_terms(tenant=tenant, now=timezone.now())
+
+    def tenant_of(self, key: int, value) -> int:
+        return key
+
+    def expires_in(self, value: SpendTerms | None) -> float:
+        if value is None:
+            return self._ttl
+        left = (value.period_end - timezone.now()).total_seconds()
+        return max(0.0, min(self._ttl, left))
+
+    async def get(self, tenant_id: int) -> SpendTerms | None:
+        return await self.lookup(tenant_id)

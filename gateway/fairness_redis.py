@@ -46,6 +46,7 @@ import time
 import uuid
 from collections.abc import Mapping
 
+from core.redis_clients import redis_async
 from gateway.fairness import FairQueue
 
 logger = logging.getLogger(__name__)
@@ -166,9 +167,7 @@ class FairQueueRedisShare:
         lease_seconds: float = LEASE_SECONDS,  # ok-float
         rotate_seconds: float = ROTATE_SECONDS,  # ok-float
     ) -> None:
-        import redis.asyncio as redis
-
-        self._redis = redis.from_url(url)
+        self._redis = redis_async(url)
         self._slots = self._redis.register_script(_SLOTS_LUA)
         self._counters = self._redis.register_script(_COUNTERS_LUA)
         self.queue = queue

@@ -14,7 +14,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from serving.choices import PoolKind, ReplicaStatus
@@ -30,6 +30,7 @@ class ReplicaInfo:
     pool_kind: str
     pool_owner_id: int | None
     max_inflight: int
+    gpus: int = 0  # the GPUs it runs on: what a GPU-second of it bills
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,11 @@ def fleet_snapshot_load() -> FleetSnapshot:
             base_model=a.base_model.name,
             upstream_name=a.upstream_name,
         )
-    replicas = Replica.objects.filter(status=ReplicaStatus.UP).select_related("pool", "model")
+    replicas = (
+        Replica.objects.filter(status=ReplicaStatus.UP)
+        .select_related("pool", "model")
+        .annotate(gpu_count=Count("gpus"))
+    )
     for r in replicas:
         snapshot.replicas_by_model.setdefault(r.model.name, []).append(
             ReplicaInfo(
@@ -90,6 +95,7 @@ def fleet_snapshot_load() -> FleetSnapshot:
                 pool_kind=r.pool.kind,
                 pool_owner_id=r.pool.owner_id,
                 max_inflight=r.max_inflight,
+                gpus=r.gpu_count,
             )
         )
     holders: dict[int, set[int]] = {}
@@ -122,6 +128,10 @@ class Router:
             for r in self.snapshot.replicas_by_model.get(model, [])
             if r.pool_kind == PoolKind.SHARED or self.is_own(r, tenant_id)
         ]
+
+    def gpus_at_most(self, model: str, tenant_id: int) -> int:
+        """The most GPUs a replica that may serve the tenant's request has."""
+        return max((r.gpus for r in self.visible_replicas(model, tenant_id)), default=0)
 
     def candidates(self, model: str, tenant_id: int) -> list[ReplicaInfo]:
         """Replicas to try, best first; suspects (a recent connection

@@ -1,4 +1,10 @@
-"""Parsing and rewriting the client's request body before it goes to vLLM."""
+"""Parsing and rewriting the client's request body before it goes to vLLM.
+
+Four kinds of request: `chat` (/v1/chat/completions), `completion`
+(/v1/completions), `responses` (/v1/responses, the OpenAI Responses API:
+`input` and `instructions` for the prompt, `max_output_tokens` for the
+output bound, usage named input_tokens / output_tokens) and `embeddings`
+(/v1/embeddings: `input` only, no output tokens, never streamed)."""
 
 from __future__ import annotations
 
@@ -12,6 +18,14 @@ from gateway.fleet import FleetSnapshot
 
 # Fields a client must not set: the gateway sets them per tenant.
 GATEWAY_OWNED_FIELDS = ("priority", "cache_salt", "request_id", "kv_transfer_params")
+# The fields that bound a request's output, per kind, the first one named wins.
+OUTPUT_BOUND_FIELDS = {
+    "chat": ("max_completion_tokens", "max_tokens"),
+    "completion": ("max_tokens",),
+    "responses": ("max_output_tokens",),
+    "embeddings": (),  # nothing generated
+}
+GENERATING_KINDS = frozenset({"chat", "completion", "responses"})
 PER_MESSAGE_OVERHEAD_TOKENS = 4
 
 
@@ -45,6 +59,23 @@ class Prepared:
     prompt_tokens_max: int = 0
     output_tokens_max: int = 0
     choices: int = 1
+    max_tokens_field: str = "max_tokens"  # as the client named it (max_completion_tokens)
+    kind: str = "chat"  # chat | completion | responses | embeddings
+    hold: Any = None  # gateway.spend.Hold: the spend reservation, once the gateway made it
+
+    @property
+    def generates(self) -> bool:
+        """Whether it generates tokens (an embedding does not, nor streams)."""
+        return self.kind in GENERATING_KINDS
+
+    def body_streamed(self) -> bytes:
+        """The body asking for a stream with usage on every chunk (a plain
+        request that may be cut while it runs: gateway.unstream)."""
+        payload = orjson.loads(self.body)
+        payload["stream"] = True
+        if self.kind != "responses":  # whose stream ends with its usage anyway
+            payload["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        return orjson.dumps(payload)
 
 
 def prepare(
@@ -96,22 +127,48 @@ def _prepare_for_model(
     stream = payload.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
-    max_tokens = _max_tokens(payload, kind)
+    generates = kind in GENERATING_KINDS
+    stream = stream and generates
+    max_tokens_name, max_tokens = _max_tokens(payload, kind)
     prompt_chars = _prompt_chars(payload, kind)
     info = fleet.models[route_model]
     prompt_estimate = int(prompt_chars / info.chars_per_token) + 1  # ok-float: estimate only
-    budget_tokens = max_tokens if max_tokens is not None else default_max_tokens
+    budget_tokens = max_tokens if max_tokens is not None else default_max_tokens * generates
     choices = _choices(payload)
     context = info.max_context_tokens
-    prompt_tokens_max = max(1, min(context - (max_tokens or 0), 2 * prompt_chars + 64))
+    if max_tokens is not None and max_tokens >= context:
+        # vLLM would refuse it too, after it queued: the context holds the
+        # prompt as well, so no prompt leaves room for this many.
+        raise BadRequest(
+            f"'{max_tokens_name}' ({max_tokens:,}) must be less than the model's context "
+            f"window of {context:,} tokens, which holds the prompt as well",
+            param=max_tokens_name,
+        )
+    # Each input of an embeddings batch is a prompt of its own (up to a
+    # context each, and each with its special tokens).
+    prompts = _embedding_inputs(payload) if kind == "embeddings" else 1
+    prompt_tokens_max = max(
+        1, min(prompts * (context - (max_tokens or 0)), 2 * prompt_chars + 64 * prompts)
+    )
 
     for name in GATEWAY_OWNED_FIELDS:
         payload.pop(name, None)
     payload["model"] = upstream_model
     payload["priority"] = caller.priority
     payload["cache_salt"] = caller.cache_salt
+    if payload.get("background"):
+        # Answered at once and run later, out of the gateway's sight: neither
+        # metered nor held to a budget.
+        raise BadRequest(
+            "'background' responses are not served by this gateway: stream instead",
+            param="background",
+        )
     client_wants_usage = client_wants_continuous = False
-    if stream:
+    if kind == "responses":
+        # Its stream carries usage once, in response.completed, which the
+        # client gets as vLLM sent it.
+        client_wants_usage = client_wants_continuous = True
+    elif stream:
         options = payload.get("stream_options") or {}
         if not isinstance(options, dict):
             raise BadRequest("'stream_options' must be an object", param="stream_options")
@@ -134,8 +191,10 @@ def _prepare_for_model(
         estimated_tokens=prompt_estimate + budget_tokens,
         prompt_tokens_estimate=prompt_estimate,
         prompt_tokens_max=prompt_tokens_max,
-        output_tokens_max=max_tokens if max_tokens is not None else context,
+        output_tokens_max=max_tokens if max_tokens is not None else context * generates,
         choices=choices,
+        max_tokens_field=max_tokens_name,
+        kind=kind,
     )
 
 
@@ -148,16 +207,17 @@ def _model_not_found(model: str) -> BadRequest:
     )
 
 
-def _max_tokens(payload: dict[str, Any], kind: str) -> int | None:
-    names = ("max_completion_tokens", "max_tokens") if kind == "chat" else ("max_tokens",)
+def _max_tokens(payload: dict[str, Any], kind: str) -> tuple[str, int | None]:
+    """The output bound the request names, and the field that named it."""
+    names = OUTPUT_BOUND_FIELDS[kind]
     for name in names:
         value = payload.get(name)
         if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise BadRequest(f"'{name}' must be a positive integer", param=name)
-        return value
-    return None
+        return name, value
+    return (names or ("max_tokens",))[-1], None
 
 
 def _choices(payload: dict[str, Any]) -> int:
@@ -174,6 +234,10 @@ def _choices(payload: dict[str, Any]) -> int:
 
 
 def _prompt_chars(payload: dict[str, Any], kind: str) -> int:
+    if kind == "responses":
+        return _responses_input_chars(payload)
+    if kind == "embeddings":
+        return _text_or_tokens_chars(payload.get("input"), "input")
     if kind == "chat":
         messages = payload.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -184,26 +248,88 @@ def _prompt_chars(payload: dict[str, Any], kind: str) -> int:
                 raise BadRequest("each message must be an object", param="messages")
             total += _content_chars(message.get("content")) + PER_MESSAGE_OVERHEAD_TOKENS
         return total
-    prompt = payload.get("prompt")
-    if isinstance(prompt, str):
-        return len(prompt.encode())
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return sum(len(p.encode()) for p in prompt)
-        if all(isinstance(p, int) for p in prompt):
-            return len(prompt) * 4  # token ids: about one token each at 4 chars/token
-    raise BadRequest(
-        "'prompt' must be a string or an array of strings or token ids", param="prompt"
-    )
+    return _text_or_tokens_chars(payload.get("prompt"), "prompt")
 
 
 def _content_chars(content: Any) -> int:
+    return len(_content_text(content).encode())
+
+
+def _content_text(content: Any) -> str:
+    """A message's or input item's text: a string, or its parts' text."""
     if content is None:
-        return 0
-    if isinstance(content, str):
-        return len(content.encode())
+        return ""
     if isinstance(content, list):  # content parts
-        return sum(
-            len(str(part.get("text", "")).encode()) for part in content if isinstance(part, dict)
-        )
-    return len(str(content).encode())
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return str(content)
+
+
+def _item_content(item: dict[str, Any]) -> Any:
+    """A Responses API input item's content: a message's, or a tool call's
+    output or arguments."""
+    return item.get("content", item.get("output", item.get("arguments")))
+
+
+def _responses_input_chars(payload: dict[str, Any]) -> int:
+    """`instructions` and `input`: a string, or a list of items (messages
+    with string or part content, tool outputs)."""
+    instructions = payload.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise BadRequest("'instructions' must be a string", param="instructions")
+    total = len((instructions or "").encode())
+    items = payload.get("input")
+    if isinstance(items, str) and items:
+        return total + len(items.encode()) + PER_MESSAGE_OVERHEAD_TOKENS
+    if not isinstance(items, list) or not items:
+        raise BadRequest("'input' must be a non-empty string or array of items", param="input")
+    for item in items:
+        if not isinstance(item, dict):
+            raise BadRequest("each input item must be an object", param="input")
+        total += _content_chars(_item_content(item)) + PER_MESSAGE_OVERHEAD_TOKENS
+    return total
+
+
+CHAT_ROLES = frozenset({"system", "developer", "user", "assistant"})
+
+
+def responses_messages(payload: dict[str, Any]) -> list[dict[str, str]]:
+    """A Responses API request's prompt as chat messages (instructions as
+    the system message, then each input item's text), as vLLM renders it:
+    for counting its tokens with /tokenize when its usage never came."""
+    messages = []
+    if payload.get("instructions"):
+        messages.append({"role": "system", "content": payload["instructions"]})
+    items = payload.get("input")
+    if isinstance(items, str):
+        return [*messages, {"role": "user", "content": items}]
+    for item in items or ():
+        role = item.get("role")
+        text = _content_text(_item_content(item))
+        messages.append({"role": role if role in CHAT_ROLES else "user", "content": text})
+    return messages
+
+
+def _text_or_tokens_chars(value: Any, param: str) -> int:
+    """A completion's `prompt` or an embedding's `input`: a string, strings,
+    token ids, or arrays of token ids (a token id counted as 4 characters,
+    about one token at 4 characters a token)."""
+    if isinstance(value, str) and value:
+        return len(value.encode())
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            return sum(len(v.encode()) for v in value)
+        if all(isinstance(v, int) for v in value):
+            return len(value) * 4
+        if all(isinstance(v, list) and all(isinstance(t, int) for t in v) for v in value):
+            return sum(len(v) for v in value) * 4
+    raise BadRequest(
+        f"'{param}' must be a non-empty string, array of strings, or token ids", param=param
+    )
+
+
+def _embedding_inputs(payload: dict[str, Any]) -> int:
+    """How many prompts an embeddings request holds (`input` already checked)."""
+    items = payload["input"]
+    if isinstance(items, str) or all(isinstance(i, int) for i in items):
+        return 1
+    return len(items)

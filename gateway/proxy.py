@@ -19,7 +19,9 @@ import aiohttp
 import orjson
 from django.utils import timezone
 
-from gateway.errors import error_body
+from gateway.errors import Refused, error_body
+from gateway.payload import responses_messages
+from gateway.unstream import unstreamed, usage_normalized
 
 Send = Callable[[dict], Awaitable[None]]
 EVENT_END = b"\n\n"
@@ -28,8 +30,38 @@ EVENT_END = b"\n\n"
 USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
 USAGE_ONLY = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
+# A Responses API event carrying generated text (output, reasoning, a tool
+# call's arguments): one per token as vLLM streams them (stream interval 1).
+OUTPUT_DELTA = re.compile(rb'"type"\s*:\s*"response\.[a-z_.]*delta"')
 # A chunk's usage object (one level of nesting: prompt_tokens_details).
 CHUNK_USAGE = re.compile(rb',\s*"usage"\s*:\s*\{(?:[^{}]|\{[^{}]*\})*\}')
+
+
+class Cut:
+    """Stops a running request (its GPU-second grant was not renewed,
+    gateway.spend): the refusal its client gets, and the upstream
+    connection closed, which ends vLLM's work on it."""
+
+    def __init__(self) -> None:
+        self.refused: Refused | None = None  # once fired
+        self.fired_at: datetime | None = None
+        self._closers: list[Callable[[], None]] = []
+
+    @property
+    def fired(self) -> bool:
+        return self.refused is not None
+
+    def fire(self, refused: Refused) -> None:
+        self.refused = refused
+        self.fired_at = timezone.now()
+        for close in self._closers:
+            close()
+
+    def on_fire(self, close: Callable[[], None]) -> None:
+        if self.fired:
+            close()
+        else:
+            self._closers.append(close)
 
 
 class UpstreamUnavailable(Exception):
@@ -49,6 +81,13 @@ class Outcome:
     usage: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    # When the replica's work on it ended as the gateway saw it (the ledger's
+    # ended_at): the last chunk relayed, the upstream closed on an abort, or
+    # the moment it was cut, however long the relay then took to finish.
+    upstream_ended_at: datetime | None = None
+    # A Responses API request that ended before its usage: the call whose
+    # prompt is still to count (prompt_counted), once its slot is given back.
+    prompt_uncounted: UpstreamCall | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +110,11 @@ class UpstreamCall:
     extra_headers: list[tuple[bytes, bytes]]
     # Told the output tokens so far as a stream's usage counts them.
     on_output: Callable[[int], None] | None = None
+    cut: Cut | None = None
+    kind: str = "chat"  # chat | completion | responses (gateway.payload)
+    # The gateway's own count of the prompt (its bytes over the model's
+    # characters per token): billed when the replica cannot count it.
+    prompt_tokens_estimate: int = 0
 
 
 async def _open(call: UpstreamCall) -> tuple[aiohttp.ClientResponse, datetime]:
@@ -94,6 +138,8 @@ async def _open(call: UpstreamCall) -> tuple[aiohttp.ClientResponse, datetime]:
             if attempt == 2:
                 raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
         else:
+            if call.cut is not None:
+                call.cut.on_fire(resp.close)  # stopping it closes the connection
             return resp, sent_at
     raise AssertionError("unreachable")
 
@@ -105,16 +151,31 @@ async def _read(resp: aiohttp.ClientResponse) -> bytes:
         raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
 
 
-async def _answer_whole(call: UpstreamCall, resp: aiohttp.ClientResponse, raw: bytes) -> None:
-    content_type = resp.headers.get("Content-Type", "application/json")
-    await call.send(
-        {
-            "type": "http.response.start",
-            "status": resp.status,
-            "headers": [(b"content-type", content_type.encode()), *call.extra_headers],
-        }
-    )
-    await call.send({"type": "http.response.body", "body": raw})
+async def respond(
+    send: Send,
+    status: int,
+    body: bytes,
+    headers: list | None = None,
+    content_type: bytes = b"application/json",
+) -> None:
+    """A whole answer to the client: status, headers and body at once."""
+    start_headers = [(b"content-type", content_type), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": start_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def respond_refused(send: Send, refused: Refused, headers: list | None = None) -> None:
+    """A refusal's answer, with what tells the client whether to retry."""
+    await respond(send, refused.status, refused.body(), [*(headers or []), *refused.headers()])
+
+
+async def _answer_whole(
+    call: UpstreamCall, resp: aiohttp.ClientResponse, raw: bytes, *, status: int | None = None
+) -> None:
+    content_type = b"application/json"
+    if status is None:
+        content_type = resp.headers.get("Content-Type", "application/json").encode()
+    await respond(call.send, status or resp.status, raw, call.extra_headers, content_type)
 
 
 async def _relay_refusal(
@@ -144,7 +205,7 @@ async def call_unary(call: UpstreamCall) -> Outcome:
         resp.release()
     outcome = Outcome(http_status=200, status="ok", sent_at=sent_at)
     data = orjson.loads(raw)
-    outcome.usage = data.get("usage") or {}
+    outcome.usage = usage_normalized(data.get("usage") or {})
     outcome.metrics = data.get("metrics") or {}
     ttft = outcome.metrics.get("time_to_first_token_ms")
     if ttft is not None:
@@ -169,7 +230,7 @@ async def call_stream(
     try:
         if resp.status != 200:
             return await _relay_refusal(call, resp, sent_at)
-        return await _relay(
+        outcome = await _relay(
             resp,
             call.send,
             call.extra_headers,
@@ -178,9 +239,59 @@ async def call_stream(
             keep_chunk_usage=client_wants_continuous_usage,
             disconnected=disconnected,
             on_output=call.on_output,
+            cut=call.cut,
+            count_deltas=call.kind == "responses",
         )
     finally:
         resp.close()  # on abort this closes the connection: vLLM aborts the request
+    return _prompt_to_count(call, outcome)
+
+
+def _prompt_to_count(call: UpstreamCall, outcome: Outcome) -> Outcome:
+    if call.kind == "responses" and "prompt_tokens" not in outcome.usage:
+        outcome.prompt_uncounted = call
+    return outcome
+
+
+async def prompt_counted(outcome: Outcome) -> Outcome:
+    """A Responses API request that ended before response.completed said
+    its usage (aborted, cut): its prompt as the replica's tokenizer counts
+    it, or, when the replica cannot say, as the gateway estimated it (never
+    nothing: a prompt vLLM read is billed), the record saying which. Asked
+    once the request has given its replica back: the count is not its work."""
+    call = outcome.prompt_uncounted
+    if call is None:
+        return outcome
+    outcome.prompt_uncounted = None
+    counted = await _responses_prompt_tokens(call)
+    if counted is None:
+        counted = call.prompt_tokens_estimate
+        note = "prompt tokens estimated by the gateway: the replica's /tokenize did not answer"
+        outcome.error = f"{outcome.error}; {note}" if outcome.error else note
+    outcome.usage["prompt_tokens"] = counted
+    return outcome
+
+
+async def _responses_prompt_tokens(call: UpstreamCall) -> int | None:
+    """The prompt of a Responses API request, counted by the replica's
+    /tokenize (its chat template applied, as vLLM renders the request);
+    None if the replica cannot say."""
+    payload = orjson.loads(call.body)
+    base = call.url.rsplit("/v1/", 1)[0]
+    ask = {
+        "model": payload.get("model"),
+        "messages": responses_messages(payload),
+        "add_generation_prompt": True,
+    }
+    try:
+        async with call.session.post(
+            f"{base}/tokenize", json=ask, timeout=aiohttp.ClientTimeout(total=10)
+        ) as resp:
+            if resp.status == 200:
+                return int((await resp.json())["count"])
+    except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
+        pass
+    return None
 
 
 async def _relay(
@@ -193,9 +304,14 @@ async def _relay(
     keep_chunk_usage: bool,
     disconnected: asyncio.Event,
     on_output: Callable[[int], None] | None = None,
+    cut: Cut | None = None,
+    count_deltas: bool = False,
 ) -> Outcome:
+    """`count_deltas`: the stream's usage comes only at its end (the
+    Responses API), so its output so far is counted by its text events."""
     outcome = Outcome(http_status=200, status="ok", sent_at=sent_at)
     last_usage_event = b""
+    deltas = 0
     started = False
     pending = b""
     try:
@@ -208,6 +324,10 @@ async def _relay(
                 pending = complete
                 continue
             out = complete + EVENT_END
+            if count_deltas:
+                deltas += len(OUTPUT_DELTA.findall(out))
+                if on_output is not None:
+                    on_output(deltas)
             if USAGE_OBJECT.search(out):
                 last_usage_event = _last_usage_event(out) or last_usage_event
                 if on_output is not None:
@@ -244,19 +364,23 @@ async def _relay(
                 outcome.status, outcome.http_status = "aborted", 499
                 break
     except (aiohttp.ClientError, TimeoutError) as exc:
-        if not started:
+        if cut is not None and cut.fired:
+            pass  # we closed it
+        elif not started:
             raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
-        outcome.status, outcome.http_status, outcome.error = "error", 502, _describe(exc)
-        message = error_body(
-            502, f"the model server failed mid-stream: {outcome.error}", code="upstream_failed"
-        )
-        await send(
-            {
-                "type": "http.response.body",
-                "body": b"data: " + message + EVENT_END,
-                "more_body": True,
-            }
-        )
+        else:
+            outcome.status, outcome.http_status, outcome.error = "error", 502, _describe(exc)
+            await _send_error_event(
+                send, 502, f"the model server failed mid-stream: {outcome.error}", "upstream_failed"
+            )
+    _upstream_ended(outcome, cut)
+    if cut is not None and cut.fired and outcome.status == "ok":
+        refused = _cut_outcome(outcome, cut)
+        if not started:
+            await respond_refused(send, refused, extra_headers)
+            _usage_of(outcome, last_usage_event)
+            return outcome
+        await _send_error_event(send, refused.status, refused.message, refused.code)
     if not started:  # an empty 200 stream
         await send(
             {
@@ -268,16 +392,111 @@ async def _relay(
     if outcome.status == "ok" and pending:
         await send({"type": "http.response.body", "body": pending, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
-    if last_usage_event:
-        data = orjson.loads(last_usage_event.split(b"data: ", 1)[1])
-        outcome.usage = data.get("usage") or {}
+    _usage_of(outcome, last_usage_event)
+    if count_deltas and not outcome.usage:  # ended before its usage: what it streamed
+        outcome.usage = {"completion_tokens": deltas}
+    return outcome
+
+
+async def _send_error_event(send: Send, status: int, message: str, code: str) -> None:
+    body = b"data: " + error_body(status, message, code=code) + EVENT_END
+    await send({"type": "http.response.body", "body": body, "more_body": True})
+
+
+def _upstream_ended(outcome: Outcome, cut: Cut | None) -> None:
+    ended = cut.fired_at if cut is not None and cut.fired_at is not None else timezone.now()
+    # Never before what the record already says happened.
+    outcome.upstream_ended_at = max(ended, outcome.first_token_at or ended, outcome.sent_at)
+
+
+def _usage_of(outcome: Outcome, usage_event: bytes) -> None:
+    if usage_event:
+        data = orjson.loads(_event_data(usage_event))
+        response = data.get("response") if isinstance(data.get("response"), dict) else {}
+        outcome.usage = usage_normalized(data.get("usage") or response.get("usage") or {})
         outcome.metrics = data.get("metrics") or {}
+
+
+def _event_data(event: bytes) -> bytes | None:
+    """The JSON of a server-sent event's data line (after an `event:` line,
+    as the Responses API names its events), or None."""
+    head, sep, data = event.partition(b"data: ")
+    if not sep or (head and not head.endswith(b"\n")) or not data.startswith(b"{"):
+        return None
+    return data
+
+
+def _cut_outcome(outcome: Outcome, cut: Cut) -> Refused:
+    refused = cut.refused
+    outcome.status, outcome.http_status = "aborted", refused.status
+    outcome.error = f"{refused.code}: {refused.message}"
+    return refused
+
+
+async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
+    """A plain request sent upstream as a stream (`gateway.unstream`: one
+    that may be cut while it runs, and must then be charged what it used):
+    the chunks joined into the answer vLLM would have given, or 402 if it
+    was cut. Until the answer is sent nothing reached the client, so a
+    replica failing meanwhile is UpstreamUnavailable, as for call_unary."""
+    resp, sent_at = await _open(call)
+    try:
+        if resp.status != 200:
+            return await _relay_refusal(call, resp, sent_at)
+        outcome = Outcome(http_status=200, status="ok", sent_at=sent_at)
+        answer = unstreamed(kind)
+        failed: dict[str, Any] | None = None  # an error event: vLLM failed the request
+        pending = b""
+        deltas = 0  # the Responses API's text events: its output until its usage comes
+        try:
+            async for chunk in resp.content.iter_any():
+                if outcome.first_token_at is None:
+                    outcome.first_token_at = timezone.now()
+                complete, sep, pending = (pending + chunk).rpartition(EVENT_END)
+                if not sep:
+                    pending = complete
+                    continue
+                if kind == "responses":
+                    deltas += len(OUTPUT_DELTA.findall(complete))
+                for event in complete.split(EVENT_END):
+                    raw_data = _event_data(event)
+                    if raw_data is not None:
+                        data = orjson.loads(raw_data)
+                        if "error" in data:
+                            failed = data
+                        elif data.get("type") == "error":  # the Responses API's
+                            failed = {"error": data}
+                        else:
+                            answer.add(data)
+                if answer.usage and call.on_output is not None:
+                    call.on_output(answer.usage.get("completion_tokens") or 0)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            if call.cut is None or not call.cut.fired:
+                raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
+        _upstream_ended(outcome, call.cut)
+    finally:
+        resp.release()
+    outcome.usage, outcome.metrics = answer.usage or {}, answer.metrics or {}
+    if kind == "responses" and not outcome.usage:  # cut before its usage: what it made
+        outcome.usage = {"completion_tokens": deltas}
+        outcome = _prompt_to_count(call, outcome)
+    if call.cut is not None and call.cut.fired:
+        await respond_refused(call.send, _cut_outcome(outcome, call.cut), call.extra_headers)
+        return outcome
+    if failed is not None:
+        code = (failed["error"] or {}).get("code") if isinstance(failed["error"], dict) else None
+        status = code if isinstance(code, int) and 400 <= code < 600 else 500
+        outcome.status, outcome.http_status = "error", status
+        outcome.error = orjson.dumps(failed)[:300].decode(errors="replace")
+        await _answer_whole(call, resp, orjson.dumps(failed), status=status)
+        return outcome
+    await respond(call.send, 200, orjson.dumps(answer.answer()), call.extra_headers)
     return outcome
 
 
 def _last_usage_event(block: bytes) -> bytes | None:
     for event in reversed(block.split(EVENT_END)):
-        if event.startswith(b"data: {") and USAGE_OBJECT.search(event):
+        if _event_data(event) is not None and USAGE_OBJECT.search(event):
             return event
     return None
 

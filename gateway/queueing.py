@@ -4,8 +4,9 @@ a replica (gateway/fairness.py).
 
 - Budget: a request over its tenant's concurrency or in-flight token limit
   waits until one of the tenant's requests ends, then tries again;
-  requests-per-minute and tokens-per-minute refuse at once, and so does a
-  request that could never fit the in-flight token limit (400).
+  requests-per-minute and tokens-per-minute refuse at once. A request that
+  could never fit the in-flight token limit is refused (400) before it gets
+  here, queued or not (`never_fits`).
 - Slot: the fair queue's order (priority class, least weighted service,
   owner first on dedicated and reserved replicas).
 - One clock: both waits (and the wait for a second replica after the first
@@ -32,6 +33,7 @@ from gateway.admission import (
     Refusal,
 )
 from gateway.callers import Caller
+from gateway.errors import Refused
 from gateway.fairness import FairQueue, QueueFull, QueueTimeout, Slot
 
 T = TypeVar("T")
@@ -41,15 +43,25 @@ class ClientGone(Exception):
     """The client disconnected while its request waited."""
 
 
-@dataclass(frozen=True)
-class Refused:
-    """The answer to a request that may not run (now)."""
-
-    status: int
-    code: str
-    message: str
-    retry_after: int | None = None
-    param: str | None = None
+def never_fits(caller: Caller, tokens: int, *, param: str = "max_tokens") -> Refused | None:
+    """400 for a request that no wait can admit: it needs more tokens than
+    the tenant's whole in-flight limit or its whole tokens-per-minute limit
+    (a 429 would make clients such as the official openai SDK retry it in
+    vain). `param`: the field that sets its output tokens, as sent."""
+    limits = caller.limits
+    for code, limit, what in (
+        ("max_inflight_tokens", limits.max_inflight_tokens, "in flight"),
+        ("tokens_per_minute", limits.tokens_per_minute, "in a minute"),
+    ):
+        if limit and tokens > limit:
+            return Refused(
+                400,
+                code,
+                f"the request needs {tokens} tokens {what} (prompt estimate + {param}), "
+                f"over the tenant's limit of {limit} ({code}): lower {param}",
+                param=param,
+            )
+    return None
 
 
 @dataclass
@@ -129,14 +141,6 @@ class GatewayQueue:
         waiting while only the tenant's concurrency or in-flight token limit
         stands in the way."""
         limits = caller.limits
-        if limits.max_inflight_tokens and tokens > limits.max_inflight_tokens:
-            return Refused(
-                400,
-                "max_inflight_tokens",
-                f"the request needs {tokens} tokens in flight (prompt estimate + max_tokens), "
-                f"over the tenant's limit of {limits.max_inflight_tokens}: lower max_tokens",
-                param="max_tokens",
-            )
         tenant_id = caller.tenant_id
         while True:
             since = self.admission.releases(tenant_id)
@@ -217,10 +221,8 @@ class GatewayQueue:
 
 
 def _refused(refusal: Refusal, wait: QueueWait) -> Refused:
-    message = refusal.message
-    if wait.waited:
-        message += f"; waited {wait.waited:.3f}s (the tenant's queue timeout)"
-    return Refused(429, refusal.limit, message, retry_after=refusal.retry_after)
+    waited = f"; waited {wait.waited:.3f}s (the tenant's queue timeout)" if wait.waited else ""
+    return refusal.refused(waited)
 
 
 def _queue_full(bound: int) -> Refused:

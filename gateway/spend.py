@@ -1,281 +1,141 @@
-"""Spend held exactly under concurrency (issue 18): a tenant's spend in its
-billing period and the reservations of its requests in flight, against a
-limit (what is left of its hard budget, or its prepaid balance).
+"""The gateway's hold on a tenant's spend (issue 18): a request's worst case
+reserved on each of its tenant's accounts (core.spend_accounts) before it
+is forwarded, refused with 402 when it does not fit, settled to what it
+cost when it ends.
 
-A request reserves its worst-case charge before it is forwarded; it is
-admitted only if spent + reserved + worst case <= limit, checked and
-recorded in one step. When it ends it settles: the reservation goes and the
-actual charge is added to spent. Two implementations with one behaviour:
+**Tokens.** The worst case: the bounds `gateway.payload` puts on the prompt
+(its bytes, and the context less max_tokens), the output (max_tokens, or
+the context) and the choices (n, best_of), priced by billing's rating code
+where the period's volume tiers stand. The settlement prices the tokens
+the request used with the same card, less the plan's discount, as budgets
+count it.
 
-- LocalSpend: in-process, for a single gateway (no Redis configured).
-- RedisSpend: one atomic Lua script per reservation or settlement, so the
-  limit holds across every gateway process.
-
-Reservations are leases: one not settled within `ttl` seconds (its gateway
-died, or the request outlived every timeout) expires and stops holding the
-tenant's money. Its request, if it did run, reaches the ledger through the
-record buffer or shows on reconciliation; the periodic correction from the
-ledger then counts it (`adjust`).
-
-Amounts are kept in whole nano-units of the currency (1e-9): a reservation
-rounds up, so rounding never lets spend past the limit; a settlement rounds
-to the nearest, within half a nano-unit of the ledger's exact Decimal.
-Redis's scripts compare them as doubles, exact to 2**53 nano-units (about
-9 million in the currency); a larger limit counts as that much.
-
-A key names one tenant's period (`spend_key`); its account starts from the
-`seed` the first reservation brings (the period's spend by the ledger), and
-outlives its period by `KEY_DAYS` for the correction job.
-
-`SpendGuard` is the gateway's use of them: a request's worst case (the
-bounds `gateway.payload` puts on its prompt, output and choices, priced by
-billing's rating code after the period's volume so far) reserved before it
-is forwarded, refused with 402 when it does not fit, settled to what its
-tokens cost when it ends. GPU-seconds are attributed after the fact by
-metering: neither the reservation nor the settlement counts them (the
-ledger correction does)."""
+**GPU-seconds**, where the tenant's price book charges them. Metering
+attributes a replica's GPU time among the requests resident on it, so a
+request is charged at most its replica's GPUs for as long as it ran there,
+and a tenant's requests on one replica together at most that for as long
+as any of them ran. Nothing in the model's limits bounds how long that is
+(a long prompt, a busy replica, preemption), so the GPU part is a grant
+renewed while the request runs, as a telephone network's prepaid credit
+is: the reservation holds `grant_seconds` of the largest replica that may
+serve it; half a grant before the request's replica would have used it
+all (wall time x its GPUs), another grant is reserved under the same
+lease; a grant that does not fit is asked again each second until the
+last one nearly runs out, and then the request is stopped (`Cut`): a stream ends
+with an error event, a plain request is answered 402, and what it used
+is charged. The settlement charges the request's share of its replica's
+GPUs among its tenant's requests there in this process (`ShareClock`),
+never less than metering will attribute to them; the hourly correction
+from the ledger then replaces the count with what metering attributed."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime
-from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from billing.pricing.rating import RateCard, usage_amount
-from billing.pricing.spend_terms import SpendTerms
-from gateway.queueing import Refused
+from billing.pricing.spend_terms import PREPAID, SpendTerms
+from core.spend_accounts import Limit, LocalSpend, RedisSpend, SpendRefused, epoch_hour
+from gateway.errors import Refused
+from gateway.proxy import Cut
 
-NANO = Decimal("1e-9")
-MAX_UNITS = 2**53 - 1
-KEY_DAYS = 40
-
-
-def nanos(amount: Decimal, *, up: bool = False) -> int:
-    """`amount` in whole nano-units (at most MAX_UNITS either way): rounded
-    up for a reservation (`up`), to the nearest otherwise."""
-    rounding = ROUND_CEILING if up else ROUND_HALF_EVEN
-    units = int((amount / NANO).to_integral_value(rounding=rounding))
-    return max(-MAX_UNITS, min(MAX_UNITS, units))
-
-
-def amount_of(units: int) -> Decimal:
-    return Decimal(units) * NANO
-
-
-def spend_key(*, tenant_id: int, period_start: datetime) -> str:
-    return f"{tenant_id}:{period_start:%Y%m%dT%H}"
-
-
-@dataclass(frozen=True)
-class SpendState:
-    spent: Decimal
-    reserved: Decimal
-
-
-@dataclass(frozen=True)
-class SpendRefused:
-    """The reservation does not fit: what is left (limit - spent - reserved,
-    never below zero) and what was asked."""
-
-    left: Decimal
-    asked: Decimal
+logger = logging.getLogger(__name__)
+HUNDRED = Decimal(100)
+MICRO = Decimal("0.000001")
+NO_CUT = nullcontext(None)  # a request with nothing to renew
 
 
 @dataclass
-class _Account:
-    spent: int = 0
-    reserved: int = 0
-    leases: dict[str, tuple[int, float]] | None = None  # id -> (amount, expiry)
+class GpuGrant:
+    """A held request's GPU-seconds: reserved so far, used by the bound
+    (wall time x its replicas' GPUs) and by its share (what it settles to)."""
 
-
-class LocalSpend:
-    """One gateway process's spend accounts."""
-
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._accounts: dict[str, _Account] = {}
-        self._clock = clock
-
-    def _account(self, key: str, seed: Decimal = Decimal(0)) -> _Account:
-        account = self._accounts.get(key)
-        if account is None:
-            account = self._accounts[key] = _Account(spent=nanos(seed), leases={})
-        now = self._clock()
-        for lease_id, (amount, expiry) in list(account.leases.items()):
-            if expiry <= now:
-                del account.leases[lease_id]
-                account.reserved -= amount
-        return account
-
-    async def reserve(
-        self,
-        key: str,
-        lease_id: str,
-        amount: Decimal,
-        *,
-        limit: Decimal,
-        ttl: float,  # ok-float: seconds
-        seed: Decimal = Decimal(0),
-    ) -> SpendRefused | None:
-        """Hold `amount` if it fits under `limit`; `seed`: the account's
-        spent if this is its first use."""
-        account = self._account(key, seed)
-        want, cap = nanos(amount, up=True), nanos(limit)
-        left = cap - account.spent - account.reserved
-        if want > left:
-            return SpendRefused(left=amount_of(max(0, left)), asked=amount)
-        account.leases[lease_id] = (want, self._clock() + ttl)
-        account.reserved += want
-        return None
-
-    async def settle(self, key: str, lease_id: str, actual: Decimal) -> None:
-        """End the reservation (if it has not expired) and count `actual`."""
-        account = self._account(key)
-        lease = account.leases.pop(lease_id, None)
-        if lease is not None:
-            account.reserved -= lease[0]
-        account.spent += nanos(actual)
-
-    async def adjust(self, key: str, delta: Decimal) -> None:
-        """Correct spent by `delta` (from the ledger: the correction job)."""
-        self._account(key).spent += nanos(delta)
-
-    async def state(self, key: str) -> SpendState:
-        account = self._account(key)
-        return SpendState(spent=amount_of(account.spent), reserved=amount_of(account.reserved))
-
-    async def close(self) -> None:
-        """Nothing to let go of (the same interface as RedisSpend)."""
-
-
-# KEYS[1]: the account hash (spent, reserved); KEYS[2]: the leases' expiries
-# (a sorted set); KEYS[3]: the leases' amounts (a hash). Expired leases go
-# first, on every call.
-_EXPIRE_LUA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
-for _, id in ipairs(gone) do
-  local amount = tonumber(redis.call('HGET', KEYS[3], id) or '0')
-  redis.call('HINCRBY', KEYS[1], 'reserved', -amount)
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('ZREM', KEYS[2], id)
-end
-"""
-
-_RESERVE_LUA = (
-    _EXPIRE_LUA
-    + """
-redis.call('HSETNX', KEYS[1], 'spent', ARGV[6])
-local want, cap = tonumber(ARGV[1]), tonumber(ARGV[2])
-local spent = tonumber(redis.call('HGET', KEYS[1], 'spent') or '0')
-local reserved = tonumber(redis.call('HGET', KEYS[1], 'reserved') or '0')
-local left = cap - spent - reserved
-if want > left then
-  return {0, left}
-end
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[4])
-redis.call('HSET', KEYS[3], ARGV[4], want)
-redis.call('HINCRBY', KEYS[1], 'reserved', want)
-for i = 1, 3 do redis.call('EXPIRE', KEYS[i], tonumber(ARGV[5])) end
-return {1, left - want}
-"""
-)
-
-_SETTLE_LUA = (
-    _EXPIRE_LUA
-    + """
-local amount = redis.call('HGET', KEYS[3], ARGV[1])
-if amount then
-  redis.call('HINCRBY', KEYS[1], 'reserved', -tonumber(amount))
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-end
-redis.call('HINCRBY', KEYS[1], 'spent', tonumber(ARGV[2]))
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
-return 1
-"""
-)
-
-_STATE_LUA = (
-    _EXPIRE_LUA
-    + """
-return {redis.call('HGET', KEYS[1], 'spent') or '0', redis.call('HGET', KEYS[1], 'reserved') or '0'}
-"""
-)
-
-
-class RedisSpend:
-    """Spend accounts shared by every gateway through Redis."""
-
-    def __init__(self, url: str, *, prefix: str = "gw") -> None:
-        import redis.asyncio as redis
-
-        self._redis = redis.from_url(url)
-        self._reserve = self._redis.register_script(_RESERVE_LUA)
-        self._settle = self._redis.register_script(_SETTLE_LUA)
-        self._state = self._redis.register_script(_STATE_LUA)
-        self._prefix = prefix
-        self._key_seconds = KEY_DAYS * 86400
-
-    def _keys(self, key: str) -> list[str]:
-        base = f"{self._prefix}:{{spend:{key}}}"  # one hash tag: one Cluster slot
-        return [f"{base}:account", f"{base}:expiry", f"{base}:leases"]
-
-    async def reserve(
-        self,
-        key: str,
-        lease_id: str,
-        amount: Decimal,
-        *,
-        limit: Decimal,
-        ttl: float,  # ok-float: seconds
-        seed: Decimal = Decimal(0),
-    ) -> SpendRefused | None:
-        admitted, left = await self._reserve(
-            keys=self._keys(key),
-            args=[
-                nanos(amount, up=True),
-                nanos(limit),
-                ttl,
-                lease_id,
-                self._key_seconds,
-                nanos(seed),
-            ],
-        )
-        if admitted:
-            return None
-        return SpendRefused(left=amount_of(max(0, int(left))), asked=amount)
-
-    async def settle(self, key: str, lease_id: str, actual: Decimal) -> None:
-        await self._settle(keys=self._keys(key), args=[lease_id, nanos(actual), self._key_seconds])
-
-    async def adjust(self, key: str, delta: Decimal) -> None:
-        await self._settle(keys=self._keys(key), args=["", nanos(delta), self._key_seconds])
-
-    async def state(self, key: str) -> SpendState:
-        spent, reserved = await self._state(keys=self._keys(key), args=[])
-        return SpendState(spent=amount_of(int(spent)), reserved=amount_of(int(reserved)))
-
-    async def close(self) -> None:
-        await self._redis.aclose()
+    price: Decimal  # per GPU-second
+    granted: float  # GPU-seconds
+    bound: float = 0.0
+    share: float = 0.0
+    # When it was stopped (its upstream closed, so vLLM ends it): the GPU
+    # time it is charged ends there, however long a slow client then takes
+    # to be sent the end of its answer.
+    stopped_at: float | None = None
 
 
 @dataclass(frozen=True)
 class Hold:
     """A request's reservation, and what its settlement is priced with."""
 
-    key: str
+    limits: tuple[Limit, ...]
     lease_id: str
     card: RateCard
     done: dict[str, int]
+    discount_percent: Decimal
+    terms: SpendTerms
+    gpu: GpuGrant | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.terms.account_keys
+
+
+class ShareClock:
+    """Processor sharing among one tenant's requests on one replica, in one
+    process: while n of them run there, each is charged the replica's GPUs
+    over n. Together they are charged the GPUs for as long as any of them
+    ran, which is at least what metering attributes to them (it splits
+    the same time among every tenant's requests, and idle time to none)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        # (tenant, replica) -> [requests running, GPU-seconds per request so far, when, GPUs]
+        self._runs: dict[tuple[int, int], list] = {}
+
+    def _advance(self, run: list) -> None:
+        now = self._clock()
+        if run[0]:
+            run[1] += (now - run[2]) * run[3] / run[0]
+        run[2] = now
+
+    def join(self, key: tuple[int, int], gpus: int) -> tuple[tuple[int, int], float]:
+        run = self._runs.setdefault(key, [0, 0.0, self._clock(), gpus])
+        self._advance(run)
+        run[0] += 1
+        return key, run[1]
+
+    def leave(self, token: tuple[tuple[int, int], float]) -> float:
+        """The GPU-seconds charged to the request since it joined."""
+        key, joined = token
+        run = self._runs[key]
+        self._advance(run)
+        run[0] -= 1
+        if not run[0]:
+            del self._runs[key]
+        return run[1] - joined
 
 
 class SpendGuard:
-    def __init__(self, store: LocalSpend | RedisSpend, *, lease_seconds: float) -> None:  # ok-float
+    def __init__(
+        self,
+        store: LocalSpend | RedisSpend,
+        *,
+        lease_seconds: float,
+        grant_seconds: float = 10.0,
+        stop_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self._ttl = lease_seconds
+        self._grant = grant_seconds
+        # How long before its last grant runs out a request is stopped: time
+        # for the close to reach vLLM, whose abort ends its GPU time (at
+        # most half a grant; default a quarter grant, at most 1 s).
+        self._stop = min(grant_seconds / 2, stop_seconds or min(1.0, grant_seconds / 4))
+        self._clock = clock
+        self.shares = ShareClock(clock)
 
     async def reserve(
         self,
@@ -286,44 +146,201 @@ class SpendGuard:
         prompt_tokens_max: int,
         output_tokens_max: int,
         choices: int,
+        gpus: int | Callable[[], int] = 0,
+        output_field: str | None = "max_tokens",
     ) -> Hold | Refused:
+        """`gpus`: the most GPUs of any replica that may serve the request,
+        or how to find it (asked only where the card prices GPU-seconds).
+        `output_field`: the field bounding its output as the client named
+        it (None: it generates none, as an embedding), said in a refusal."""
         card = terms.cards.get(model)
         if card is None:
             return Refused(
                 409,
                 "model_not_priced",
                 f"the model `{model}` has no price in force for this tenant, and a tenant "
-                "with a budget may use only priced models",
+                "with a budget or prepaid credit may use only priced models",
                 param="model",
             )
         done = terms.volume.get(model, {})
         worst = usage_amount(
             card, done=done, prompt=prompt_tokens_max, completion=output_tokens_max * choices
         )
-        key = spend_key(tenant_id=terms.tenant_id, period_start=terms.period_start)
-        refused = await self.store.reserve(
-            key, request_id, worst, limit=terms.limit, ttl=self._ttl, seed=terms.spent
-        )
+        gpu = None
+        if card.per_gpu_second is not None and callable(gpus):
+            gpus = gpus()
+        if card.per_gpu_second is not None and gpus:
+            gpu = GpuGrant(price=card.per_gpu_second, granted=self._grant * gpus)
+            worst += _gpu_amount(gpu.price, gpu.granted)
+        limits = terms.limits
+        try:
+            refused = await self.store.reserve(limits, request_id, worst, ttl=self._ttl)
+        except Exception as exc:  # Redis unreachable: fail closed
+            logger.warning("request %s: spend accounts unreachable: %s", request_id, exc)
+            return Refused(
+                503,
+                "spend_unavailable",
+                "this tenant's spend accounts could not be reached to hold the request's "
+                "cost: try again shortly",
+                retry_after=1,
+            )
         if refused is None:
-            return Hold(key=key, lease_id=request_id, card=card, done=done)
-        return Refused(
-            402,
-            "budget_exceeded",
-            f"the budget has {_money(refused.left)} {terms.currency} left of "
-            f"{_money(terms.limit)} this period, and this request may cost up to "
-            f"{_money(worst)} {terms.currency} ({prompt_tokens_max:,} prompt tokens and "
-            f"{output_tokens_max * choices:,} output tokens at most): lower max_tokens, "
-            "or raise the budget",
-            param="max_tokens",
+            return Hold(
+                limits=limits,
+                lease_id=request_id,
+                card=card,
+                done=done,
+                discount_percent=terms.discount_percent,
+                terms=terms,
+                gpu=gpu,
+            )
+        gpu_text = f", and its first {_seconds(gpu.granted)} GPU-seconds" if gpu else ""
+        return _refusal(
+            terms,
+            refused,
+            f"this request may cost up to {_money(worst)} {terms.currency} "
+            f"({prompt_tokens_max:,} prompt tokens and {output_tokens_max * choices:,} output "
+            f"tokens at most{gpu_text}): "
+            + (f"lower {output_field}, or " if output_field else "send less input, or "),
+            param=output_field or "input",
         )
 
-    async def settle(self, hold: Hold, *, prompt: int, cached: int, completion: int) -> None:
-        actual = usage_amount(
-            hold.card, done=hold.done, prompt=prompt, cached=cached, completion=completion
+    def running(
+        self, hold: Hold | None, *, tenant_id: int, replica_id: int, gpus: int
+    ) -> AbstractAsyncContextManager[Cut | None]:
+        """While a held request runs on a replica of `gpus` GPUs: its grant
+        renewed, and the Cut that stops it when a renewal does not fit (no
+        Cut, and nothing done, for a request without a GPU grant)."""
+        if hold is None or hold.gpu is None or not gpus:
+            return NO_CUT
+        return self._running(hold, hold.gpu, (tenant_id, replica_id), gpus)
+
+    @asynccontextmanager
+    async def _running(
+        self, hold: Hold, grant: GpuGrant, key: tuple[int, int], gpus: int
+    ) -> AsyncIterator[Cut]:
+        cut = Cut()
+        started = self._clock()
+        token = self.shares.join(key, gpus)
+        renewing = asyncio.create_task(self._renew(hold, grant, gpus, started, cut))
+        try:
+            yield cut
+        finally:
+            renewing.cancel()
+            now = self._clock()
+            share = self.shares.leave(token)
+            if grant.stopped_at is not None and now > started:
+                # Shared as before over the time it ran, up to its stop.
+                share *= max(0.0, grant.stopped_at - started) / (now - started)
+                now = grant.stopped_at
+            grant.bound += (now - started) * gpus
+            grant.share += share
+
+    async def _renew(
+        self, hold: Hold, grant: GpuGrant, gpus: int, started: float, cut: Cut
+    ) -> None:
+        used_before = grant.bound
+        more = self._grant * gpus
+        # Stopped this long before its grant runs out: time for the close
+        # to reach vLLM, whose abort ends the request's GPU time.
+        margin = self._stop
+        while True:
+            runs_out = started + (grant.granted - used_before) / gpus
+            await asyncio.sleep(max(0.0, runs_out - self._grant / 2 - self._clock()))
+            while True:
+                try:
+                    refused = await self.store.reserve(
+                        hold.limits, hold.lease_id, _gpu_amount(grant.price, more), ttl=self._ttl
+                    )
+                except Exception as exc:  # Redis unreachable: not renewed, asked again
+                    logger.warning("request %s: GPU grant not renewed: %s", hold.lease_id, exc)
+                    refused = exc
+                if refused is None:
+                    grant.granted += more
+                    break
+                if self._clock() >= runs_out - margin:
+                    grant.stopped_at = self._clock()
+                    cut.fire(self._stopped(hold, grant, more, refused))
+                    return
+                await asyncio.sleep(max(0.0, min(1.0, runs_out - margin - self._clock())))
+
+    @staticmethod
+    def _stopped(
+        hold: Hold, grant: GpuGrant, more: float, refused: SpendRefused | Exception
+    ) -> Refused:
+        held = f"this request was stopped after the {_seconds(grant.granted)} GPU-seconds it held"
+        if isinstance(refused, Exception):
+            return Refused(
+                503,
+                "spend_unavailable",
+                f"{held}: its tenant's spend accounts could not be reached to renew them",
+                retry_after=1,
+            )
+        return _refusal(
+            hold.terms,
+            refused,
+            f"{held}, since {_seconds(more)} more (up to "
+            f"{_money(_gpu_amount(grant.price, more))} {hold.terms.currency}) did not fit: ",
         )
-        await self.store.settle(hold.key, hold.lease_id, actual)
+
+    async def settle(
+        self, hold: Hold, *, prompt: int, cached: int, completion: int, received_at: float
+    ) -> None:
+        """Settle to what the request cost, for a request received at epoch
+        seconds `received_at` (the hour the ledger files it under)."""
+        gpu_seconds = Decimal(0)
+        if hold.gpu is not None:
+            gpu_seconds = Decimal(repr(hold.gpu.share)).quantize(MICRO, ROUND_CEILING)
+        actual = usage_amount(
+            hold.card,
+            done=hold.done,
+            prompt=prompt,
+            cached=cached,
+            completion=completion,
+            gpu_seconds=gpu_seconds,
+        )
+        if hold.discount_percent:
+            actual -= actual * hold.discount_percent / HUNDRED
+        try:
+            await self.store.settle(hold.keys, hold.lease_id, actual, hour=epoch_hour(received_at))
+        except Exception as exc:  # its lease expires; the ledger's correction counts it
+            logger.warning("request %s: not settled (%s): %s", hold.lease_id, actual, exc)
+
+
+def _refusal(
+    terms: SpendTerms, refused: SpendRefused, why: str, param: str | None = "max_tokens"
+) -> Refused:
+    """402 naming the account that refused, what is left on it, and `why`
+    (the request's worst case, or the grant that did not fit); `param`:
+    the field that bounds its cost (its output's, as the client named it)."""
+    account = terms.accounts[refused.index]
+    currency = terms.currency
+    if account.kind == PREPAID:
+        return Refused(
+            402,
+            "insufficient_credit",
+            f"the prepaid balance has {_money(refused.left)} {currency} left (credit of "
+            f"{_money(account.limit)} less usage not yet invoiced and requests in flight), "
+            f"and {why}add credit",
+            param=param,
+        )
+    return Refused(
+        402,
+        "budget_exceeded",
+        f"the budget has {_money(refused.left)} {currency} left of "
+        f"{_money(account.limit)} this period, and {why}raise the budget",
+        param=param,
+    )
+
+
+def _gpu_amount(price: Decimal, seconds: float) -> Decimal:
+    return price * Decimal(repr(seconds))
+
+
+def _seconds(seconds: float) -> str:
+    return format(Decimal(repr(seconds)).quantize(Decimal("0.1")).normalize(), "f")
 
 
 def _money(amount: Decimal) -> str:
     """Enough places to tell a budget's last cents from nothing."""
-    return format(amount.quantize(Decimal("0.000001")).normalize(), "f")
+    return format(amount.quantize(MICRO).normalize(), "f")

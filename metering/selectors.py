@@ -22,7 +22,7 @@ from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, QuerySet
 from django.db.models.functions import Coalesce, TruncDay, TruncHour, TruncMonth
 
 from core.db_frames import query_frame
-from metering.models import RequestShares, UsageEvent, UsageRollup
+from metering.models import DirtyHour, RequestShares, UsageEvent, UsageRollup
 from tenants.models import Tenant
 
 TRUNCATE = {"hour": TruncHour, "day": TruncDay, "month": TruncMonth}
@@ -478,3 +478,21 @@ def slo_figures(
         cursor.execute(sql, params)
         names = ["key", "day", "requests", "failed", "timed", "ttft_p95_ms", "itl_p95_ms"]
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def rollups_complete_before() -> datetime | None:
+    """The first hour whose rollups await a rebuild (usage arrived for it
+    since the last metering run): the rollups are complete up to it. None
+    when every hour is rolled up."""
+    return DirtyHour.objects.order_by("hour").values_list("hour", flat=True).first()
+
+
+def usage_hours_span(
+    *, tenant_id: int, start: datetime, end: datetime
+) -> tuple[datetime, datetime] | None:
+    """The first and last hour of `tenant_id`'s rolled-up usage in [start,
+    end) (what rating rates), or None when it has none there."""
+    span = UsageRollup.objects.filter(tenant_id=tenant_id, hour__gte=start, hour__lt=end).aggregate(
+        first=Min("hour"), last=Max("hour")
+    )
+    return None if span["first"] is None else (span["first"], span["last"])

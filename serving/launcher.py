@@ -130,6 +130,8 @@ def replica_argv(
     max_model_len: int,
     nice: int = 0,
     cpus: str = "",
+    stream_interval: int = 1,
+    embed: bool = False,
 ) -> list[str]:
     # `nice` and `taskset` exec the server in the same process, so the pid
     # stays the server's; `cpus` (a taskset list) binds it and its engine.
@@ -162,6 +164,12 @@ def replica_argv(
         "--enable-prompt-tokens-details",
         "--enable-request-id-headers",
         "--disable-uvicorn-access-log",
+        # Tokens per streamed chunk after the first (sent at once): a larger
+        # interval spares the serving host's CPU (vLLM's own server shares it
+        # with the engine), 1 streams every token.
+        *(["--stream-interval", str(stream_interval)] if stream_interval > 1 else []),
+        # An embedding model: vLLM's pooling runner over the same weights.
+        *(["--runner", "pooling", "--convert", "embed"] if embed else []),
     ]
 
 
@@ -175,6 +183,8 @@ def replica_start(
     max_model_len: int = 2048,
     nice: int = 0,
     cpus: str = "",
+    stream_interval: int = 1,
+    embed: bool = False,
 ) -> LocalReplica:
     log_path = settings.VAR_DIR / "log" / f"vllm-{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -200,6 +210,8 @@ def replica_start(
                 max_model_len=max_model_len,
                 nice=nice,
                 cpus=cpus,
+                stream_interval=stream_interval,
+                embed=embed,
             ),
             env=env,
             stdout=log,

@@ -14,6 +14,9 @@ import json
 from pathlib import Path
 
 MODEL_NAME = "tiny-llama"
+# The same weights served as an embedding model (vLLM's pooling runner,
+# `--runner pooling --convert embed`): 256-dimension vectors, one per input.
+EMBEDDING_MODEL_NAME = "tiny-embed"
 SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"]
 BOS, EOS, PAD = range(256, 259)
 VOCAB_SIZE = 320  # 256 bytes + specials, padded to a multiple of 64

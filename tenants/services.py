@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -13,6 +14,8 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
+from core.changes import terms_changed
+from core.errors import InputError
 from tenants.choices import Role, Scope, ServiceScope, TenantStatus, Tier
 from tenants.errors import AuthenticationError, LastOwnerError, TenantSuspendedError
 from tenants.keys import (
@@ -237,16 +240,58 @@ def api_keys_mark_used(*, used_at_by_key: Mapping[int, datetime]) -> int:
 def policy_budget_block(*, tenant: Tenant, message: str) -> bool:
     """Refuse the tenant's new requests at the gateway, saying why. True
     when this call changed something."""
-    return bool(
+    changed = bool(
         TenantPolicy.objects.filter(tenant=tenant)
         .exclude(budget_blocked_at__isnull=False, budget_block_message=message)
         .update(budget_blocked_at=timezone.now(), budget_block_message=message)
     )
+    if changed:
+        terms_changed(tenant.pk)
+    return changed
 
 
 def policy_budget_unblock(*, tenant: Tenant) -> bool:
-    return bool(
+    changed = bool(
         TenantPolicy.objects.filter(tenant=tenant, budget_blocked_at__isnull=False).update(
             budget_blocked_at=None, budget_block_message=""
         )
     )
+    if changed:
+        terms_changed(tenant.pk)
+    return changed
+
+
+def policy_budget_set(
+    *,
+    tenant: Tenant,
+    monthly_budget: Decimal | None,
+    soft_percent: int | None = None,
+    hard_percent: int | None = None,
+) -> TenantPolicy:
+    """Set (or, with None, remove) the tenant's monthly budget and its
+    thresholds. The gateway holds the new hard limit from the next request
+    (gateway.terms_signals tells it as this commits)."""
+    policy = tenant.policy
+    if monthly_budget is not None:
+        monthly_budget = Decimal(monthly_budget)
+        if not monthly_budget.is_finite() or monthly_budget < 0:
+            raise InputError("monthly_budget", f"a budget cannot be {monthly_budget}")
+    soft = policy.budget_soft_percent if soft_percent is None else soft_percent
+    hard = policy.budget_hard_percent if hard_percent is None else hard_percent
+    if not 0 < soft <= 1000:
+        raise InputError("budget_soft_percent", "must be between 1 and 1000")
+    if not 0 < hard <= 1000:
+        raise InputError("budget_hard_percent", "must be between 1 and 1000")
+    if soft > hard:
+        raise InputError(
+            "budget_soft_percent", f"the soft threshold ({soft}%) passes the hard one ({hard}%)"
+        )
+    policy.monthly_budget, policy.budget_soft_percent, policy.budget_hard_percent = (
+        monthly_budget,
+        soft,
+        hard,
+    )
+    policy.save(
+        update_fields=["monthly_budget", "budget_soft_percent", "budget_hard_percent", "updated_at"]
+    )
+    return policy

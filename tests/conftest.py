@@ -3,13 +3,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
 from rest_framework.test import APIClient
 
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
 from tests.factories import make_key, make_member, make_tenant
-from tests.fleet import fleet, gateway, vllm  # noqa: F401 (fixtures for every test package)
+from tests.fleet import fleet, gateway, vllm, vllm_embed  # noqa: F401 (fixtures for every test package)
 from tests.ledger import ledger  # noqa: F401 (fixture for every test package)
+
+
+@receiver(connection_created)
+def _yield_deadlocks_to_servers(sender, connection, **kwargs) -> None:
+    """Between transactional tests the suite TRUNCATEs every table while the
+    gateways it started still read theirs (a fleet refresh every 0.2 s): the
+    two can deadlock. PostgreSQL aborts the side whose check runs first,
+    after `deadlock_timeout`; with the suite's own connection waiting longer
+    than the servers' (1 s), the server's query is the one aborted (it logs
+    it and reads again) and the flush goes on."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('is_superuser') = 'on'")
+        if cursor.fetchone()[0]:  # a superuser's setting
+            cursor.execute("SET deadlock_timeout = '10s'")
 
 
 @dataclass

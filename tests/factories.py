@@ -34,8 +34,12 @@ _tenant_seq = iter(range(1, 10**9))
 
 
 def make_tenant(*, name: str | None = None, tier: str = Tier.SHARED, **kwargs) -> Tenant:
+    # Zero-padded: tenants sort by slug or name in the order they were made,
+    # however many tests made tenants before ("tenant-100" < "tenant-99").
     n = next(_tenant_seq)
-    return tenant_create(name=name or f"Tenant {n}", slug=f"tenant-{n}", tier=tier, **kwargs)
+    return tenant_create(
+        name=name or f"Tenant {n:06d}", slug=f"tenant-{n:06d}", tier=tier, **kwargs
+    )
 
 
 def make_member(tenant: Tenant, role: str = Role.OWNER, **user_kwargs) -> Membership:

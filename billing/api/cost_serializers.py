@@ -12,6 +12,7 @@ from billing.choices import CostComponent, RateBasis
 from billing.costs.scenarios import COMPARE_BY
 from billing.costs.selectors import GROUP_KEYS
 from billing.models import AllocationRun, CostRate, CostScenario
+from core.api_query import QueryIn, range_help, range_validated
 from core.api_time import SupportedDateTimeField
 from serving.choices import IdleCostPolicy
 from serving.models import Pool
@@ -20,22 +21,17 @@ DATE_OR_TIME = ["iso-8601", "%Y-%m-%d"]
 MAX_QUERY = timedelta(days=400)
 
 
-class PeriodIn(serializers.Serializer):
+class PeriodIn(QueryIn):
     start = SupportedDateTimeField(input_formats=DATE_OR_TIME, help_text="Inclusive.")
-    end = SupportedDateTimeField(input_formats=DATE_OR_TIME, help_text="Exclusive.")
+    end = SupportedDateTimeField(input_formats=DATE_OR_TIME, help_text=range_help("400 days"))
     scenario = serializers.PrimaryKeyRelatedField(
         queryset=CostScenario.objects.all(),
         required=False,
-        allow_null=True,
         help_text="A scenario's id; default: the booked results.",
     )
 
     def validate(self, attrs):
-        if attrs["end"] <= attrs["start"]:
-            raise serializers.ValidationError({"end": ["must be after start"]})
-        if attrs["end"] - attrs["start"] > MAX_QUERY:
-            raise serializers.ValidationError({"end": ["at most 400 days at a time"]})
-        return attrs
+        return range_validated(attrs, longest=MAX_QUERY)
 
 
 class AllocationQueryIn(PeriodIn):
@@ -53,6 +49,10 @@ class AllocationQueryIn(PeriodIn):
 
 class UtilizationQueryIn(PeriodIn):
     pool = serializers.PrimaryKeyRelatedField(queryset=Pool.objects.all(), required=False)
+
+
+class CostRateQueryIn(QueryIn):
+    component = serializers.ChoiceField(choices=CostComponent.choices, required=False)
 
 
 class CostRateIn(serializers.Serializer):
@@ -159,7 +159,7 @@ class ScenarioOut(serializers.ModelSerializer):
         ]
 
 
-class CompareQueryIn(serializers.Serializer):
+class CompareQueryIn(QueryIn):
     by = serializers.ChoiceField(choices=list(COMPARE_BY), default="tenant")
 
 

@@ -24,16 +24,10 @@ from billing.costs.selectors import (
 )
 from billing.models import AllocationRun, CostRate, CostScenario
 from billing.tasks import allocation_run_enqueue
-from core.api_errors import ERROR_RESPONSES, ErrorOut
+from core.api_errors import validated
 from tenants.api.permissions import IsFinanceStaff
 
 TAGS = ["costs"]
-
-
-def _valid(serializer_class, data, **kwargs) -> dict:
-    serializer = serializer_class(data=data, **kwargs)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 class FinanceView(APIView):
@@ -43,23 +37,24 @@ class FinanceView(APIView):
 class CostRateListView(FinanceView):
     @extend_schema(
         summary="Booked cost rates, history included (newest first per component)",
-        responses={200: s.CostRateOut(many=True), **ERROR_RESPONSES},
+        parameters=[s.CostRateQueryIn],
+        responses={200: s.CostRateOut(many=True)},
         tags=TAGS,
     )
     def get(self, request):
         rates = CostRate.objects.filter(scenario__isnull=True)
-        if component := request.query_params.get("component"):
+        if component := validated(s.CostRateQueryIn, request.query_params).get("component"):
             rates = rates.filter(component=component)
         return Response(s.CostRateOut(rates, many=True).data)
 
     @extend_schema(
         summary="Book a rate from a date (closes the open rate it replaces)",
         request=s.CostRateIn,
-        responses={201: s.CostRateOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={201: s.CostRateOut},
         tags=TAGS,
     )
     def post(self, request):
-        rate = cost_rate_create(**_valid(s.CostRateIn, request.data), user=request.user)
+        rate = cost_rate_create(**validated(s.CostRateIn, request.data), user=request.user)
         return Response(s.CostRateOut(rate).data, status=status.HTTP_201_CREATED)
 
 
@@ -67,24 +62,24 @@ class CostRateDetailView(FinanceView):
     def _rate(self, pk: int) -> CostRate:
         return get_object_or_404(CostRate, pk=pk, scenario__isnull=True)
 
-    @extend_schema(responses={200: s.CostRateOut, **ERROR_RESPONSES}, tags=TAGS)
+    @extend_schema(responses={200: s.CostRateOut}, tags=TAGS)
     def get(self, request, pk: int):
         return Response(s.CostRateOut(self._rate(pk)).data)
 
     @extend_schema(
         summary="Edit a rate not yet in effect",
         request=s.CostRateUpdateIn,
-        responses={200: s.CostRateOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={200: s.CostRateOut},
         tags=TAGS,
     )
     def patch(self, request, pk: int):
-        changes = _valid(s.CostRateUpdateIn, request.data)
+        changes = validated(s.CostRateUpdateIn, request.data)
         rate = cost_rate_update(rate=self._rate(pk), **changes)
         return Response(s.CostRateOut(rate).data)
 
     @extend_schema(
         summary="Withdraw a rate not yet in effect",
-        responses={204: None, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={204: None},
         tags=TAGS,
     )
     def delete(self, request, pk: int):
@@ -95,7 +90,7 @@ class CostRateDetailView(FinanceView):
 class AllocationRunListView(FinanceView):
     @extend_schema(
         summary="Allocation runs, newest first, with status and progress",
-        responses={200: s.AllocationRunOut(many=True), **ERROR_RESPONSES},
+        responses={200: s.AllocationRunOut(many=True)},
         tags=TAGS,
     )
     def get(self, request):
@@ -105,20 +100,20 @@ class AllocationRunListView(FinanceView):
     @extend_schema(
         summary="Queue an allocation of a period (booked, or a scenario's)",
         request=s.AllocationRunIn,
-        responses={202: s.AllocationRunOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={202: s.AllocationRunOut},
         tags=TAGS,
     )
     def post(self, request):
         with transaction.atomic():
             run = allocation_run_create(
-                **_valid(s.AllocationRunIn, request.data), user=request.user
+                **validated(s.AllocationRunIn, request.data), user=request.user
             )
             allocation_run_enqueue(run.pk)
         return Response(s.AllocationRunOut(run).data, status=status.HTTP_202_ACCEPTED)
 
 
 class AllocationRunDetailView(FinanceView):
-    @extend_schema(responses={200: s.AllocationRunOut, **ERROR_RESPONSES}, tags=TAGS)
+    @extend_schema(responses={200: s.AllocationRunOut}, tags=TAGS)
     def get(self, request, pk: int):
         return Response(s.AllocationRunOut(get_object_or_404(AllocationRun, pk=pk)).data)
 
@@ -127,11 +122,11 @@ class AllocationSummaryView(FinanceView):
     @extend_schema(
         summary="Allocated cost by period and tier, pool, tenant, model (any combination)",
         parameters=[s.AllocationQueryIn],
-        responses={200: s.AllocationSummaryOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={200: s.AllocationSummaryOut},
         tags=TAGS,
     )
     def get(self, request):
-        q = _valid(s.AllocationQueryIn, request.query_params)
+        q = validated(s.AllocationQueryIn, request.query_params)
         period = {"start": q["start"], "end": q["end"], "scenario": q.get("scenario")}
         body = {"results": cost_allocation_summary(group_by=q["group_by"], **period)}
         body["unallocated"] = (
@@ -146,11 +141,11 @@ class CostPerTokenView(FinanceView):
     @extend_schema(
         summary="Cost per million tokens by model and pool",
         parameters=[s.PeriodIn],
-        responses={200: s.CostPerTokenOut(many=True), 400: ErrorOut, **ERROR_RESPONSES},
+        responses={200: s.CostPerTokenOut(many=True)},
         tags=TAGS,
     )
     def get(self, request):
-        q = _valid(s.PeriodIn, request.query_params)
+        q = validated(s.PeriodIn, request.query_params)
         rows = cost_per_million_tokens(start=q["start"], end=q["end"], scenario=q.get("scenario"))
         return Response(s.CostPerTokenOut(rows, many=True).data)
 
@@ -159,11 +154,11 @@ class UtilizationView(FinanceView):
     @extend_schema(
         summary="Utilization (busy / available device-seconds) by pool and hour",
         parameters=[s.UtilizationQueryIn],
-        responses={200: s.UtilizationOut(many=True), 400: ErrorOut, **ERROR_RESPONSES},
+        responses={200: s.UtilizationOut(many=True)},
         tags=TAGS,
     )
     def get(self, request):
-        q = _valid(s.UtilizationQueryIn, request.query_params)
+        q = validated(s.UtilizationQueryIn, request.query_params)
         pool = q.get("pool")
         rows = pool_utilization(
             start=q["start"],
@@ -175,7 +170,7 @@ class UtilizationView(FinanceView):
 
 
 class ScenarioListView(FinanceView):
-    @extend_schema(responses={200: s.ScenarioOut(many=True), **ERROR_RESPONSES}, tags=TAGS)
+    @extend_schema(responses={200: s.ScenarioOut(many=True)}, tags=TAGS)
     def get(self, request):
         scenarios = CostScenario.objects.prefetch_related("rates")
         return Response(s.ScenarioOut(scenarios, many=True).data)
@@ -183,12 +178,14 @@ class ScenarioListView(FinanceView):
     @extend_schema(
         summary="A what-if: re-allocate a past period under other rates or idle policy",
         request=s.ScenarioIn,
-        responses={202: s.AllocationRunOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={202: s.AllocationRunOut},
         tags=TAGS,
     )
     def post(self, request):
         with transaction.atomic():
-            _, run = cost_scenario_create(**_valid(s.ScenarioIn, request.data), user=request.user)
+            _, run = cost_scenario_create(
+                **validated(s.ScenarioIn, request.data), user=request.user
+            )
             allocation_run_enqueue(run.pk)
         return Response(s.AllocationRunOut(run).data, status=status.HTTP_202_ACCEPTED)
 
@@ -197,11 +194,11 @@ class ScenarioCompareView(FinanceView):
     @extend_schema(
         summary="A scenario against the booked results, by tenant, tier or pool",
         parameters=[s.CompareQueryIn],
-        responses={200: s.CompareRowOut(many=True), 400: ErrorOut, **ERROR_RESPONSES},
+        responses={200: s.CompareRowOut(many=True)},
         tags=TAGS,
     )
     def get(self, request, pk: int):
         scenario = get_object_or_404(CostScenario, pk=pk)
-        by = _valid(s.CompareQueryIn, request.query_params)["by"]
+        by = validated(s.CompareQueryIn, request.query_params)["by"]
         rows = [{"key": row.pop(by), **row} for row in scenario_compare(scenario=scenario, by=by)]
         return Response(s.CompareRowOut(rows, many=True).data)

@@ -18,7 +18,7 @@ from billing.reports.fx_rates import (
     fx_rate_parse,
     fx_rates_save,
 )
-from core.api_errors import ERROR_RESPONSES, ErrorOut
+from core.api_query import QueryIn
 from core.api_time import SupportedDateField
 from tenants.api.permissions import IsFinanceStaff
 
@@ -74,7 +74,7 @@ class FxRateBulkOut(serializers.Serializer):
     unchanged = serializers.IntegerField()
 
 
-class FxRateQueryIn(serializers.Serializer):
+class FxRateQueryIn(QueryIn):
     base = serializers.CharField(required=False)
     quote = serializers.CharField(required=False)
     start = SupportedDateField(required=False, help_text="Inclusive.")
@@ -107,7 +107,7 @@ class FxRateListView(APIView):
     @extend_schema(
         summary="FX rates, newest day first (at most 1,000)",
         parameters=[FxRateQueryIn],
-        responses={200: FxRateOut(many=True), **ERROR_RESPONSES},
+        responses={200: FxRateOut(many=True)},
         tags=TAGS,
     )
     def get(self, request):
@@ -129,7 +129,7 @@ class FxRateListView(APIView):
     @extend_schema(
         summary="Enter one rate (a pair and day already stored: 400, use bulk to replace)",
         request=FxRateIn,
-        responses={201: FxRateOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={201: FxRateOut},
         tags=TAGS,
     )
     def post(self, request):
@@ -152,7 +152,7 @@ class FxRateBulkView(APIView):
     @extend_schema(
         summary="Enter many rates, all or none; a bad one is a 400 naming rates.<index>.<field>",
         request=FxRateBulkIn,
-        responses={200: FxRateBulkOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={200: FxRateBulkOut},
         tags=TAGS,
     )
     def post(self, request):

@@ -4,7 +4,6 @@ currency's units (for people); never as a float."""
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -12,10 +11,12 @@ from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus
 from billing.invoicing.invoices import invoice_amount_due_minor
 from billing.models import CreditNote, Invoice, InvoiceLine, InvoiceRun
 from billing.money import from_minor
+from core.api_query import QueryIn
+from core.api_schema import DECIMAL_STRING
 from core.api_time import SupportedDateTimeField
 
 
-@extend_schema_field(OpenApiTypes.DECIMAL)
+@extend_schema_field(DECIMAL_STRING)
 class MoneyField(serializers.Field):
     """Minor units (the attribute) as a decimal string in currency units."""
 
@@ -109,7 +110,7 @@ class InvoiceDetailOut(InvoiceOut):
         fields = [*InvoiceOut.Meta.fields, "lines", "credit_notes"]
 
 
-class InvoiceListQueryIn(serializers.Serializer):
+class InvoiceListQueryIn(QueryIn):
     status = serializers.ChoiceField(choices=InvoiceStatus.choices, required=False)
     tenant = serializers.SlugField(required=False, help_text="Finance staff only.")
 

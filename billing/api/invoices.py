@@ -19,7 +19,7 @@ from billing.invoicing.invoices import invoice_status_set
 from billing.invoicing.runs import invoice_run_create
 from billing.invoicing.selectors import invoice_get, invoice_list, invoice_run_list
 from billing.tasks import invoice_run_enqueue
-from core.api_errors import ERROR_RESPONSES, ErrorOut
+from core.api_errors import validated
 from tenants.api.permissions import (
     IsFinanceStaff,
     require_tenant,
@@ -28,12 +28,6 @@ from tenants.api.permissions import (
 )
 
 TAGS = ["invoices"]
-
-
-def _valid(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 def _early(request, params: dict) -> FinalizeEarly | None:
@@ -49,11 +43,11 @@ class InvoiceListView(APIView):
     @extend_schema(
         summary="Invoices, newest period first",
         parameters=[s.InvoiceListQueryIn],
-        responses={200: s.InvoiceOut(many=True), **ERROR_RESPONSES},
+        responses={200: s.InvoiceOut(many=True)},
         tags=TAGS,
     )
     def get(self, request):
-        params = _valid(s.InvoiceListQueryIn, request.query_params)
+        params = validated(s.InvoiceListQueryIn, request.query_params)
         invoices = invoice_list(
             tenant=tenant_scope(request, params.get("tenant")), status=params.get("status")
         )
@@ -65,7 +59,7 @@ class InvoiceDetailView(APIView):
 
     @extend_schema(
         summary="One invoice with its lines and credit notes",
-        responses={200: s.InvoiceDetailOut, **ERROR_RESPONSES},
+        responses={200: s.InvoiceDetailOut},
         tags=TAGS,
     )
     def get(self, request, pk: int):
@@ -80,11 +74,11 @@ class InvoiceStatusView(APIView):
         description="A draft whose billing period has not ended is finalized only with "
         "`finalize_early: true` and a `reason` (recorded on the invoice); otherwise 409.",
         request=s.InvoiceTransitionIn,
-        responses={200: s.InvoiceDetailOut, 400: ErrorOut, 409: ErrorOut, **ERROR_RESPONSES},
+        responses={200: s.InvoiceDetailOut},
         tags=TAGS,
     )
     def post(self, request, pk: int):
-        params = _valid(s.InvoiceTransitionIn, request.data)
+        params = validated(s.InvoiceTransitionIn, request.data)
         invoice_status_set(
             invoice_id=invoice_get(tenant=None, pk=pk).pk,
             to=params["status"],
@@ -99,11 +93,11 @@ class CreditNoteView(APIView):
     @extend_schema(
         summary="Issue a credit note against a finalized invoice",
         request=s.CreditNoteIn,
-        responses={201: s.CreditNoteOut, 400: ErrorOut, 409: ErrorOut, **ERROR_RESPONSES},
+        responses={201: s.CreditNoteOut},
         tags=TAGS,
     )
     def post(self, request, pk: int):
-        params = _valid(s.CreditNoteIn, request.data)
+        params = validated(s.CreditNoteIn, request.data)
         invoice = invoice_get(tenant=None, pk=pk)
         note = credit_note_create(invoice_id=invoice.pk, created_by=request.user, **params)
         return Response(s.CreditNoteOut(note).data, status=status.HTTP_201_CREATED)
@@ -114,7 +108,7 @@ class CreditBalanceView(APIView):
 
     @extend_schema(
         summary="Prepaid credit left, grant by grant, in the order it will be used",
-        responses={200: s.CreditBalanceOut(many=True), **ERROR_RESPONSES},
+        responses={200: s.CreditBalanceOut(many=True)},
         tags=TAGS,
     )
     def get(self, request):
@@ -127,7 +121,7 @@ class InvoiceRunListView(APIView):
 
     @extend_schema(
         summary="Invoice runs, newest first",
-        responses={200: s.InvoiceRunOut(many=True), **ERROR_RESPONSES},
+        responses={200: s.InvoiceRunOut(many=True)},
         tags=TAGS,
     )
     def get(self, request):
@@ -136,11 +130,11 @@ class InvoiceRunListView(APIView):
     @extend_schema(
         summary="Queue an invoice run (every tenant whose period ended by as_of)",
         request=s.InvoiceRunIn,
-        responses={202: s.InvoiceRunOut, 400: ErrorOut, 409: ErrorOut, **ERROR_RESPONSES},
+        responses={202: s.InvoiceRunOut},
         tags=TAGS,
     )
     def post(self, request):
-        params = _valid(s.InvoiceRunIn, request.data)
+        params = validated(s.InvoiceRunIn, request.data)
         run = invoice_run_create(
             as_of=params.get("as_of") or timezone.now(),
             finalize=params["finalize"],
@@ -154,6 +148,6 @@ class InvoiceRunListView(APIView):
 class InvoiceRunDetailView(APIView):
     permission_classes = [IsFinanceStaff]
 
-    @extend_schema(responses={200: s.InvoiceRunOut, **ERROR_RESPONSES}, tags=TAGS)
+    @extend_schema(responses={200: s.InvoiceRunOut}, tags=TAGS)
     def get(self, request, pk: int):
         return Response(s.InvoiceRunOut(invoice_run_list().get(pk=pk)).data)

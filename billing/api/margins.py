@@ -14,7 +14,7 @@ from billing.choices import ReportKind, RunStatus
 from billing.models import MarginReport
 from billing.reports.margin_reports import margin_report_request
 from billing.tasks import margin_report_enqueue
-from core.api_errors import ERROR_RESPONSES, Conflict, ErrorOut
+from core.api_errors import Conflict
 from core.api_time import SupportedDateTimeField
 from tenants.api.permissions import IsFinanceStaff
 
@@ -68,7 +68,7 @@ class MarginReportListView(APIView):
 
     @extend_schema(
         summary="Margin reports, newest period first",
-        responses={200: MarginReportOut(many=True), **ERROR_RESPONSES},
+        responses={200: MarginReportOut(many=True)},
         tags=TAGS,
     )
     def get(self, request):
@@ -78,7 +78,7 @@ class MarginReportListView(APIView):
     @extend_schema(
         summary="Ask for a margin report of any period (queued)",
         request=MarginReportIn,
-        responses={202: MarginReportOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={202: MarginReportOut},
         tags=TAGS,
     )
     def post(self, request):
@@ -94,7 +94,7 @@ class MarginReportListView(APIView):
 class MarginReportDetailView(APIView):
     permission_classes = [IsFinanceStaff]
 
-    @extend_schema(responses={200: MarginReportOut, **ERROR_RESPONSES}, tags=TAGS)
+    @extend_schema(responses={200: MarginReportOut}, tags=TAGS)
     def get(self, request, pk: int):
         return Response(MarginReportOut(MarginReport.objects.defer("csv", "html").get(pk=pk)).data)
 
@@ -106,7 +106,7 @@ class MarginReportDownloadView(APIView):
     @extend_schema(
         summary="Download a finished report as CSV (every level) or HTML",
         operation_id="margin_report_download",
-        responses={(200, "text/csv"): OpenApiTypes.BINARY, 409: ErrorOut, **ERROR_RESPONSES},
+        responses={(200, "text/csv"): OpenApiTypes.BINARY},
         tags=TAGS,
     )
     def get(self, request, pk: int, fmt: str):

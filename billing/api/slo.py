@@ -21,28 +21,26 @@ from billing.invoicing.sla_adjustments import sla_credit_adjust
 from billing.invoicing.sla_credits import sla_decisions
 from billing.models import SlaCreditAdjustment
 from billing.sla.selectors import MAX_DAYS, slo_compliance
-from core.api_errors import ERROR_RESPONSES, ErrorOut
+from core.api_query import QueryIn, range_help, range_validated
 from core.api_time import SupportedDateTimeField
 from tenants.api.permissions import IsFinanceStaff, scope_required, tenant_scope
 
 TAGS = ["slo"]
 
 
-class SloQueryIn(serializers.Serializer):
+class SloQueryIn(QueryIn):
     start = SupportedDateTimeField(
         input_formats=["iso-8601", "%Y-%m-%d"], help_text="Inclusive; a date or ISO timestamp."
     )
-    end = SupportedDateTimeField(input_formats=["iso-8601", "%Y-%m-%d"], help_text="Exclusive.")
+    end = SupportedDateTimeField(
+        input_formats=["iso-8601", "%Y-%m-%d"], help_text=range_help(f"{MAX_DAYS} days")
+    )
     tenant = serializers.SlugField(
         required=False, help_text="Finance staff: one tenant. Tenants: only their own slug."
     )
 
     def validate(self, attrs):
-        if attrs["end"] <= attrs["start"]:
-            raise serializers.ValidationError({"end": ["must be after start"]})
-        if attrs["end"] - attrs["start"] > timedelta(days=MAX_DAYS):
-            raise serializers.ValidationError({"end": [f"at most {MAX_DAYS} days after start"]})
-        return attrs
+        return range_validated(attrs, longest=timedelta(days=MAX_DAYS))
 
 
 class SloMetricOut(serializers.Serializer):
@@ -104,7 +102,7 @@ class SloView(APIView):
         "latency: (end - first token) / (completion tokens - 1), requests of 2 tokens or more. "
         f"Percentiles are interpolated (percentile_cont). At most {MAX_DAYS} days.",
         parameters=[SloQueryIn],
-        responses={200: SloOut, **ERROR_RESPONSES},
+        responses={200: SloOut},
         tags=TAGS,
     )
     def get(self, request):
@@ -164,7 +162,7 @@ class InvoiceSlaCreditView(APIView):
 
     @extend_schema(
         summary="Finance's decisions on the SLA credits of an invoice's period, newest first",
-        responses={200: SlaCreditAdjustmentOut(many=True), **ERROR_RESPONSES},
+        responses={200: SlaCreditAdjustmentOut(many=True)},
         tags=TAGS,
     )
     def get(self, request, pk: int):
@@ -177,7 +175,7 @@ class InvoiceSlaCreditView(APIView):
         description="Only a draft: a finalized invoice never changes (409; issue a credit "
         "note instead). The decision is recorded with who made it, when and why.",
         request=SlaCreditAdjustIn,
-        responses={201: SlaCreditAdjustedOut, 400: ErrorOut, 409: ErrorOut, **ERROR_RESPONSES},
+        responses={201: SlaCreditAdjustedOut},
         tags=TAGS,
     )
     def post(self, request, pk: int):

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from billing.api import costs, fx, invoices, margins, slo
+from billing.api import costs, focus, fx, invoices, margins, slo, spend
 
 urlpatterns = [
     path("costs/rates", costs.CostRateListView.as_view(), name="cost-rates"),
@@ -33,6 +33,10 @@ urlpatterns = [
     path("invoice-runs", invoices.InvoiceRunListView.as_view(), name="invoice-runs"),
     path("invoice-runs/<int:pk>", invoices.InvoiceRunDetailView.as_view(), name="invoice-run"),
     path("credits", invoices.CreditBalanceView.as_view(), name="credits"),
+    path("credit-grants", spend.CreditGrantCreateView.as_view(), name="credit-grants"),
+    path("tenants/<slug:slug>/budget", spend.BudgetView.as_view(), name="tenant-budget"),
+    path("spend", spend.StandingView.as_view(), name="spend"),
+    path("usage/focus", focus.FocusExportView.as_view(), name="usage-focus"),
     path("fx-rates", fx.FxRateListView.as_view(), name="fx-rates"),
     path("fx-rates/bulk", fx.FxRateBulkView.as_view(), name="fx-rates-bulk"),
     path("margin-reports", margins.MarginReportListView.as_view(), name="margin-reports"),

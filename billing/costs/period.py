@@ -13,7 +13,13 @@ import numpy as np
 import pandas as pd
 
 from billing.costs.allocation import COMPONENTS, NO_OWNER, PoolHours, allocate, pool_hour_allocated
-from billing.costs.cost_model import HOUR, FleetArrays, RateArrays, gpu_hour_costs
+from billing.costs.cost_model import (
+    HOUR,
+    FleetArrays,
+    GpuHourCosts,
+    RateArrays,
+    gpu_hour_costs,
+)
 from billing.costs.inputs import (
     fleet_arrays,
     fleet_placement,
@@ -96,21 +102,30 @@ class AllocationResult:
         self.warnings = warnings
 
 
+def stretch_gpu_costs(
+    book: AllocationBook, first: int, stop: int, rollups: pd.DataFrame
+) -> GpuHourCosts:
+    """Each GPU's cost in hours [first, stop) of the book (GPUs x hours,
+    nano-units): what allocation sums per pool-hour."""
+    hours = book.hours[first:stop]
+    rates = RateArrays(
+        **{f.name: getattr(book.rates, f.name)[:, first:stop] for f in fields(RateArrays)}
+    )
+    return gpu_hour_costs(
+        fleet=book.fleet,
+        rates=rates,
+        hours=hours,
+        busy_fraction=_busy_fraction(book.placement, hours, replica_busy_seconds(rollups)),
+    )
+
+
 def allocation_stretch(
     book: AllocationBook, first: int, stop: int, rollups: pd.DataFrame
 ) -> AllocationResult:
     """Hours [first, stop) of the book, from those hours' usage rollups."""
     hours = book.hours[first:stop]
     pools, scopes, gpu_scope = book.pools, book.scopes, book.gpu_scope
-    rates = RateArrays(
-        **{f.name: getattr(book.rates, f.name)[:, first:stop] for f in fields(RateArrays)}
-    )
-    costs = gpu_hour_costs(
-        fleet=book.fleet,
-        rates=rates,
-        hours=hours,
-        busy_fraction=_busy_fraction(book.placement, hours, replica_busy_seconds(rollups)),
-    )
+    costs = stretch_gpu_costs(book, first, stop, rollups)
 
     # Pool-hours: (scope x hour) sums over the GPUs in each scope.
     n_scopes = len(scopes)

@@ -7,12 +7,20 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import F, QuerySet, Sum
+from django.db.models import F, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 
-from billing.choices import ReportKind, RunStatus
-from billing.models import CostAllocation, CostScenario, MarginReport, PoolHourCost
+from billing.choices import RateBasis, ReportKind, RunStatus
+from billing.errors import CostCurrencyError
+from billing.models import (
+    CostAllocation,
+    CostRate,
+    CostScenario,
+    MarginReport,
+    PoolHourCost,
+)
 from metering.selectors import usage_tokens_by_model_pool
+from serving.models import Gpu
 
 COST_COLUMNS = ("capital", "energy", "other_opex", "idle", "total")
 GROUP_KEYS = {
@@ -200,3 +208,25 @@ def margin_report_failed_after(*, report: MarginReport | None) -> MarginReport |
     if report is not None and report.finished_at is not None:
         failed = failed.filter(finished_at__gt=report.finished_at)
     return failed.order_by("-finished_at").first()
+
+
+def cost_currency_check(*, start, end, currency) -> None:
+    """Allocation adds cost rates and GPU prices as they are entered, so a
+    report refuses any that were entered in another currency."""
+    rates = (
+        CostRate.objects.filter(scenario__isnull=True, effective_from__lt=end)
+        .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
+        .exclude(basis=RateBasis.RATIO)
+        .exclude(currency=currency)
+    )
+    for rate in rates[:1]:
+        raise CostCurrencyError(
+            f"cost rate {rate.pk} ({rate.component}) is in {rate.currency} but the reporting "
+            f"currency is {currency}: enter cost rates in {currency}"
+        )
+    gpus = Gpu.objects.filter(in_service_date__lt=end.date()).exclude(currency=currency)
+    for gpu in gpus[:1]:
+        raise CostCurrencyError(
+            f"GPU {gpu.serial} is priced in {gpu.currency} but the reporting currency is "
+            f"{currency}: enter GPU capex and lease rates in {currency}"
+        )

@@ -10,10 +10,14 @@ not expired when the period began."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
 
 from django.db.models import F, Sum
+from django.utils import timezone
 
 from billing.choices import InvoiceStatus
+from billing.errors import BillingInputError
 from billing.models import CreditApplication, CreditGrant, Invoice
 from billing.money import to_minor
 from tenants.models import Tenant
@@ -69,4 +73,46 @@ def credits_plan(*, invoice: Invoice, balances: list[Balance], due_minor: int):
 def wallet_total_minor(*, tenant: Tenant, currency: str) -> int:
     return sum(
         b.remaining_minor for b in wallet_balances(tenant=tenant) if b.grant.currency == currency
+    )
+
+
+def credit_grant_create(
+    *,
+    tenant: Tenant,
+    amount: Decimal,
+    currency: str | None = None,
+    granted_at: datetime | None = None,
+    expires_at: datetime | None = None,
+    priority: int = 0,
+    note: str = "",
+) -> CreditGrant:
+    """Prepaid credit into the tenant's wallet (in its billing currency
+    unless told). The gateway hears of it as the grant commits
+    (gateway.terms_signals): a prepaid tenant refused for want of credit is
+    served again on its next request."""
+    amount = Decimal(amount)
+    currency = (currency or tenant.billing_currency).upper()
+    if currency != tenant.billing_currency:
+        # Credit pays invoices (and holds prepaid spend) in their own
+        # currency only: another one would be written and never count.
+        raise BillingInputError(
+            "currency",
+            f"credit counts only in the tenant's billing currency, "
+            f"{tenant.billing_currency}, not {currency}",
+        )
+    if not amount.is_finite() or amount <= 0:
+        raise BillingInputError("amount", f"a credit grant must be a positive amount, not {amount}")
+    if to_minor(amount, currency) == 0:
+        raise BillingInputError("amount", f"{amount} is less than the currency's smallest unit")
+    granted_at = granted_at or timezone.now()
+    if expires_at is not None and expires_at <= granted_at:
+        raise BillingInputError("expires_at", "a grant must expire after it is granted")
+    return CreditGrant.objects.create(
+        tenant=tenant,
+        amount=amount,
+        currency=currency,
+        granted_at=granted_at,
+        expires_at=expires_at,
+        priority=priority,
+        note=note,
     )

@@ -30,6 +30,7 @@ from billing.invoicing.credits import credits_plan, wallet_balances
 from billing.invoicing.lines import LineDraft, credit_line
 from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
 from billing.queueing import invoice_sync_enqueue
+from core.changes import terms_changed_of
 
 # What finalizing sets on an invoice (credits_apply, number_assign); its
 # status moves on apart (drafts_save).
@@ -215,3 +216,6 @@ def drafts_save(
             invoice.status = status
             if invoice.stripe_sync == StripeSync.PENDING:
                 invoice_sync_enqueue(invoice.pk)
+    # Finalizing draws prepaid credit and closes the usage it bills: the
+    # gateways reload these tenants' prepaid accounts.
+    terms_changed_of({i.tenant_id for moved in moves.values() for i in moved})

@@ -3,7 +3,7 @@ the price side (price books, plans, subscriptions, credits), invoices,
 the tenants' Stripe customers, and service levels (SLO policies, SLA
 credit schedules, finance's decisions on credits)."""
 
-from billing.models.budgets import BudgetState  # noqa: F401
+from billing.models.budgets import BudgetState, SpendCorrection  # noqa: F401
 from billing.models.costs import (  # noqa: F401
     AllocationRun,
     CostAllocation,

@@ -96,7 +96,10 @@ class VolumeTier(models.Model):
 
 class Plan(models.Model):
     """Commercial terms: a monthly minimum commitment (a true-up line tops
-    the month up to it) and a discount on usage."""
+    the month up to it) and a discount on usage. A prepaid plan's usage is
+    drawn from the tenant's credit: the gateway serves it only while the
+    wallet's balance, less usage not yet invoiced and requests in flight,
+    covers a request's worst case."""
 
     name = models.CharField(max_length=100, unique=True)
     currency = models.CharField(max_length=3, default="USD")
@@ -106,6 +109,11 @@ class Plan(models.Model):
         decimal_places=2,
         default=0,
         validators=[MinValueValidator(0), MaxValueValidator(100)],
+    )
+    prepaid = models.BooleanField(
+        default=False,
+        help_text="Usage is paid from credit grants; the gateway refuses requests "
+        "(402 insufficient_credit) when the balance runs out.",
     )
 
     def __str__(self) -> str:
@@ -158,6 +166,9 @@ class CreditGrant(models.Model):
 
     class Meta:
         ordering = ["tenant", "expires_at", "priority"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="creditgrant_amount_positive")
+        ]
 
     def __str__(self) -> str:
         return f"{self.tenant}: {self.amount} {self.currency}"

@@ -60,6 +60,10 @@ def card_pieces(card: RateCard, kind: str, done: int, tokens: int):
     """(tokens, price per million) pieces of `tokens` more of `kind`, after
     `done` of it in the period so far."""
     steps = card.steps[kind]
+    if len(steps) == 1:  # a flat price (the gateway prices every request: kept quick)
+        if tokens > 0:
+            yield Decimal(tokens), steps[0][1]
+        return
     bounds = [start for start, _ in steps[1:]] + [None]
     position, left = done, tokens
     for (start, per_mtok), upto in zip(steps, bounds, strict=True):
@@ -97,6 +101,8 @@ def usage_amount(
     amount = Decimal(0)
     counts = usage_counts(prompt=prompt, cached=cached, completion=completion)
     for kind, tokens in counts.items():
+        if not tokens:
+            continue
         for quantity, per_mtok in card_pieces(card, kind, done.get(kind, 0), tokens):
             amount += quantity * per_mtok / MILLION
     if card.per_gpu_second is not None and gpu_seconds:

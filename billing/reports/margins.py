@@ -35,16 +35,14 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from django.db.models import Q, Sum
+from django.db.models import Sum
 
-from billing.choices import RateBasis
-from billing.costs.selectors import cost_allocation_summary
-from billing.errors import CostCurrencyError
-from billing.models import CostRate, PoolHourCost
+from billing.costs.selectors import cost_allocation_summary, cost_currency_check
+from billing.models import PoolHourCost
 from billing.reports.fx import FxConversion, fx_convert_nano, fx_period_rate, reporting_currency
 from billing.reports.revenue import revenue_rows
 from metering.selectors import usage_tokens_by_tenant_pool_model
-from serving.models import Gpu, Pool, ServedModel
+from serving.models import Pool, ServedModel
 from tenants.models import Tenant
 
 KEYS = ["tier", "pool", "tenant", "model"]
@@ -80,7 +78,7 @@ def margin_data(*, start: datetime, end: datetime, currency: str | None = None) 
     """The period's figures in `currency` (default: the reporting currency).
     Raises FxRateMissingError or CostCurrencyError (billing.errors)."""
     currency = currency or reporting_currency()
-    _cost_currency_check(start=start, end=end, currency=currency)
+    cost_currency_check(start=start, end=end, currency=currency)
     pools = {p.pk: (p.name, p.kind) for p in Pool.objects.all()}
     tenants = {t.pk: (t.slug, t.tier, t.billing_currency) for t in Tenant.objects.all()}
     revenue, conversions = _revenue(
@@ -222,28 +220,6 @@ def _revenue(*, start, end, pools, tenants, currency) -> tuple[pd.DataFrame, lis
     for code in sorted(set(billed_in)):
         out[f"{ORIGINAL}{code}"] = np.where(billed_in == code, rows["revenue"], 0).astype(np.int64)
     return out, conversions
-
-
-def _cost_currency_check(*, start, end, currency) -> None:
-    """Allocation adds cost rates and GPU prices as they are entered, so a
-    report refuses any that were entered in another currency."""
-    rates = (
-        CostRate.objects.filter(scenario__isnull=True, effective_from__lt=end)
-        .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
-        .exclude(basis=RateBasis.RATIO)
-        .exclude(currency=currency)
-    )
-    for rate in rates[:1]:
-        raise CostCurrencyError(
-            f"cost rate {rate.pk} ({rate.component}) is in {rate.currency} but the reporting "
-            f"currency is {currency}: enter cost rates in {currency}"
-        )
-    gpus = Gpu.objects.filter(in_service_date__lt=end.date()).exclude(currency=currency)
-    for gpu in gpus[:1]:
-        raise CostCurrencyError(
-            f"GPU {gpu.serial} is priced in {gpu.currency} but the reporting currency is "
-            f"{currency}: enter GPU capex and lease rates in {currency}"
-        )
 
 
 def _costs(*, start, end) -> pd.DataFrame:

@@ -24,6 +24,7 @@ from django.utils import timezone
 from billing.choices import ReportKind
 from billing.costs.selectors import margin_report_failed_after, margin_report_latest
 from billing.models import MarginReport
+from billing.pricing.spend_corrections import spend_drift_latest
 from billing.pricing.unbilled import unpriced_usage
 from billing.web.forms import PeriodFilterForm
 from billing.web.portal import usage_context, usage_days
@@ -151,6 +152,7 @@ def reconciliation(request):
         "totals": totals,
         "unpriced": unpriced,
         "unpriced_tokens": sum(row["tokens"] for row in unpriced),
+        "drifts": spend_drift_latest(),
         "days": days,
         "start": start,
         "end": end,

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from billing.invoicing.invoices import invoice_estimate
 from billing.invoicing.selectors import days_overdue, invoice_list, invoices_open
+from billing.pricing.balances import spend_standing
 from billing.pricing.budgets import budget_spend
 from billing.pricing.periods import tenant_period
 from billing.web.forms import PeriodFilterForm
@@ -79,6 +80,7 @@ def usage_context(*, tenant, days: int) -> dict:
         "budget": budget,
         "spend_pct": float(spend / budget * 100) if budget else None,  # ok-float: a bar width
         "soft_pct": policy.budget_soft_percent,
+        "standing": spend_standing(tenant=tenant, now=now),
         "blocked": policy.budget_blocked_at is not None,
         "block_message": policy.budget_block_message,
         "invoices": list(invoice_list(tenant=tenant)[:5]),

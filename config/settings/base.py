@@ -156,7 +156,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "core.api_schema.ApiAutoSchema",
     "EXCEPTION_HANDLER": "core.api_errors.api_exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["core.fixed_point.FixedPointJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
@@ -197,6 +197,10 @@ DEMO_KEYS_FILE = Path(env("DEMO_KEYS_FILE", default=str(VAR_DIR / "demo_api_keys
 SERVING_RECORD_SINK = env("SERVING_RECORD_SINK", default="metering.sink.usage_event_sink")
 GATEWAY = {
     "KEY_CACHE_SECONDS": env.float("GATEWAY_KEY_CACHE_SECONDS", default=5.0),
+    # A tenant's spend terms (its budget, credit, prices and the period's
+    # spend by the ledger: gateway.callers.TermsCache) are read again after
+    # this long at most; every change to them is heard at once anyway.
+    "TERMS_CACHE_SECONDS": env.float("GATEWAY_TERMS_CACHE_SECONDS", default=60.0),
     "FLEET_REFRESH_SECONDS": env.float("GATEWAY_FLEET_REFRESH_SECONDS", default=2.0),
     "SUSPECT_SECONDS": env.float("GATEWAY_SUSPECT_SECONDS", default=10.0),
     "UPSTREAM_CONNECT_TIMEOUT": env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=2.0),
@@ -211,6 +215,19 @@ GATEWAY = {
     # (first byte 120 s, then the read timeout between chunks), so a live
     # request never loses its hold; the ledger correction counts the rest.
     "SPEND_LEASE_SECONDS": env.float("GATEWAY_SPEND_LEASE_SECONDS", default=900.0),
+    # A held request on a GPU-second price reserves this many seconds of
+    # its replica's GPUs at a time, renewed half a grant before they run
+    # out (gateway.spend): short enough that a tenant's concurrent requests
+    # hold little more than they use, long enough that renewals (one Redis
+    # call each) are rare.
+    "SPEND_GPU_GRANT_SECONDS": env.float("GATEWAY_SPEND_GPU_GRANT_SECONDS", default=10.0),
+    # A request whose grant was not renewed is stopped this long before it
+    # runs out (time for vLLM to end it); default a quarter grant, at most 1 s.
+    "SPEND_GPU_STOP_SECONDS": env.float("GATEWAY_SPEND_GPU_STOP_SECONDS", default=0.0),
+    # With Redis: each gateway holds a slice of a tenant's accounts and
+    # admits requests against it in process, far from the limit
+    # (core.spend_slices); off: every reservation is a Redis call.
+    "SPEND_SLICES": env.bool("GATEWAY_SPEND_SLICES", default=True),
     "RECORD_FLUSH_SECONDS": env.float("GATEWAY_RECORD_FLUSH_SECONDS", default=0.1),
     "RECORD_FLUSH_MAX": env.int("GATEWAY_RECORD_FLUSH_MAX", default=500),
     "DEFAULT_MAX_TOKENS": env.int("GATEWAY_DEFAULT_MAX_TOKENS", default=1024),

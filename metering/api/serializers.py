@@ -4,6 +4,7 @@ describe them for the OpenAPI schema."""
 
 from rest_framework import serializers
 
+from core.api_query import QueryIn, range_help, range_validated
 from core.api_time import SupportedDateTimeField
 from metering.validation import MAX_TOKENS
 from serving.choices import RequestStatus
@@ -68,13 +69,16 @@ class UsageBatchOut(serializers.Serializer):
     results = UsageItemResultOut(many=True)
 
 
-class UsageQueryIn(serializers.Serializer):
+class UsageQueryIn(QueryIn):
     """Parameters of the usage export."""
 
     start = SupportedDateTimeField(
         input_formats=["iso-8601", "%Y-%m-%d"], help_text="Inclusive; a date or ISO timestamp."
     )
-    end = SupportedDateTimeField(input_formats=["iso-8601", "%Y-%m-%d"], help_text="Exclusive.")
+    end = SupportedDateTimeField(
+        input_formats=["iso-8601", "%Y-%m-%d"],
+        help_text=range_help("93 days (group_by=hour), 1,100 (day) or 3,700 (month)"),
+    )
     group_by = serializers.ChoiceField(choices=["hour", "day", "month"], default="day")
     model = serializers.CharField(required=False, max_length=200)
     tenant = serializers.SlugField(
@@ -87,21 +91,8 @@ class UsageQueryIn(serializers.Serializer):
     def validate(self, attrs):
         from metering.selectors import MAX_RANGE
 
-        start, end = attrs["start"], attrs["end"]
-        if end <= start:
-            raise serializers.ValidationError({"end": ["must be after start"]})
-        longest = MAX_RANGE[attrs["group_by"]]
-        if end - start > longest:
-            raise serializers.ValidationError(
-                {"end": [f"at most {longest.days} days with group_by={attrs['group_by']}"]}
-            )
-        return attrs
-
-
-class FocusQueryIn(UsageQueryIn):
-    format = serializers.ChoiceField(choices=["csv", "parquet"], default="csv")
-    limit = None
-    cursor = None
+        group_by = attrs["group_by"]
+        return range_validated(attrs, longest=MAX_RANGE[group_by], why=f" with group_by={group_by}")
 
 
 class UsageRowOut(serializers.Serializer):

@@ -5,5 +5,4 @@ from metering.api import views
 urlpatterns = [
     path("usage", views.UsageExportView.as_view(), name="usage"),
     path("usage/events", views.UsageEventIngestView.as_view(), name="usage-events"),
-    path("usage/focus", views.FocusExportView.as_view(), name="usage-focus"),
 ]

@@ -1,23 +1,20 @@
 """The metering API: batch ingestion of usage events from serving tiers
-that are not ours, and usage exports (JSON, CSV, FOCUS)."""
+that are not ours, and usage exports (JSON, CSV). The FOCUS export, with
+costs, is billing's (billing.api.focus)."""
 
 from __future__ import annotations
 
 import orjson
 from django.conf import settings
-from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import exceptions, status
-from rest_framework.renderers import BaseRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api_errors import ERROR_RESPONSES, ErrorOut
+from core.api_download import DownloadView
 from core.csv_stream import csv_response
-from core.fixed_point import FixedPointJSONRenderer
 from metering.api.serializers import (
-    FocusQueryIn,
     UsageBatchIn,
     UsageBatchOut,
     UsagePageOut,
@@ -25,7 +22,6 @@ from metering.api.serializers import (
     UsageRowOut,
 )
 from metering.choices import EventSource
-from metering.focus import FOCUS_COLUMNS, focus_rows
 from metering.ledger import BatchRejected, usage_record_batch
 from metering.selectors import (
     SUMS,
@@ -99,7 +95,7 @@ class UsageEventIngestView(APIView):
             "named with its field, and nothing of the batch is written."
         ),
         request=UsageBatchIn,
-        responses={200: UsageBatchOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={200: UsageBatchOut},
         examples=[
             OpenApiExample("A batch of one", value={"events": [EXAMPLE_EVENT]}, request_only=True),
             OpenApiExample(
@@ -164,44 +160,6 @@ def _rejected_response(events: list, rejected: BatchRejected) -> Response:
     return Response(body, status=status.HTTP_400_BAD_REQUEST)
 
 
-class _Download(BaseRenderer):
-    """Lets ?format=csv|parquet through DRF's content negotiation; the views
-    answer those formats themselves with a (streaming) file response."""
-
-    charset = None
-
-    def render(self, data, accepted_media_type=None, renderer_context=None):
-        return data
-
-
-class CsvDownload(_Download):
-    media_type, format = "text/csv", "csv"
-
-
-class ParquetDownload(_Download):
-    media_type, format = "application/vnd.apache.parquet", "parquet"
-
-
-class DownloadView(APIView):
-    """An API view that can answer with a file; its errors stay JSON."""
-
-    renderer_classes = [FixedPointJSONRenderer, CsvDownload, ParquetDownload]
-
-    def perform_content_negotiation(self, request, force=False):
-        try:
-            return super().perform_content_negotiation(request, force=force)
-        except Http404:
-            raise exceptions.ValidationError(
-                {"format": ["unknown format; use json, csv or parquet (FOCUS only)"]}
-            ) from None
-
-    def finalize_response(self, request, response, *args, **kwargs):
-        if isinstance(response, Response) and response.status_code >= 400:
-            request.accepted_renderer = FixedPointJSONRenderer()
-            request.accepted_media_type = FixedPointJSONRenderer.media_type
-        return super().finalize_response(request, response, *args, **kwargs)
-
-
 def _usage_request(request, parameters) -> tuple[dict, Tenant | None, UsageQuery]:
     """Validated query parameters, whose rows the caller may read, and the query."""
     query_in = parameters(data=request.query_params)
@@ -244,7 +202,10 @@ class UsageExportView(DownloadView):
             "JSON pages follow `next_cursor`; `format=csv` streams the whole range."
         ),
         parameters=[UsageQueryIn],
-        responses={200: UsagePageOut, 400: ErrorOut, **ERROR_RESPONSES},
+        responses={
+            (200, "application/json"): UsagePageOut,
+            (200, "text/csv"): OpenApiTypes.BINARY,
+        },
         tags=["usage"],
     )
     def get(self, request):
@@ -261,50 +222,3 @@ class UsageExportView(DownloadView):
             raise exceptions.ValidationError({"cursor": [str(exc)]}) from None
         body = {"results": [_usage_row(r) for r in rows], "next_cursor": next_cursor}
         return Response(UsagePageOut(body).data)
-
-
-class FocusExportView(DownloadView):
-    permission_classes = [scope_required("usage:read")]
-
-    @extend_schema(
-        summary="FOCUS 1.2 cost-and-usage export (CSV or Parquet)",
-        parameters=[FocusQueryIn],
-        responses={
-            (200, "text/csv"): OpenApiTypes.BINARY,
-            400: ErrorOut,
-            **ERROR_RESPONSES,
-        },
-        tags=["usage"],
-    )
-    def get(self, request):
-        params, tenant, query = _usage_request(request, FocusQueryIn)
-        rows = focus_rows(tenant=tenant, query=query)
-        name = f"focus-{query.start:%Y%m%d}-{query.end:%Y%m%d}"
-        if params["format"] == "parquet":
-            return _parquet_response(rows, filename=f"{name}.parquet")
-        return csv_response(rows, columns=FOCUS_COLUMNS, filename=f"{name}.csv")
-
-
-def _parquet_response(rows, *, filename: str) -> HttpResponse:
-    import io
-    from decimal import Decimal
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    amount = pa.decimal128(38, 9)
-    numeric = {"ConsumedQuantity", "BilledCost", "EffectiveCost", "ListCost"}
-    schema = pa.schema([(c, amount if c in numeric else pa.string()) for c in FOCUS_COLUMNS])
-    nine = Decimal("0.000000001")
-    columns: dict[str, list] = {c: [] for c in FOCUS_COLUMNS}
-    for row in rows:
-        for c in FOCUS_COLUMNS:
-            value = row[c]
-            if c in numeric:
-                value = Decimal(value).quantize(nine) if value != "" else None
-            columns[c].append(value)
-    buffer = io.BytesIO()
-    pq.write_table(pa.table(columns, schema=schema), buffer)
-    response = HttpResponse(buffer.getvalue(), content_type=ParquetDownload.media_type)
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return response

@@ -3,7 +3,6 @@
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import viewsets
 
-from core.api_errors import ERROR_RESPONSES
 from serving.api import serializers
 from serving.models import Gpu, GpuSku, LoraAdapter, Node, Pool, Replica, Reservation, ServedModel
 from tenants.api.permissions import IsFinanceStaff
@@ -13,9 +12,7 @@ def fleet_viewset(model, serializer_class, *, related=()):
     """A finance-only list/create/retrieve/update viewset for a fleet model."""
 
     @extend_schema_view(
-        list=extend_schema(
-            tags=["fleet"], responses={200: serializer_class(many=True), **ERROR_RESPONSES}
-        ),
+        list=extend_schema(tags=["fleet"], responses={200: serializer_class(many=True)}),
         retrieve=extend_schema(tags=["fleet"]),
         create=extend_schema(tags=["fleet"]),
         update=extend_schema(tags=["fleet"]),

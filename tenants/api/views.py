@@ -5,7 +5,6 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api_errors import ERROR_RESPONSES
 from tenants.api.permissions import (
     IsFinanceStaff,
     IsTenantKeyManager,
@@ -25,7 +24,7 @@ from tenants.services import api_key_create, api_key_revoke
 class TenantMeView(APIView):
     @extend_schema(
         summary="The tenant this credential acts for",
-        responses={200: TenantMeOut, **ERROR_RESPONSES},
+        responses={200: TenantMeOut},
         tags=["tenants"],
     )
     def get(self, request):
@@ -44,7 +43,7 @@ class TenantListView(APIView):
 
     @extend_schema(
         summary="Every tenant (platform finance staff)",
-        responses={200: TenantOut(many=True), **ERROR_RESPONSES},
+        responses={200: TenantOut(many=True)},
         tags=["tenants"],
     )
     def get(self, request):
@@ -56,7 +55,7 @@ class ApiKeyListCreateView(APIView):
 
     @extend_schema(
         summary="Your tenant's API keys (secrets are never listed)",
-        responses={200: ApiKeyOut(many=True), **ERROR_RESPONSES},
+        responses={200: ApiKeyOut(many=True)},
         tags=["api-keys"],
     )
     def get(self, request):
@@ -66,7 +65,7 @@ class ApiKeyListCreateView(APIView):
     @extend_schema(
         summary="Create an API key; the secret is in this response only",
         request=ApiKeyCreateIn,
-        responses={201: ApiKeyCreatedOut, **ERROR_RESPONSES},
+        responses={201: ApiKeyCreatedOut},
         tags=["api-keys"],
     )
     def post(self, request):
@@ -86,7 +85,7 @@ class ApiKeyRevokeView(APIView):
     @extend_schema(
         summary="Revoke an API key (it stops working at once; revoking twice is harmless)",
         request=None,
-        responses={**ERROR_RESPONSES, 200: ApiKeyOut},
+        responses={200: ApiKeyOut},
         tags=["api-keys"],
     )
     def post(self, request, key_id: int):

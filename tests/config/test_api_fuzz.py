@@ -1,18 +1,21 @@
-"""The whole REST API, fuzzed from its own OpenAPI schema as finance staff:
-no generated request, valid or not, gets a server error.
+"""The whole REST API, fuzzed from its own OpenAPI schema, as finance staff
+and as a tenant's API key: no generated request, valid or not, gets a
+server error, and every answer is one the schema describes (its status
+code listed, its content type and its body matching that response's
+schema), so a client generated from the schema can trust it.
 
 Schemathesis loads /api/schema/ from the WSGI app and runs its examples,
-coverage (boundary values) and fuzzing phases on every operation, with
-only the `not_a_server_error` check, against a database seeded with two
-tenants billing in two currencies, usage, allocated cost, finalized and
-draft invoices, and a margin report. Requests are committed for real (no
-test transaction), and nothing is queued: Celery's send is replaced, so a
-fuzzed run never reaches a broker or a worker.
+coverage (boundary values) and fuzzing phases on every operation against
+a database seeded with two tenants billing in two currencies, usage,
+allocated cost, finalized and draft invoices, and a margin report.
+Requests are committed for real (no test transaction), and nothing is
+queued: Celery's send is replaced, so a fuzzed run never reaches a broker
+or a worker.
 
 FUZZ_EXAMPLES sets the examples per operation in the fuzzing phase
-(default 6, about a minute and a half on 2 cores); the run prints how many
-cases it sent and every 5xx with the exception behind it. For a long run:
-`FUZZ_EXAMPLES=200 pytest tests/config/test_api_fuzz.py -s`."""
+(default 6, about a minute and a half per caller on 2 cores); the run
+prints how many cases it sent and every failure with the exception
+behind it. For a long run: `FUZZ_EXAMPLES=200 pytest tests/config/test_api_fuzz.py -s`."""
 
 from __future__ import annotations
 
@@ -75,15 +78,15 @@ def _seed():
 
 class _Recorder:
     """The WSGI app as the fuzzer sees it: signs every request in as the
-    finance user (session and CSRF cookies, no bearer key, whatever the
-    case generated),
-    counts requests, and keeps each 5xx with the exception Django logged
-    for it."""
+    caller under test (finance's session and CSRF cookies, or a tenant's
+    bearer key; never a credential the case generated), counts requests,
+    and keeps each 5xx with the exception Django logged for it."""
 
-    def __init__(self, app, *, session: str):
+    def __init__(self, app, *, session: str | None = None, key: str | None = None):
         self.app = app
         self.csrf = secrets.token_hex(16)
-        self.cookie = f"sessionid={session}; csrftoken={self.csrf}"
+        self.cookie = f"sessionid={session}; csrftoken={self.csrf}" if session else ""
+        self.key = key
         self.requests = 0
         self.statuses: Counter[int] = Counter()
         self.errors: list[str] = []
@@ -105,8 +108,12 @@ class _Recorder:
     def __call__(self, environ, start_response):
         self._local.exception = ""
         environ.pop("HTTP_AUTHORIZATION", None)  # a generated bearer key would win
-        environ["HTTP_COOKIE"] = self.cookie
-        environ["HTTP_X_CSRFTOKEN"] = self.csrf
+        environ.pop("HTTP_COOKIE", None)
+        if self.key:
+            environ["HTTP_AUTHORIZATION"] = f"Bearer {self.key}"
+        else:
+            environ["HTTP_COOKIE"] = self.cookie
+            environ["HTTP_X_CSRFTOKEN"] = self.csrf
         status = {}
 
         def start(line, headers, exc_info=None):
@@ -137,11 +144,43 @@ def no_broker(monkeypatch):
     monkeypatch.setattr(Task, "apply_async", lambda self, *a, **kw: AsyncResult("fuzz"))
 
 
-def test_no_operation_answers_a_server_error_to_finance(no_broker, monkeypatch):
-    _seed()
-    browser = Client()
-    browser.force_login(make_finance_user())
-    app = _Recorder(get_wsgi_application(), session=browser.cookies["sessionid"].value)
+CHECKS = (
+    "not_a_server_error",
+    "status_code_conformance",
+    "content_type_conformance",
+    "response_schema_conformance",
+)
+
+
+def _check_failures(recorder) -> list[str]:
+    """Each distinct check failure of a scenario, with the request that
+    caused it (a failure seen again in another case is said once)."""
+    found = {}
+    for case_id, checks in recorder.checks.items():
+        for check in checks:
+            if check.failure_info is None:
+                continue
+            case = recorder.cases[case_id].value
+            failure = check.failure_info.failure
+            key = (recorder.label, check.name, failure.title)
+            found.setdefault(
+                key,
+                f"{recorder.label} [{check.name}] {failure.title}: "
+                f"{failure.message[:400]} ({case.method} {case.formatted_path})",
+            )
+    return list(found.values())
+
+
+@pytest.mark.parametrize("caller", ["finance", "tenant"])
+def test_every_answer_is_the_schemas_and_none_a_server_error(caller, no_broker, monkeypatch):
+    world = _seed()
+    if caller == "finance":
+        browser = Client()
+        browser.force_login(make_finance_user())
+        app = _Recorder(get_wsgi_application(), session=browser.cookies["sessionid"].value)
+    else:
+        _, secret = make_key(world.a)
+        app = _Recorder(get_wsgi_application(), key=secret)
     # Thousands of 4xx are expected; 5xx are collected with their traceback.
     # (After get_wsgi_application: django.setup() configures logging afresh.)
     monkeypatch.setattr(logging.getLogger("django.request"), "disabled", True)
@@ -151,7 +190,7 @@ def test_no_operation_answers_a_server_error_to_finance(no_broker, monkeypatch):
             "seed": 20261123,
             "workers": 1,
             "continue-on-failure": True,
-            "checks": {"enabled": False, "not_a_server_error": {"enabled": True}},
+            "checks": {"enabled": False, **{check: {"enabled": True} for check in CHECKS}},
             "generation": {"max-examples": EXAMPLES, "mode": "all", "database": "none"},
             "phases": {
                 "stateful": {"enabled": False},
@@ -166,6 +205,8 @@ def test_no_operation_answers_a_server_error_to_finance(no_broker, monkeypatch):
         for event in from_schema(schema).execute():
             if isinstance(event, events.NonFatalError | events.FatalError):
                 failures.append(f"schemathesis: {getattr(event, 'value', event)}")
+            if isinstance(event, events.ScenarioFinished):
+                failures += _check_failures(event.recorder)
             if isinstance(event, events.EngineFinished):
                 failures += [str(f) for f in event.failures]
     finally:
@@ -174,9 +215,11 @@ def test_no_operation_answers_a_server_error_to_finance(no_broker, monkeypatch):
 
     operations = sum(1 for _ in schema.get_all_operations())
     print(
-        f"\nfuzzed {operations} operations as finance: {app.requests} requests, "
+        f"\nfuzzed {operations} operations as {caller}: {app.requests} requests, "
         f"statuses {dict(sorted(app.statuses.items()))}, {len(app.errors)} server errors"
     )
     assert app.requests > 100
     assert not app.errors, "\n\n".join(app.errors)
-    assert not failures, "\n".join(failures)
+    assert not failures, f"{len(set(failures))} kinds of failure:\n" + "\n".join(
+        sorted(set(failures))
+    )

@@ -19,6 +19,9 @@ class FakeUpstream:
         # Usage as a real replica would count it (one token per prompt
         # character, max_tokens generated) instead of a fixed 7 + 3.
         self.usage_as_asked = False
+        # Streams: one chunk per output token asked for (else 3), this far apart.
+        self.stream_as_asked = False
+        self.chunk_seconds = 0.01
         self.requests: list[dict] = []
         self.inflight = 0
         self.inflight_max = 0
@@ -110,16 +113,22 @@ class FakeUpstream:
             )
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        for n in range(1, 4):
+        chunks = usage["completion_tokens"] if self.stream_as_asked else 3
+        prompt_tokens = usage["prompt_tokens"] if self.stream_as_asked else 7
+        for n in range(1, chunks + 1):
             chunk = {
                 "id": "c",
                 "object": "chat.completion.chunk",
                 "model": body["model"],
                 "choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}],
-                "usage": {"prompt_tokens": 7, "completion_tokens": n, "total_tokens": 7 + n},
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": n,
+                    "total_tokens": prompt_tokens + n,
+                },
             }
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(self.chunk_seconds)
         if self.mode == "drop_midstream":
             request.transport.close()  # the replica dies after 3 tokens
             return response

@@ -105,10 +105,33 @@ def test_requests_and_tokens_per_minute_use_a_sliding_window(admission):
                 assert await admission.acquire(c, f"n{i}", 1) is None
             refused = await admission.acquire(c, "n6", 1)
             assert refused.limit == "requests_per_minute"
-            assert refused.retry_after == 30  # until the next minute starts
+            # Room again once enough of the previous minute has slid out:
+            # 8 * (1 - 37.5 / 60) + 6 + 1 = 10 at 37.5 s into the minute.
+            assert refused.retry_after == 8
             # tokens: 800 * 0.5 = 400 still counted
             assert (await admission.acquire(t, "big", 601)).limit == "tokens_per_minute"
             assert await admission.acquire(t, "fits", 600) is None
+
+    run(admission, scenario)
+
+
+def test_retry_after_runs_into_the_next_minute_when_this_one_is_full(admission):
+    """4 requests 10 s into a minute fill a limit of 4: the next fits when
+    this minute weighs 3 in the window, 15 s into the next (65 s on); asked
+    then, it is admitted."""
+    c = caller(requests_per_minute=4)
+    minute = 1_800_000_000 - (1_800_000_000 % 60)
+
+    async def scenario(admission):
+        with mock.patch("gateway.admission.time.time", return_value=minute + 10):
+            for i in range(4):
+                assert await admission.acquire(c, f"p{i}", 1) is None
+            refused = await admission.acquire(c, "p4", 1)
+            assert (refused.limit, refused.retry_after) == ("requests_per_minute", 65)
+        with mock.patch("gateway.admission.time.time", return_value=minute + 74):
+            assert (await admission.acquire(c, "early", 1)).limit == "requests_per_minute"
+        with mock.patch("gateway.admission.time.time", return_value=minute + 75):
+            assert await admission.acquire(c, "on-time", 1) is None
 
     run(admission, scenario)
 
@@ -145,5 +168,21 @@ def test_release_wait_wakes_on_a_release_and_misses_none(admission):
         started = loop.time()
         await admission.release_wait(c.tenant_id, since, 5)
         assert loop.time() - started < 0.01
+
+    run(admission, scenario)
+
+
+def test_retry_after_is_the_longest_wait_of_the_limits_a_request_is_over(admission):
+    """Over both per-minute limits 10 s into a minute: room for one more
+    request in 80 s, for 900 more tokens only in 104 s; told the later."""
+    c = caller(requests_per_minute=2, tokens_per_minute=1000)
+    minute = 1_800_000_000 - (1_800_000_000 % 60)
+
+    async def scenario(admission):
+        with mock.patch("gateway.admission.time.time", return_value=minute + 10):
+            assert await admission.acquire(c, "a", 500) is None
+            assert await admission.acquire(c, "b", 500) is None
+            refused = await admission.acquire(c, "c", 900)
+            assert (refused.limit, refused.retry_after) == ("tokens_per_minute", 104)
 
     run(admission, scenario)

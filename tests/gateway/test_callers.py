@@ -70,3 +70,137 @@ def test_concurrent_requests_share_one_lookup_and_the_entry_expires():
         cache = asyncio.run(scenario())
     assert len(loads) == 2  # 50 concurrent requests, then once more after the TTL
     assert set(cache.used_at) == {9}
+
+
+def caller_of(tenant_id: int, key_id: int) -> Caller:
+    return Caller(
+        tenant_id=tenant_id,
+        tenant_slug="t",
+        api_key_id=key_id,
+        priority=50,
+        cache_salt="s",
+        limits=Limits(None, None, None, None),
+    )
+
+
+def test_a_busy_key_is_reloaded_in_the_background_while_its_entry_serves():
+    """Past half its TTL an entry is reloaded without making a request
+    wait on the database; past its TTL a request waits."""
+    import threading
+    import time
+
+    versions = iter(range(1, 100))
+    slow = threading.Event()
+
+    def load(raw):
+        if slow.is_set():
+            time.sleep(0.3)  # a slow database
+        return caller_of(1, next(versions))
+
+    async def scenario():
+        cache = CallerCache(ttl_seconds=1.0)
+        assert (await cache.get("glk_k")).api_key_id == 1
+        slow.set()
+        await asyncio.sleep(0.6)  # past half the TTL
+        started = time.monotonic()
+        assert (await cache.get("glk_k")).api_key_id == 1  # served at once ...
+        assert time.monotonic() - started < 0.1
+        await asyncio.sleep(0.45)  # ... while version 2 loads
+        assert (await cache.get("glk_k")).api_key_id == 2
+        await asyncio.sleep(1.1)  # past the TTL: this request waits
+        started = time.monotonic()
+        assert (await cache.get("glk_k")).api_key_id == 3
+        assert time.monotonic() - started >= 0.3
+
+    with mock.patch("gateway.callers.caller_load", load):
+        asyncio.run(scenario())
+
+
+def test_an_entry_read_before_its_tenant_changed_is_used_once_not_kept():
+    import threading
+
+    loading = threading.Event()
+    go_on = threading.Event()
+    versions = iter(range(1, 100))
+
+    def load(raw):
+        loading.set()
+        go_on.wait(5)
+        return caller_of(7 if raw == "glk_a" else 8, next(versions))
+
+    async def scenario():
+        cache = CallerCache(ttl_seconds=60)
+        first = asyncio.ensure_future(cache.get("glk_a"))
+        await asyncio.to_thread(loading.wait, 5)
+        cache.forget(8)  # another tenant: no matter
+        cache.forget(7)  # the change happens while its old terms are read
+        go_on.set()
+        assert (await first).api_key_id == 1
+        assert (await cache.get("glk_a")).api_key_id == 2  # read again, then kept
+        assert (await cache.get("glk_a")).api_key_id == 2
+
+    with mock.patch("gateway.callers.caller_load", load):
+        asyncio.run(scenario())
+
+
+def test_terms_are_not_kept_past_the_end_of_their_period():
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing.pricing.spend_terms import SpendTerms
+    from gateway.callers import TermsCache
+
+    now = timezone.now()
+    terms = SpendTerms(
+        tenant_id=1,
+        period_start=now - timedelta(days=29),
+        period_end=now + timedelta(seconds=2),
+        currency="EUR",
+        accounts=(),
+        cards={},
+        volume={},
+        discount_percent=Decimal(0),
+    )
+    cache = TermsCache(ttl_seconds=60)
+    assert 1 < cache.expires_in(terms) <= 2
+    assert cache.expires_in(None) == 60  # no terms: the TTL
+
+
+def test_a_database_that_cannot_be_read_is_a_503_to_retry_and_is_not_kept():
+    """Not a bare 500 and not a cached refusal: the client is told to come
+    back in a second, and the next request reads the database again."""
+    from django.db import OperationalError
+
+    cache = CallerCache(ttl_seconds=60)
+    loads = []
+
+    def load(raw):
+        loads.append(raw)
+        if len(loads) == 1:
+            raise OperationalError("connection refused")
+        return Caller(
+            tenant_id=1,
+            tenant_slug="a",
+            api_key_id=2,
+            priority=50,
+            cache_salt="s",
+            limits=Limits(None, None, None, None),
+        )
+
+    async def scenario():
+        with pytest.raises(CallerRefused) as down:
+            await cache.get("glk_a")
+        refused = down.value.refused
+        assert (refused.status, refused.code, refused.retry_after) == (
+            503,
+            "database_unavailable",
+            1,
+        )
+        assert refused.headers() == [(b"retry-after", b"1")]
+        assert (await cache.get("glk_a")).api_key_id == 2  # read again at once
+
+    with mock.patch("gateway.callers.caller_load", load):
+        asyncio.run(scenario())
+    assert loads == ["glk_a", "glk_a"]

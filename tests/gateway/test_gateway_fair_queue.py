@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
 import httpx
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -33,7 +34,13 @@ def fake():
 
 
 def post(
-    gateway: str, secret: str, text: str = "hello", *, timeout: float = 30, max_tokens: int = 5
+    gateway: str,
+    secret: str,
+    text: str = "hello",
+    *,
+    timeout: float = 30,
+    max_tokens: int = 5,
+    stream: bool = False,
 ) -> httpx.Response:
     with httpx.Client(timeout=timeout) as http:
         return http.post(
@@ -43,6 +50,7 @@ def post(
                 "model": MODEL_NAME,
                 "messages": [{"role": "user", "content": text}],
                 "max_tokens": max_tokens,
+                "stream": stream,
             },
         )
 
@@ -247,6 +255,57 @@ def test_a_request_that_can_never_fit_the_token_budget_is_400_at_once(fleet, fak
     error = refused.json()["error"]
     assert (error["code"], error["param"]) == ("max_inflight_tokens", "max_tokens")
     assert post(fleet.gateway, fleet.secrets["small"], max_tokens=50).status_code == 200
+
+
+@pytest.mark.parametrize("fair_queuing", ["true", "false"])
+def test_what_no_wait_can_admit_is_400_and_the_openai_client_does_not_retry_it(
+    fleet, fake, fair_queuing
+):
+    """More than the tenant's whole in-flight budget or tokens-per-minute
+    limit, or max_tokens that fill the model's context: 400 naming the
+    field, with or without fair queuing, so the official client (which
+    retries 429s by itself) asks once."""
+    tenant = fleet.add_tenant("small", max_inflight_tokens=100)
+    minute = fleet.add_tenant("per-minute", tokens_per_minute=200)
+    fleet.add_replica("fake", fake.base_url, "shared")
+    proc, url = start_gateway(env={"GATEWAY_FAIR_QUEUING": fair_queuing})
+    try:
+        wait_for_fleet(url, replicas=1)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=fleet.secrets["small"], max_retries=2)
+        ask = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}]}
+        with pytest.raises(openai.BadRequestError) as budget:
+            client.chat.completions.create(**ask, max_tokens=500)
+        assert (budget.value.body["code"], budget.value.body["param"]) == (
+            "max_inflight_tokens",
+            "max_tokens",
+        )
+        assert "over the tenant's limit of 100" in budget.value.body["message"]
+        with pytest.raises(openai.BadRequestError) as context:
+            client.chat.completions.create(**ask, max_completion_tokens=10_000_000)
+        assert context.value.body["param"] == "max_completion_tokens"
+        assert "context window of 2,048 tokens" in context.value.body["message"]
+        ok = client.chat.completions.with_raw_response.create(**ask, max_tokens=50)
+        assert ok.parse().usage.completion_tokens == 3
+        per_minute = openai.OpenAI(
+            base_url=f"{url}/v1", api_key=fleet.secrets["per-minute"], max_retries=2
+        )
+        with pytest.raises(openai.BadRequestError) as rate:
+            per_minute.chat.completions.create(**ask, max_completion_tokens=250)
+        assert (rate.value.body["code"], rate.value.body["param"]) == (
+            "tokens_per_minute",
+            "max_completion_tokens",
+        )
+        assert "over the tenant's limit of 200" in rate.value.body["message"]
+        refused = [budget.value.response, context.value.response, rate.value.response]
+        ids = [r.headers["x-request-id"] for r in refused]
+        records = wait_for_records([*ids, ok.headers["x-request-id"]])
+        assert [records[i].http_status for i in ids] == [400, 400, 400]
+        # Asked once each: no retry reached the gateway, nothing reached vLLM.
+        assert UsageEvent.objects.filter(tenant=tenant).count() == 3
+        assert UsageEvent.objects.filter(tenant=minute).count() == 1
+        assert len(fake.requests) == 1
+    finally:
+        stop_gateway(proc)
 
 
 def test_a_client_that_leaves_while_queued_is_not_sent_and_not_billed(fleet, fake):

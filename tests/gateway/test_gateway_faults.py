@@ -15,7 +15,13 @@ from metering.models import UsageEvent
 from serving.choices import PoolKind
 from serving.models import LoraAdapter
 from serving.tiny_model import MODEL_NAME
-from tests.fleet import start_gateway, stop_gateway, wait_for_fleet, wait_for_records
+from tests.fleet import (
+    start_gateway,
+    stop_gateway,
+    wait_for_fleet,
+    wait_for_records,
+    wait_for_records_written,
+)
 from tests.gateway.fake_upstream import FakeUpstream
 
 pytestmark = [pytest.mark.slow]
@@ -120,18 +126,26 @@ def test_a_silent_replica_is_retried_once_on_another(fleet, fake, vllm):
         stop_gateway(proc)
 
 
-def test_no_replica_left_is_a_clean_503(fleet, fake):
+def test_no_replica_left_is_a_clean_503_that_says_when_to_retry(fleet, fake):
     fake.mode = "error500"
-    fleet.add_tenant("a")
+    tenant = fleet.add_tenant("a")
     fleet.add_replica("fake", fake.base_url, "shared")
     fleet.ready()
+    client = openai.OpenAI(
+        base_url=f"{fleet.gateway}/v1", api_key=fleet.secrets["a"], max_retries=1
+    )
     with pytest.raises(openai.InternalServerError) as failed:
-        fleet.client("a").chat.completions.create(model=MODEL_NAME, messages=HELLO)
+        client.chat.completions.create(model=MODEL_NAME, messages=HELLO)
     assert failed.value.status_code == 503
     assert failed.value.body["code"] == "no_replica"
+    assert failed.value.response.headers["retry-after"] == "1"  # the fleet is read again by then
     request_id = failed.value.response.headers["x-request-id"]
     record = wait_for_records([request_id])[request_id]
     assert (record.status, record.http_status) == ("error", 503)
+    # The client waited as told and asked once more, and was refused again.
+    wait_for_records_written(fleet.gateway)
+    statuses = UsageEvent.objects.filter(tenant=tenant).values_list("http_status", flat=True)
+    assert list(statuses) == [503, 503]
 
 
 def test_a_replica_dying_mid_stream_ends_cleanly_and_keeps_partial_usage(fleet, fake):

@@ -13,9 +13,10 @@ import pytest
 
 from billing.models import ModelPrice, PriceBook
 from billing.pricing.rating import RateCard
-from billing.pricing.spend_terms import SpendTerms
-from gateway.queueing import Refused
-from gateway.spend import LocalSpend, SpendGuard
+from billing.pricing.spend_terms import SpendAccount, SpendTerms
+from core.spend_accounts import LocalSpend
+from gateway.errors import Refused
+from gateway.spend import SpendGuard
 from serving.models import ServedModel
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import wait_for_records
@@ -73,8 +74,9 @@ def test_a_tenant_with_a_budget_may_not_use_an_unpriced_model():
         period_start=datetime(2026, 11, 1, tzinfo=UTC),
         period_end=datetime(2026, 12, 1, tzinfo=UTC),
         currency="EUR",
-        limit=D(5),
-        spent=D(0),
+        accounts=(
+            SpendAccount("budget", "t1:budget:x", datetime(2026, 11, 1, tzinfo=UTC), D(5), D(0)),
+        ),
         cards={
             "priced": RateCard(
                 steps={"input": ((0, D(1)),), "cached_input": ((0, D(1)),), "output": ((0, D(2)),)}
@@ -100,3 +102,107 @@ def test_a_tenant_with_a_budget_may_not_use_an_unpriced_model():
     assert "`unpriced`" in refused.message
     held = asyncio.run(reserve("priced"))
     assert not isinstance(held, Refused)
+
+
+@pytest.mark.parametrize(
+    ("output_field", "param", "advice"),
+    [
+        ("max_tokens", "max_tokens", "lower max_tokens, or raise the budget"),
+        ("max_output_tokens", "max_output_tokens", "lower max_output_tokens, or raise"),
+        (None, "input", "send less input, or raise the budget"),  # an embedding
+    ],
+)
+def test_a_402_names_the_field_that_bounds_the_requests_cost(output_field, param, advice):
+    since = datetime(2026, 11, 1, tzinfo=UTC)
+    terms = SpendTerms(
+        tenant_id=1,
+        period_start=since,
+        period_end=datetime(2026, 12, 1, tzinfo=UTC),
+        currency="EUR",
+        accounts=(SpendAccount("budget", "t1:budget:y", since, D("0.00001"), D(0)),),
+        cards={"m": RateCard(steps={k: ((0, D(1)),) for k in ("input", "cached_input", "output")})},
+        volume={},
+    )
+    guard = SpendGuard(LocalSpend(), lease_seconds=60)
+    refused = asyncio.run(
+        guard.reserve(
+            terms,
+            model="m",
+            request_id="r",
+            prompt_tokens_max=100,
+            output_tokens_max=0 if output_field is None else 100,
+            choices=1,
+            output_field=output_field,
+        )
+    )
+    assert isinstance(refused, Refused)
+    assert (refused.status, refused.code, refused.param) == (402, "budget_exceeded", param)
+    assert advice in refused.message
+
+
+class GoneAfterFirst(LocalSpend):
+    """Spend accounts that become unreachable after the first reservation."""
+
+    async def reserve(self, *args, **kwargs):
+        if getattr(self, "reached", False):
+            raise ConnectionError("Redis is gone")
+        self.reached = True
+        return await super().reserve(*args, **kwargs)
+
+
+def gpu_terms(limit: str) -> SpendTerms:
+    card = RateCard(
+        steps={"input": ((0, D(0)),), "cached_input": ((0, D(0)),), "output": ((0, D(0)),)},
+        per_gpu_second=D("0.01"),
+    )
+    since = datetime(2026, 11, 1, tzinfo=UTC)
+    return SpendTerms(
+        tenant_id=1,
+        period_start=since,
+        period_end=datetime(2026, 12, 1, tzinfo=UTC),
+        currency="EUR",
+        accounts=(SpendAccount("budget", "t1:budget:gpu", since, D(limit), D(0)),),
+        cards={"m": card},
+        volume={},
+    )
+
+
+@pytest.mark.parametrize(
+    ("store", "limit", "stopped"),
+    [
+        (LocalSpend, "1", None),  # renewed: runs on
+        (LocalSpend, "0.005", (402, "budget_exceeded")),  # one grant fits, two do not
+        (GoneAfterFirst, "1", (503, "spend_unavailable")),  # cannot renew: fails closed
+    ],
+)
+def test_a_running_requests_gpu_grant_is_renewed_or_the_request_stopped(store, limit, stopped):
+    """Grants of 0.2 s of a two-GPU replica at 0.01 a GPU-second (0.004
+    each), renewed 0.1 s before they run out; stopped 0.05 s before the
+    last runs out when a renewal does not fit or cannot be asked."""
+    guard = SpendGuard(store(), lease_seconds=60, grant_seconds=0.2)
+
+    async def scenario():
+        hold = await guard.reserve(
+            gpu_terms(limit),
+            model="m",
+            request_id="r",
+            prompt_tokens_max=1,
+            output_tokens_max=1,
+            choices=1,
+            gpus=2,
+        )
+        assert hold.gpu.granted == pytest.approx(0.4)
+        async with guard.running(hold, tenant_id=1, replica_id=7, gpus=2) as cut:
+            for _ in range(60):  # 0.6 s, unless it is stopped
+                await asyncio.sleep(0.01)
+                if cut.fired:
+                    break
+        return hold, cut
+
+    hold, cut = asyncio.run(scenario())
+    if stopped is None:
+        assert not cut.fired and hold.gpu.granted >= 1.2 - 1e-9  # 0.6 s of 2 GPUs, held ahead
+        return
+    assert (cut.refused.status, cut.refused.code) == stopped
+    assert "stopped after the 0.4 GPU-seconds it held" in cut.refused.message
+    assert 0.28 < hold.gpu.share < 0.4  # stopped before its grant ran out

@@ -10,7 +10,8 @@ import json
 import aiohttp
 import pytest
 
-from gateway.proxy import UpstreamCall, UpstreamTimeouts, call_stream
+from gateway.errors import Refused
+from gateway.proxy import Cut, UpstreamCall, UpstreamTimeouts, call_stream
 from tests.gateway.fake_upstream import FakeUpstream
 
 
@@ -21,9 +22,14 @@ def fake():
     upstream.stop()
 
 
-def relay(fake: FakeUpstream) -> tuple[list[int], list[dict], object]:
+def relay(fake: FakeUpstream, *, cut: Cut | None = None) -> tuple[list[int], list[dict], object]:
     seen: list[int] = []
     sent: list[dict] = []
+
+    def on_output(tokens: int) -> None:
+        seen.append(tokens)
+        if cut is not None and not cut.fired:
+            cut.fire(Refused(402, "insufficient_credit", "no credit left"))
 
     async def send(message: dict) -> None:
         sent.append(message)
@@ -45,7 +51,8 @@ def relay(fake: FakeUpstream) -> tuple[list[int], list[dict], object]:
                 timeouts=UpstreamTimeouts(connect=2, first_byte=10, read=10),
                 send=send,
                 extra_headers=[],
-                on_output=seen.append,
+                on_output=on_output,
+                cut=cut,
             )
             return await call_stream(
                 call,
@@ -70,3 +77,54 @@ def test_a_stream_cut_mid_way_has_reported_what_was_generated(fake):
     seen, _, outcome = relay(fake)
     assert outcome.status == "error"
     assert seen == [1, 2, 3]
+
+
+def test_a_cut_request_ends_for_the_ledger_when_it_was_cut(fake):
+    """Its GPU time ends when the gateway closed its upstream, not when the
+    relay got round to finishing the client's answer."""
+    fake.chunk_seconds = 0.2
+    cut = Cut()
+    seen, sent, outcome = relay(fake, cut=cut)
+    assert seen == [1]  # cut at its first token: nothing more was read
+    assert (outcome.status, outcome.http_status) == ("aborted", 402)
+    assert outcome.upstream_ended_at == cut.fired_at
+    assert outcome.first_token_at <= outcome.upstream_ended_at
+    assert b"insufficient_credit" in sent[-2]["body"]
+
+
+def test_a_finished_request_ends_when_its_last_chunk_was_read(fake):
+    _, _, outcome = relay(fake)
+    assert outcome.status == "ok"
+    assert outcome.first_token_at <= outcome.upstream_ended_at
+
+
+def test_an_aborted_response_whose_prompt_the_replica_cannot_count_bills_the_estimate():
+    """A Responses API stream that ends before its usage: the prompt is
+    counted by the replica's /tokenize, and when that does not answer (here
+    nothing listens), by the gateway's own estimate, said on the record:
+    never billed as no prompt at all."""
+    from django.utils import timezone
+
+    from core.processes import free_port
+    from gateway.proxy import Outcome, prompt_counted
+
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            call = UpstreamCall(
+                session=session,
+                url=f"http://127.0.0.1:{free_port()}/v1/responses",
+                body=json.dumps({"model": "m", "input": "hello there"}).encode(),
+                request_id="r",
+                timeouts=UpstreamTimeouts(connect=1, first_byte=1, read=1),
+                send=None,
+                extra_headers=[],
+                kind="responses",
+                prompt_tokens_estimate=42,
+            )
+            aborted = Outcome(499, "aborted", timezone.now(), usage={"completion_tokens": 7})
+            aborted.prompt_uncounted = call
+            return await prompt_counted(aborted)
+
+    outcome = asyncio.run(go())
+    assert outcome.usage == {"completion_tokens": 7, "prompt_tokens": 42}
+    assert "estimated by the gateway" in outcome.error

@@ -1,4 +1,4 @@
-"""GET /api/v1/usage and /api/v1/usage/focus: read from rollups, a tenant
+"""GET /api/v1/usage: read from rollups, a tenant
 sees only its own rows, finance sees all, pages by cursor, CSV streamed,
 bad parameters named."""
 
@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from datetime import timedelta
 from decimal import Decimal
 
-import pandas as pd
 import pytest
 
 from metering.choices import EventSource
-from metering.focus import FOCUS_COLUMNS
 from metering.jobs import metering_run
 from metering.ledger import usage_record_batch
 from tenants.choices import Scope
@@ -22,7 +19,7 @@ from tests.conftest import client_for_key, client_for_user
 from tests.factories import make_finance_user, make_key
 from tests.metering.conftest import T0
 
-URL, FOCUS = "/api/v1/usage", "/api/v1/usage/focus"
+URL = "/api/v1/usage"
 RANGE = {"start": "2026-10-05", "end": "2026-10-06"}
 
 
@@ -108,28 +105,6 @@ def test_csv_streams_the_tenants_rows_only(usage):
     assert [(r["tenant"], r["completion_tokens"]) for r in rows] == [(usage.b.slug, "3")]
 
 
-def test_focus_export(usage):
-    response = client_of(usage.a).get(FOCUS, RANGE)
-    assert response.status_code == 200
-    rows = read_csv(response)
-    assert {r["SubAccountId"] for r in rows} == {usage.a.slug}
-    by_sku = {r["SkuId"]: r for r in rows}
-    assert by_sku["tiny-llama:input"]["ConsumedQuantity"] == "55"
-    assert by_sku["tiny-llama:cached-input"]["ConsumedQuantity"] == "5"
-    assert by_sku["tiny-llama:output"]["ConsumedQuantity"] == "30"
-    gpu = by_sku["tiny-llama:gpu-seconds"]
-    assert (gpu["ConsumedQuantity"], gpu["ConsumedUnit"]) == ("2.700000000", "GPU-Seconds")
-    assert (gpu["ChargePeriodStart"], gpu["ChargePeriodEnd"]) == (
-        "2026-10-05T00:00:00Z",
-        "2026-10-06T00:00:00Z",
-    )
-    assert gpu["ResourceId"] == usage.replica.name and gpu["BillingCurrency"] == "USD"
-    parquet = client_of(usage.a).get(FOCUS, {**RANGE, "format": "parquet"})
-    assert parquet.status_code == 200
-    table = pd.read_parquet(io.BytesIO(parquet.content))
-    assert list(table.columns) == list(FOCUS_COLUMNS) and len(table) == len(rows)
-
-
 @pytest.mark.parametrize(
     ("params", "field"),
     [
@@ -182,25 +157,3 @@ def test_usage_csv_has_the_gateway_queue_columns(usage):
     ]
     (b_row,) = read_csv(client_of(usage.b).get(URL, {**RANGE, "format": "csv"}))
     assert [b_row[k] for k in GATEWAY_QUEUE] == ["7.500", "7.500", "1", "1"]
-
-
-def test_focus_tags_carry_the_gateway_queue_time_where_recorded(usage):
-    def tags(tenant, params) -> set[str]:
-        rows = read_csv(client_of(tenant).get(FOCUS, params))
-        return {r["Tags"] for r in rows}
-
-    (day,) = tags(usage.a, RANGE)  # every charge kind of the one row: the same tags
-    assert json.loads(day) == {
-        "gateway_queue_ms_mean": "20.000",
-        "gateway_queue_ms_sum": "40.000",
-        "gateway_queue_requests": 2,
-        "gateway_queued_requests": 1,
-        "pool": usage.pool.name,
-        "pool_kind": "shared",
-        "priority": 0,
-    }
-    by_hour = [json.loads(t) for t in tags(usage.a, {**RANGE, "group_by": "hour"})]
-    untimed = next(t for t in by_hour if "gateway_queue_ms_sum" not in t)  # 14:00, a3
-    assert set(untimed) == {"pool", "pool_kind", "priority"}
-    (b_day,) = tags(usage.b, RANGE)
-    assert json.loads(b_day)["gateway_queue_ms_sum"] == "7.500"

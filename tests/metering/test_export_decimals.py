@@ -1,4 +1,4 @@
-"""Usage exports (JSON, CSV, FOCUS CSV) write device-seconds in plain
+"""Usage exports (JSON, CSV) write device-seconds in plain
 fixed-point: a zero is "0.000000000" and 150 nano-seconds "0.000000150",
 never "0E-9" or "1.50E-7"."""
 
@@ -50,19 +50,4 @@ def test_usage_json_and_csv_write_zero_and_tiny_device_seconds_in_fixed_point(le
     expected = {ledger.a.slug: "0.000000000", ledger.b.slug: "0.000000150"}
     assert {r["tenant"]: r["device_seconds"] for r in rows} == expected
     assert {r["tenant"]: r["device_seconds"] for r in csv_rows} == expected
-    assert not SCIENTIFIC.search(body), body
-
-
-def test_focus_csv_writes_tiny_gpu_seconds_in_fixed_point(ledger):
-    _rollups(ledger)
-    finance = client_for_user(make_finance_user())
-
-    body, rows = _csv(finance.get("/api/v1/usage/focus", RANGE))
-
-    gpu = [r for r in rows if r["ConsumedUnit"] == "GPU-Seconds"]
-    assert [(r["SubAccountId"], r["ConsumedQuantity"], r["BillingCurrency"]) for r in gpu] == [
-        (ledger.b.slug, "0.000000150", "EUR")
-    ]
-    tokens = [r for r in rows if r["SubAccountId"] == ledger.a.slug]
-    assert [(r["ConsumedQuantity"], r["BillingCurrency"]) for r in tokens] == [("10", "USD")]
     assert not SCIENTIFIC.search(body), body

@@ -11,7 +11,7 @@ from decimal import Decimal
 import pytest
 
 from billing import tasks
-from billing.models import CreditGrant, CreditNote, Invoice
+from billing.models import CreditGrant, CreditNote, Invoice, Plan, Subscription
 from tests.billing.conftest import NOV, OCT
 from tests.conftest import client_for_key, client_for_user
 from tests.factories import make_finance_user, make_key, make_member
@@ -49,6 +49,13 @@ def test_finance_sees_every_tenant_and_moves_invoices_on(finance, world, issued)
     assert [r["tenant"] for r in finance.get(INVOICES, {"tenant": world.b.slug}).json()] == [
         world.b.slug
     ]
+
+    # An empty filter is not "no filter": it would list every tenant's invoices.
+    empty = finance.get(f"{INVOICES}?tenant=")
+    assert empty.status_code == 400
+    assert empty.json()["error"]["field"] == "tenant"
+    assert "must not be empty" in empty.json()["error"]["message"]
+    assert finance.get(f"{INVOICES}?status=&tenant={world.b.slug}").status_code == 400
 
     draft = issued["draft"]  # November: the period has not ended, so finalized early
     finalized = finance.post(
@@ -173,3 +180,22 @@ def test_the_invoice_list_is_paged(client, world, issued, monkeypatch):
     assert seen == {issued[world.a.slug].pk, issued[world.b.slug].pk, issued["draft"].pk}
     assert "page 1 of 2 (3 invoices)" in first.content.decode()
     assert client.get("/invoices/", {"page": "x"}).status_code == 200  # the first page
+
+
+def test_where_a_tenant_stands_is_its_own_and_only_finance_grants_credit(world, settings):
+    settings.REDIS_URL = ""  # no shared counters: the ledger's figures
+    plan = Plan.objects.create(name="Prepaid", prepaid=True)
+    for tenant, credit in ((world.a, "12.5"), (world.b, "99")):
+        Subscription.objects.create(tenant=tenant, plan=plan, start=OCT)
+        CreditGrant.objects.create(tenant=tenant, amount=Decimal(credit), granted_at=OCT)
+    _, secret = make_key(world.a, scopes=["billing:read"])
+    alpha = client_for_key(secret)
+
+    (standing,) = alpha.get("/api/v1/spend").json()
+    assert (standing["kind"], Decimal(standing["limit"])) == ("prepaid", Decimal("12.5"))
+    assert alpha.get(f"/api/v1/spend?tenant={world.b.slug}").status_code == 404
+    granted = alpha.post(
+        "/api/v1/credit-grants", {"tenant": world.a.slug, "amount": "5"}, format="json"
+    )
+    assert granted.status_code == 403
+    assert CreditGrant.objects.filter(tenant=world.a).count() == 1

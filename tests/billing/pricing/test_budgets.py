@@ -129,8 +129,7 @@ def test_the_gateway_holds_the_hard_budget_per_request(fleet, vllm, settings):
     import openai
 
     from billing.models import ModelPrice, PriceBook
-    from metering.jobs import metering_run
-    from tests.fleet import wait_for_records_written
+    from tests.fleet import metering_run_all, wait_for_records_written
 
     settings.METERING = {**settings.METERING, "ATTRIBUTION_GRACE_SECONDS": 0}
     tenant = fleet.add_tenant("spender")
@@ -166,7 +165,7 @@ def test_the_gateway_holds_the_hard_budget_per_request(fleet, vllm, settings):
     assert "0.002 USD left of 0.05" in refused.value.message
     assert "may cost up to 0.016 USD" in refused.value.message
     wait_for_records_written(fleet.gateway)
-    metering_run(now=datetime.now(UTC) + timedelta(hours=1))
+    metering_run_all()
 
     check = budget_check(tenant=tenant)
 

@@ -3,8 +3,10 @@ carried and unallocated, utilization by pool; finance staff only."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from decimal import Decimal
+from html import unescape
 
 from django.test import Client
 from django.utils import timezone
@@ -12,6 +14,7 @@ from django.utils import timezone
 from billing.costs.runs import allocation_run_create
 from metering.models import UsageRollup
 from tests.factories import PASSWORD, make_finance_user, make_member
+from tests.focus import focus_problems, read_focus_csv
 
 
 def _client(user) -> Client:
@@ -100,3 +103,20 @@ def test_finance_drills_into_a_model(world, client):
     assert client.get("/finance/models/no-such-model/").status_code == 404
     overview = client.get("/finance/").content.decode()
     assert f'href="/finance/models/{world.model.name}/"' in overview
+
+
+def test_the_fleet_cost_export_link_downloads_the_weeks_gpu_cost(world):
+    world.replica("r1", world.pool("shared-eu"), [world.gpu("g1")])
+    finance = _client(make_finance_user())
+    html = finance.get("/costs/").content.decode()
+    href = re.search(r'href="([^"]+)" data-testid="export-focus-fleet"', html)[1]
+
+    response = finance.get(unescape(href))
+
+    assert response.status_code == 200, response.content
+    rows = read_focus_csv(b"".join(response.streaming_content))
+    assert set(rows["ResourceName"]) == {"g1"}
+    assert set(rows["Tags"]) == {'{"pool": "shared-eu", "pool_kind": "shared"}'}
+    # The page's week: 168 hours of one GPU at $1 an hour (no other rate).
+    assert rows["BilledCost"].sum() == Decimal(168)
+    assert not focus_problems(rows)

@@ -68,3 +68,47 @@ def test_finance_without_a_tenant_and_anonymous_callers_are_refused(client, worl
     assert client.get("/usage/").status_code == 302  # to the login page
     client.force_login(make_finance_user())
     assert client.get("/usage/").status_code == 403
+
+
+def test_a_prepaid_member_sees_the_balance_and_what_requests_in_flight_hold(
+    client, world_a, settings
+):
+    """What the gateway holds the tenant to, read from the counters the
+    gateways share: credit 5, 1.25 spent, 0.5 reserved by a request in flight."""
+    import asyncio
+    import uuid
+
+    from billing.models import CreditGrant, Plan, Subscription
+    from billing.pricing.spend_terms import spend_terms
+    from core.spend_accounts import Limit, RedisSpend
+    from tests.services import redis_url, require
+
+    url = redis_url()
+    require(url is not None, "no Redis for the gateways' shared counters")
+    settings.REDIS_URL = url
+    settings.GATEWAY = {**settings.GATEWAY, "REDIS_PREFIX": f"test-{uuid.uuid4().hex}"}
+    tenant = world_a.tenant
+    start = timezone.now() - timedelta(days=2)
+    Subscription.objects.create(
+        tenant=tenant, plan=Plan.objects.create(name="Prepaid", prepaid=True), start=start
+    )
+    CreditGrant.objects.create(tenant=tenant, amount=Decimal("5"), granted_at=start)
+    (account,) = spend_terms(tenant=tenant, now=timezone.now()).accounts
+
+    async def gateway_holds():
+        store = RedisSpend(url, prefix=settings.GATEWAY["REDIS_PREFIX"])
+        limit = [Limit(account.key, account.limit, Decimal("1.25"))]
+        await store.reserve(limit, "in-flight", Decimal("0.5"), ttl=60)
+        await store.close()
+
+    asyncio.run(gateway_holds())
+    client.force_login(world_a.viewer.user)
+
+    html = client.get("/usage/").content.decode()
+
+    row = html.split('data-testid="standing-prepaid"')[1].split("</tr>")[0]
+    assert "Prepaid balance" in row
+    cells = [c.split(">", 1)[1].split("<")[0] for c in row.split('<td class="num"')[1:]]
+    assert cells[:3] == ["5.0000 USD", "1.2500", "0.5000"]
+    assert "3.2500 USD" in row  # left: 5 - 1.25 - 0.5
+    assert "Figures are the gateway's own" in html

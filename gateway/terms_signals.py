@@ -1,0 +1,40 @@
+"""Every save or delete of a row that changes what the gateway holds a
+request to tells the gateways at once (core.changes), whichever process
+made it: the admin, the API, a Celery task, a shell. Bulk updates send no
+signal; the services that make them call core.changes themselves."""
+
+from __future__ import annotations
+
+from django.db.models.signals import post_delete, post_save
+
+from core.changes import terms_changed
+
+# Model label -> how to find the tenant of a row (None: every tenant).
+_TENANT_OF = {
+    "tenants.Tenant": lambda row: row.pk,
+    "tenants.TenantPolicy": lambda row: row.tenant_id,
+    "tenants.ApiKey": lambda row: row.tenant_id,
+    "billing.Subscription": lambda row: row.tenant_id,
+    "billing.CreditGrant": lambda row: row.tenant_id,
+    "billing.CreditApplication": lambda row: row.grant.tenant_id,
+    "billing.Invoice": lambda row: row.tenant_id,
+    "billing.Plan": lambda row: None,
+    "billing.PriceBook": lambda row: None,
+    "billing.ModelPrice": lambda row: None,
+    "billing.VolumeTier": lambda row: None,
+}
+
+
+def _changed(sender, instance, **kwargs) -> None:
+    if kwargs.get("raw"):
+        return  # loading fixtures
+    terms_changed(_TENANT_OF[sender._meta.label](instance))
+
+
+def connect() -> None:
+    from django.apps import apps
+
+    for label in _TENANT_OF:
+        model = apps.get_model(label)
+        post_save.connect(_changed, sender=model, dispatch_uid=f"terms-{label}")
+        post_delete.connect(_changed, sender=model, dispatch_uid=f"terms-{label}-delete")

@@ -1,0 +1,133 @@
+"""A plain (non-streaming) answer put together from vLLM's stream of chunks.
+
+A request the gateway may have to stop while it runs (its GPU-second grant
+not renewed, gateway.spend) goes upstream as a stream, whatever the client
+asked, so that what it used is known to the token when it is stopped; a
+client that asked for a plain answer gets this, what vLLM would have
+answered: per choice, the deltas' content, reasoning and tool calls
+joined (a tool call's arguments arrive in pieces, by index), log
+probabilities concatenated, the last finish and stop reasons, and the
+final usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+CHAT_LOGPROB_LISTS = ("content", "refusal")
+TEXT_LOGPROB_LISTS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+
+
+def unstreamed(kind: str) -> Unstreamed | UnstreamedResponse:
+    return UnstreamedResponse() if kind == "responses" else Unstreamed(kind)
+
+
+class UnstreamedResponse:
+    """A Responses API stream ends with `response.completed`, which holds
+    the whole response vLLM would have answered: that is the answer."""
+
+    def __init__(self) -> None:
+        self.response: dict[str, Any] | None = None
+        self.usage: dict[str, Any] | None = None
+        self.metrics: dict[str, Any] | None = None
+
+    def add(self, event: dict[str, Any]) -> None:
+        response = event.get("response")
+        if isinstance(response, dict):
+            self.response = response  # the latest state: completed, or as far as it got
+            if response.get("usage"):
+                self.usage = usage_normalized(response["usage"])
+
+    def answer(self) -> dict[str, Any]:
+        return self.response or {}
+
+
+def usage_normalized(usage: dict[str, Any]) -> dict[str, Any]:
+    """A usage block as the gateway records it (chat's names), from either
+    API's: the Responses API names them input_tokens / output_tokens."""
+    if "input_tokens" not in usage and "output_tokens" not in usage:
+        return usage
+    details = usage.get("input_tokens_details") or {}
+    return {
+        "prompt_tokens": usage.get("input_tokens") or 0,
+        "completion_tokens": usage.get("output_tokens") or 0,
+        "prompt_tokens_details": {"cached_tokens": details.get("cached_tokens") or 0},
+    }
+
+
+class Unstreamed:
+    def __init__(self, kind: str) -> None:
+        self.chat = kind == "chat"
+        self.head: dict[str, Any] = {}
+        self.choices: dict[int, dict[str, Any]] = {}
+        self.usage: dict[str, Any] | None = None
+        self.metrics: dict[str, Any] | None = None
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        if not self.head:
+            self.head = {
+                k: chunk[k] for k in ("id", "created", "model", "system_fingerprint") if k in chunk
+            }
+        for delta in chunk.get("choices") or ():
+            self._choice(delta)
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        if chunk.get("metrics"):
+            self.metrics = chunk["metrics"]
+
+    def _choice(self, piece: dict[str, Any]) -> None:
+        index = piece.get("index", 0)
+        choice = self.choices.get(index)
+        if choice is None:
+            choice = self.choices[index] = {"index": index, "logprobs": None}
+            if self.chat:
+                choice["message"] = {"role": "assistant", "content": None, "tool_calls": []}
+            else:
+                choice["text"] = ""
+        if self.chat:
+            _merge_delta(choice["message"], piece.get("delta") or {})
+        else:
+            choice["text"] += piece.get("text") or ""
+        if piece.get("logprobs"):
+            lists = CHAT_LOGPROB_LISTS if self.chat else TEXT_LOGPROB_LISTS
+            held = choice["logprobs"] = choice["logprobs"] or {}
+            for name in lists:
+                if piece["logprobs"].get(name) is not None:
+                    held[name] = (held.get(name) or []) + piece["logprobs"][name]
+        for name in ("finish_reason", "stop_reason"):
+            if piece.get(name) is not None or name not in choice:
+                choice[name] = piece.get(name)
+
+    def answer(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            **self.head,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "choices": [self.choices[i] for i in sorted(self.choices)],
+            "usage": self.usage,
+        }
+        if self.metrics is not None:
+            out["metrics"] = self.metrics
+        return out
+
+
+def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
+    if delta.get("role"):
+        message["role"] = delta["role"]
+    for name in ("content", "reasoning_content", "refusal"):
+        if delta.get(name) is not None:
+            message[name] = (message.get(name) or "") + delta[name]
+    for call in delta.get("tool_calls") or ():
+        calls = message["tool_calls"]
+        index = call.get("index", len(calls))
+        while len(calls) <= index:
+            calls.append(
+                {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+            )
+        held = calls[index]
+        for name in ("id", "type"):
+            if call.get(name):
+                held[name] = call[name]
+        function = call.get("function") or {}
+        if function.get("name"):
+            held["function"]["name"] += function["name"]
+        if function.get("arguments"):
+            held["function"]["arguments"] += function["arguments"]
