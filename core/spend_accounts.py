@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
+from functools import cached_property
 
 from core.redis_mux import MuxRedis, Script
 
@@ -77,6 +78,11 @@ class Limit:
     key: str
     limit: Decimal
     seed: Decimal = Decimal(0)
+
+    @cached_property
+    def units(self) -> int:
+        """The limit in nano-units, worked out once per terms (not per request)."""
+        return nanos(self.limit)
 
 
 @dataclass(frozen=True)
@@ -155,11 +161,13 @@ class LocalSpend:
         under `lease_id`: a lease already held grows by it (a running
         request's renewed GPU-second grant) and expires `ttl` from now."""
         want = nanos(amount, up=True)
-        accounts = [self._account(limit.key, limit.seed) for limit in limits]
-        for index, (limit, account) in enumerate(zip(limits, accounts, strict=True)):
-            left = nanos(limit.limit) - account.spent - account.reserved
+        accounts = []
+        for index, limit in enumerate(limits):
+            account = self._account(limit.key, limit.seed)
+            left = limit.units - account.spent - account.reserved
             if want > left:
                 return SpendRefused(index=index, left=amount_of(max(0, left)), asked=amount)
+            accounts.append(account)
         expiry = self._clock() + ttl
         for account in accounts:
             held = account.leases.pop(lease_id, (0, 0.0))[0]
@@ -411,7 +419,7 @@ class RedisSpend:
             keys, args = [], []
             for limit in limits:
                 keys += self._keys(limit.key)
-                args += [nanos(limit.limit), nanos(limit.seed)]
+                args += [limit.units, nanos(limit.seed)]
             if len(self._limit_cache) > 10_000:
                 self._limit_cache.clear()
             found = self._limit_cache[limits] = (keys, args)

@@ -40,7 +40,7 @@ from decimal import ROUND_CEILING, Decimal
 
 from billing.pricing.rating import RateCard, usage_amount
 from billing.pricing.spend_terms import PREPAID, SpendTerms
-from core.spend_accounts import Limit, LocalSpend, RedisSpend, SpendRefused, epoch_hour
+from core.spend_accounts import LocalSpend, RedisSpend, SpendRefused, epoch_hour
 from gateway.errors import Refused
 from gateway.proxy import Cut
 
@@ -65,21 +65,16 @@ class GpuGrant:
     stopped_at: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Hold:
-    """A request's reservation, and what its settlement is priced with."""
+    """A request's reservation, and what its settlement is priced with (one
+    is made per held request: a plain slotted class, quick to make)."""
 
-    limits: tuple[Limit, ...]
+    terms: SpendTerms
     lease_id: str
     card: RateCard
     done: dict[str, int]
-    discount_percent: Decimal
-    terms: SpendTerms
     gpu: GpuGrant | None = None
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return self.terms.account_keys
 
 
 class ShareClock:
@@ -185,15 +180,7 @@ class SpendGuard:
                 retry_after=1,
             )
         if refused is None:
-            return Hold(
-                limits=limits,
-                lease_id=request_id,
-                card=card,
-                done=done,
-                discount_percent=terms.discount_percent,
-                terms=terms,
-                gpu=gpu,
-            )
+            return Hold(terms=terms, lease_id=request_id, card=card, done=done, gpu=gpu)
         gpu_text = f", and its first {_seconds(gpu.granted)} GPU-seconds" if gpu else ""
         return _refusal(
             terms,
@@ -250,7 +237,10 @@ class SpendGuard:
             while True:
                 try:
                     refused = await self.store.reserve(
-                        hold.limits, hold.lease_id, _gpu_amount(grant.price, more), ttl=self._ttl
+                        hold.terms.limits,
+                        hold.lease_id,
+                        _gpu_amount(grant.price, more),
+                        ttl=self._ttl,
                     )
                 except Exception as exc:  # Redis unreachable: not renewed, asked again
                     logger.warning("request %s: GPU grant not renewed: %s", hold.lease_id, exc)
@@ -299,10 +289,12 @@ class SpendGuard:
             completion=completion,
             gpu_seconds=gpu_seconds,
         )
-        if hold.discount_percent:
-            actual -= actual * hold.discount_percent / HUNDRED
+        discount = hold.terms.discount_percent
+        if discount:
+            actual -= actual * discount / HUNDRED
         try:
-            await self.store.settle(hold.keys, hold.lease_id, actual, hour=epoch_hour(received_at))
+            keys = hold.terms.account_keys
+            await self.store.settle(keys, hold.lease_id, actual, hour=epoch_hour(received_at))
         except Exception as exc:  # its lease expires; the ledger's correction counts it
             logger.warning("request %s: not settled (%s): %s", hold.lease_id, actual, exc)
 

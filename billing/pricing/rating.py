@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from functools import cached_property
 from itertools import pairwise
 
 from django.db.models import Count, Q
@@ -54,6 +55,15 @@ class RateCard:
             own = tuple((t.from_tokens, t.per_mtok) for t in tiers if t.kind == kind)
             steps[kind] = own or ((0, price.per_mtok(kind)),)
         return cls(steps=steps, per_gpu_second=price.per_gpu_second)
+
+    @cached_property
+    def flat(self) -> tuple[Decimal, ...] | None:
+        """Per-million prices by TOKEN_KINDS when no kind has tiers (the
+        common card, priced on every request at the gateway), else None."""
+        steps = [self.steps[kind] for kind in TOKEN_KINDS]
+        if any(len(s) != 1 for s in steps):
+            return None
+        return tuple(s[0][1] for s in steps)
 
 
 def card_pieces(card: RateCard, kind: str, done: int, tokens: int):
@@ -99,12 +109,18 @@ def usage_amount(
     """What this much usage costs after `done` tokens by kind of the same
     model in the period, exact and unrounded (as rating's lines are)."""
     amount = Decimal(0)
-    counts = usage_counts(prompt=prompt, cached=cached, completion=completion)
-    for kind, tokens in counts.items():
-        if not tokens:
-            continue
-        for quantity, per_mtok in card_pieces(card, kind, done.get(kind, 0), tokens):
-            amount += quantity * per_mtok / MILLION
+    flat = card.flat
+    if flat is not None:  # card_pieces' one step per kind, without walking it
+        for tokens, per_mtok in zip((prompt - cached, cached, completion), flat, strict=True):
+            if tokens > 0:
+                amount += Decimal(tokens) * per_mtok / MILLION
+    else:
+        counts = usage_counts(prompt=prompt, cached=cached, completion=completion)
+        for kind, tokens in counts.items():
+            if not tokens:
+                continue
+            for quantity, per_mtok in card_pieces(card, kind, done.get(kind, 0), tokens):
+                amount += quantity * per_mtok / MILLION
     if card.per_gpu_second is not None and gpu_seconds:
         amount += gpu_seconds * card.per_gpu_second
     return amount

@@ -97,6 +97,38 @@ def test_one_requests_price_is_what_it_adds_to_the_periods_rating(world):
     assert amount == by_hand == after - before
 
 
+def test_a_flat_cards_request_price_is_what_it_adds_to_the_periods_rating(world):
+    """A card without tiers takes usage_amount's quick path, never walking
+    card_pieces as rating does: the two must still agree to the last digit,
+    with prices of many decimals and the cached part of a prompt."""
+    price = world.price(
+        input_per_mtok=D("0.333333"),
+        cached_input_per_mtok=D("0.0777777"),
+        output_per_mtok=D("1.999999"),
+        per_gpu_second=D("0.000123"),
+    )
+    card = RateCard.of(price)
+    assert card.flat == (D("0.333333"), D("0.0777777"), D("1.999999"))
+    world.tokens(world.a, hour=OCT + timedelta(hours=1), prompt=7_777, completion=3)
+    before = _total(charges_rate(tenant=world.a, start=OCT, end=NOV))
+    amount = usage_amount(
+        card, done={}, prompt=1_234, cached=321, completion=77, gpu_seconds=D("0.7")
+    )
+    world.tokens(
+        world.a,
+        hour=OCT + timedelta(hours=2),
+        prompt=1_234,
+        cached=321,
+        completion=77,
+        seconds=D("0.7"),
+    )
+    after = _total(charges_rate(tenant=world.a, start=OCT, end=NOV))
+    by_hand = (913 * D("0.333333") + 321 * D("0.0777777") + 77 * D("1.999999")) / 1_000_000 + D(
+        "0.7"
+    ) * D("0.000123")
+    assert amount == by_hand == after - before
+
+
 def test_a_price_change_mid_month_prices_each_hour_by_its_book(world):
     world.price(version=1, until=datetime(2026, 10, 15, tzinfo=UTC))
     world.price(version=2, since=datetime(2026, 10, 15, tzinfo=UTC), output_per_mtok=D("2"))
