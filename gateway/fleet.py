@@ -14,10 +14,12 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Q
+from django.db.models import Q, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from serving.choices import PoolKind, ReplicaStatus
+from serving.gpu_shares import GPU_UNITS
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,9 @@ class ReplicaInfo:
     pool_kind: str
     pool_owner_id: int | None
     max_inflight: int
-    gpus: int = 0  # the GPUs it runs on: what a GPU-second of it bills
+    # The GPUs it runs on (a MIG instance or a time-sliced share is a
+    # fraction of one): what a second of it bills in GPU-seconds.
+    gpus: float = 0.0  # ok-float: GPU units / GPU_UNITS, a multiplier of seconds
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ def fleet_snapshot_load() -> FleetSnapshot:
     replicas = (
         Replica.objects.filter(status=ReplicaStatus.UP)
         .select_related("pool", "model")
-        .annotate(gpu_count=Count("gpus"))
+        .annotate(gpu_units=Coalesce(Sum("gpu_shares__units"), 0))
     )
     for r in replicas:
         snapshot.replicas_by_model.setdefault(r.model.name, []).append(
@@ -95,7 +99,7 @@ def fleet_snapshot_load() -> FleetSnapshot:
                 pool_kind=r.pool.kind,
                 pool_owner_id=r.pool.owner_id,
                 max_inflight=r.max_inflight,
-                gpus=r.gpu_count,
+                gpus=r.gpu_units / GPU_UNITS,
             )
         )
     holders: dict[int, set[int]] = {}
@@ -129,7 +133,7 @@ class Router:
             if r.pool_kind == PoolKind.SHARED or self.is_own(r, tenant_id)
         ]
 
-    def gpus_at_most(self, model: str, tenant_id: int) -> int:
+    def gpus_at_most(self, model: str, tenant_id: int) -> float:
         """The most GPUs a replica that may serve the tenant's request has."""
         return max((r.gpus for r in self.visible_replicas(model, tenant_id)), default=0)
 

@@ -95,7 +95,7 @@ class ShareClock:
             run[1] += (now - run[2]) * run[3] / run[0]
         run[2] = now
 
-    def join(self, key: tuple[int, int], gpus: int) -> tuple[tuple[int, int], float]:
+    def join(self, key: tuple[int, int], gpus: float) -> tuple[tuple[int, int], float]:
         run = self._runs.setdefault(key, [0, 0.0, self._clock(), gpus])
         self._advance(run)
         run[0] += 1
@@ -141,7 +141,7 @@ class SpendGuard:
         prompt_tokens_max: int,
         output_tokens_max: int,
         choices: int,
-        gpus: int | Callable[[], int] = 0,
+        gpus: float | Callable[[], float] = 0,
         output_field: str | None = "max_tokens",
     ) -> Hold | Refused:
         """`gpus`: the most GPUs of any replica that may serve the request,
@@ -193,7 +193,7 @@ class SpendGuard:
         )
 
     def running(
-        self, hold: Hold | None, *, tenant_id: int, replica_id: int, gpus: int
+        self, hold: Hold | None, *, tenant_id: int, replica_id: int, gpus: float
     ) -> AbstractAsyncContextManager[Cut | None]:
         """While a held request runs on a replica of `gpus` GPUs: its grant
         renewed, and the Cut that stops it when a renewal does not fit (no
@@ -204,7 +204,7 @@ class SpendGuard:
 
     @asynccontextmanager
     async def _running(
-        self, hold: Hold, grant: GpuGrant, key: tuple[int, int], gpus: int
+        self, hold: Hold, grant: GpuGrant, key: tuple[int, int], gpus: float
     ) -> AsyncIterator[Cut]:
         cut = Cut()
         started = self._clock()
@@ -224,7 +224,7 @@ class SpendGuard:
             grant.share += share
 
     async def _renew(
-        self, hold: Hold, grant: GpuGrant, gpus: int, started: float, cut: Cut
+        self, hold: Hold, grant: GpuGrant, gpus: float, started: float, cut: Cut
     ) -> None:
         used_before = grant.bound
         more = self._grant * gpus

@@ -29,6 +29,7 @@ import numpy as np
 
 from metering.apportion import apportion
 from metering.choices import AttributionPolicy
+from serving.gpu_shares import GPU_UNITS
 
 NS_PER_US = 1000
 
@@ -73,13 +74,16 @@ def attribute_window(
     *,
     window_start_us: int,
     window_end_us: int,
-    gpus: int,
+    gpu_units: int,
     policy: str = AttributionPolicy.EQUAL,
     weight_bytes: int | None = None,
     kv_bytes_per_token: int | None = None,
 ) -> WindowAttribution:
+    """`gpu_units`: the replica's share of GPUs, GPU_UNITS to a GPU (a MIG
+    instance or a time-sliced share is a fraction of one): the window's
+    device time is its length times that, to the nanosecond below."""
     n_req = len(timeline)
-    capacity_ns = (window_end_us - window_start_us) * gpus * NS_PER_US
+    capacity_ns = (window_end_us - window_start_us) * NS_PER_US * gpu_units // GPU_UNITS
     if policy == AttributionPolicy.ROOFLINE and weight_bytes and kv_bytes_per_token is not None:
         # ok-float: relative weights only; the totals are exact integers (apportion)
         a, b = float(weight_bytes), float(kv_bytes_per_token)  # ok-float
@@ -113,9 +117,9 @@ def attribute_window(
     )[:slices]
     length_us = np.diff(times)
     busy = resident > 0
-    idle_ns = int(length_us[~busy].sum()) * gpus * NS_PER_US
+    idle_ns = int(length_us[~busy].sum()) * NS_PER_US * gpu_units // GPU_UNITS
 
-    device_us = length_us.astype(np.float64) * gpus
+    device_us = length_us.astype(np.float64) * (gpu_units / GPU_UNITS)
     with np.errstate(divide="ignore", invalid="ignore"):
         denominator = a + b * np.maximum(tokens, 0.0)
         per_phase = np.where(busy, device_us * a / (resident * denominator), 0.0)

@@ -180,7 +180,7 @@ def _mark_stale(raw) -> None:
     raw.execute(
         f"""
         INSERT INTO metering_attributionwindow
-            (replica_id, start, "end", status, policy, gpus, capacity_ns,
+            (replica_id, start, "end", status, policy, gpu_units, capacity_ns,
              attributed_ns, idle_ns, requests, marked_at)
         SELECT replica_id, hour, hour + interval '1 hour', 'pending', '', 0, 0, 0, 0, 0, now()
         FROM ({_RESIDENT_HOURS}) resident

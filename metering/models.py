@@ -101,7 +101,9 @@ class AttributionWindow(models.Model):
         max_length=16, choices=WindowStatus.choices, default=WindowStatus.PENDING
     )
     policy = models.CharField(max_length=16, choices=AttributionPolicy.choices, blank=True)
-    gpus = models.PositiveIntegerField(default=0)
+    # The replica's GPUs when computed, in GPU units (serving.gpu_shares: a
+    # whole GPU is GPU_UNITS, a MIG instance or a time-sliced share less).
+    gpu_units = models.PositiveIntegerField(default=0)
     # Device-nanoseconds, integers: capacity = attributed + idle exactly.
     capacity_ns = models.BigIntegerField(default=0)
     attributed_ns = models.BigIntegerField(default=0)

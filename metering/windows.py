@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count
+from django.db.models import Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.db_frames import query_frame
@@ -145,7 +146,7 @@ def attribution_windows_compute(
     windows = list(
         AttributionWindow.objects.filter(pk__in=window_ids)
         .select_related("replica__model")
-        .annotate(gpu_count=Count("replica__gpus"))
+        .annotate(replica_units=Coalesce(Sum("replica__gpu_shares__units"), 0))
         .order_by("replica_id", "start")
     )
     replicas = [list(group) for _, group in groupby(windows, key=lambda w: w.replica_id)]
@@ -180,7 +181,7 @@ def _compute_replica(
     windows: list[AttributionWindow], frame: pd.DataFrame, *, policy: str
 ) -> list[WindowOutcome]:
     replica = windows[0].replica
-    if windows[0].gpu_count == 0:
+    if windows[0].replica_units == 0:
         logger.warning("replica %s holds no GPUs: its windows have no capacity", replica.name)
     timeline = timeline_from_events(frame)
     results, residents, vectors = {}, [], []
@@ -191,7 +192,7 @@ def _compute_replica(
             timeline.subset(inside),
             window_start_us=lo,
             window_end_us=hi,
-            gpus=window.gpu_count,
+            gpu_units=window.replica_units,
             policy=policy,
             weight_bytes=replica.model.weight_bytes,
             kv_bytes_per_token=replica.model.kv_bytes_per_token,
@@ -227,7 +228,7 @@ def _store(
         _copy_groups(groups)
         _copy_vectors(vectors)
         now = timezone.now()
-        gpus = {w.pk: w.gpu_count for w in windows}
+        gpu_units = {w.pk: w.replica_units for w in windows}
         updates = []
         for window_id in ids:
             result, requests = results[window_id]
@@ -237,7 +238,7 @@ def _store(
                 (
                     window_id,
                     status,
-                    gpus[window_id],
+                    gpu_units[window_id],
                     result.capacity_ns,
                     result.attributed_ns,
                     result.idle_ns,
@@ -275,11 +276,11 @@ def _update_windows(updates: list[tuple], *, policy: str, computed_at) -> None:
         cursor.execute(
             f"""
             UPDATE metering_attributionwindow w
-            SET status = v.status, gpus = v.gpus, capacity_ns = v.capacity_ns,
+            SET status = v.status, gpu_units = v.gpu_units, capacity_ns = v.capacity_ns,
                 attributed_ns = v.attributed_ns, idle_ns = v.idle_ns, requests = v.requests,
                 policy = %s, computed_at = %s
             FROM (VALUES {values})
-                AS v (id, status, gpus, capacity_ns, attributed_ns, idle_ns, requests)
+                AS v (id, status, gpu_units, capacity_ns, attributed_ns, idle_ns, requests)
             WHERE w.id = v.id
             """,
             [policy, computed_at, *(value for row in updates for value in row)],

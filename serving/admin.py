@@ -1,5 +1,10 @@
 from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.forms.models import BaseInlineFormSet
 
+from core.errors import InputError
+from serving.gpu_shares import Share
 from serving.models import (
     Gpu,
     GpuSku,
@@ -7,10 +12,12 @@ from serving.models import (
     Node,
     Pool,
     Replica,
+    ReplicaGpu,
     ReplicaMetricSample,
     Reservation,
     ServedModel,
 )
+from serving.services import replica_gpu_shares_checked, replica_gpu_shares_set
 
 
 @admin.register(GpuSku)
@@ -22,6 +29,7 @@ class GpuSkuAdmin(admin.ModelAdmin):
         "currency",
         "power_idle_watts",
         "power_busy_watts",
+        "mig_capable",
     ]
     search_fields = ["name"]
 
@@ -68,12 +76,62 @@ class LoraAdapterAdmin(admin.ModelAdmin):
     search_fields = ["name", "tenant__name"]
 
 
+class GpuSharesFormSet(BaseInlineFormSet):
+    """The replica's GPU shares, checked together and against the other
+    replicas' shares of the same GPUs by serving.services, then written by it."""
+
+    def shares(self) -> list[Share]:
+        out = []
+        for form in self.forms:
+            data = getattr(form, "cleaned_data", None)
+            if not data or data.get("DELETE") or not data.get("gpu"):
+                continue
+            out.append(
+                Share(
+                    gpu_id=data["gpu"].pk,
+                    sharing=data.get("sharing") or "whole",
+                    mig_profile=data.get("mig_profile") or "",
+                    mig_instance=data.get("mig_instance"),
+                    share_percent=data.get("share_percent"),
+                )
+            )
+        return out
+
+    def clean(self):
+        super().clean()
+        if any(self.errors):
+            return
+        try:
+            replica_gpu_shares_checked(replica=self.instance, shares=self.shares())
+        except InputError as bad:
+            raise ValidationError(f"{bad.field}: {bad.message}") from None
+
+
+class ReplicaGpuInline(admin.TabularInline):
+    model = ReplicaGpu
+    formset = GpuSharesFormSet
+    fields = ["gpu", "sharing", "mig_profile", "mig_instance", "share_percent", "units"]
+    readonly_fields = ["units"]
+    autocomplete_fields = ["gpu"]
+    extra = 0
+
+
 @admin.register(Replica)
 class ReplicaAdmin(admin.ModelAdmin):
     list_display = ["name", "base_url", "model", "pool", "status", "max_inflight", "last_seen_at"]
     list_filter = ["status", "pool__kind", "model"]
     search_fields = ["name", "base_url"]
-    filter_horizontal = ["gpus"]
+    inlines = [ReplicaGpuInline]
+    # A replica's URL is the engine's on the private network, usually http.
+    formfield_overrides = {models.URLField: {"assume_scheme": "http"}}
+
+    def save_formset(self, request, form, formset, change):
+        if isinstance(formset, GpuSharesFormSet):
+            rows = replica_gpu_shares_set(replica=form.instance, shares=formset.shares())
+            # What the admin's change message reads of a saved formset.
+            formset.new_objects, formset.changed_objects, formset.deleted_objects = rows, [], []
+        else:
+            super().save_formset(request, form, formset, change)
 
 
 @admin.register(Reservation)

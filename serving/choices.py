@@ -15,6 +15,14 @@ class IdleCostPolicy(models.TextChoices):
     PLATFORM = "platform", "Kept as platform idle cost"
 
 
+class GpuSharing(models.TextChoices):
+    """How a replica holds a GPU (serving.gpu_shares)."""
+
+    WHOLE = "whole", "Whole GPU"
+    MIG = "mig", "MIG instance"
+    TIME_SLICED = "time_sliced", "Time-sliced share"
+
+
 class ReplicaStatus(models.TextChoices):
     UP = "up", "Up"
     DOWN = "down", "Down"

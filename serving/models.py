@@ -10,7 +10,8 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from serving.choices import IdleCostPolicy, PoolKind, ReplicaStatus
+from serving.choices import GpuSharing, IdleCostPolicy, PoolKind, ReplicaStatus
+from serving.gpu_shares import GPU_UNITS
 from tenants.models import Tenant
 
 MONEY = {"max_digits": 20, "decimal_places": 4, "validators": [MinValueValidator(Decimal(0))]}
@@ -26,6 +27,9 @@ class GpuSku(models.Model):
     currency = models.CharField(max_length=3, default="USD")
     power_idle_watts = models.PositiveIntegerField()
     power_busy_watts = models.PositiveIntegerField()
+    mig_capable = models.BooleanField(
+        default=False, help_text="Can be partitioned into MIG instances (A100, H100, H200)."
+    )
 
     class Meta:
         ordering = ["name"]
@@ -170,7 +174,7 @@ class Replica(models.Model):
     base_url = models.URLField(help_text="e.g. http://10.0.0.5:8000 (without /v1)")
     model = models.ForeignKey(ServedModel, on_delete=models.PROTECT, related_name="replicas")
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="replicas")
-    gpus = models.ManyToManyField(Gpu, blank=True, related_name="replicas")
+    gpus = models.ManyToManyField(Gpu, blank=True, related_name="replicas", through="ReplicaGpu")
     status = models.CharField(
         max_length=16, choices=ReplicaStatus.choices, default=ReplicaStatus.UP
     )
@@ -194,6 +198,45 @@ class Replica(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ReplicaGpu(models.Model):
+    """A replica's hold on one GPU: the whole of it, a MIG instance, or a
+    time-sliced share; `units` of GPU_UNITS (serving.gpu_shares), set by
+    serving.services from the rest, never by hand."""
+
+    replica = models.ForeignKey(Replica, on_delete=models.CASCADE, related_name="gpu_shares")
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="replica_shares")
+    sharing = models.CharField(max_length=16, choices=GpuSharing.choices, default=GpuSharing.WHOLE)
+    mig_profile = models.CharField(max_length=20, blank=True, default="")
+    mig_instance = models.PositiveSmallIntegerField(null=True, blank=True)
+    share_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    units = models.PositiveIntegerField(default=GPU_UNITS)
+
+    class Meta:
+        db_table = "serving_replica_gpus"
+        verbose_name = "replica's GPU share"
+        unique_together = [("replica", "gpu")]  # as the table was made, before shares
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu", "mig_instance"],
+                condition=Q(sharing=GpuSharing.MIG),
+                name="replica_gpu_mig_instance_once",
+            ),
+            models.CheckConstraint(
+                condition=Q(units__gt=0, units__lte=GPU_UNITS), name="replica_gpu_units"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.replica} on {self.gpu.serial}: {self.describe()}"
+
+    def describe(self) -> str:
+        if self.sharing == GpuSharing.MIG:
+            return f"MIG {self.mig_profile} (instance {self.mig_instance})"
+        if self.sharing == GpuSharing.TIME_SLICED:
+            return f"{self.share_percent}% time-sliced"
+        return "whole"
 
 
 class Reservation(models.Model):

@@ -8,8 +8,9 @@ from datetime import datetime
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from serving.choices import ReplicaStatus
-from serving.models import Gpu, Pool, Replica, Reservation
+from serving.choices import GpuSharing, ReplicaStatus
+from serving.gpu_shares import GPU_UNITS
+from serving.models import Gpu, Pool, Replica, ReplicaGpu, Reservation
 
 
 def pools_overview() -> QuerySet[Pool]:
@@ -28,21 +29,35 @@ def pools_overview() -> QuerySet[Pool]:
 
 def replicas_overview() -> QuerySet[Replica]:
     return Replica.objects.select_related("pool", "model").prefetch_related(
-        Prefetch("gpus", queryset=Gpu.objects.only("serial").order_by("serial"))
+        Prefetch(
+            "gpu_shares",
+            queryset=ReplicaGpu.objects.select_related("gpu").order_by("gpu__serial"),
+        )
     )
 
 
 def gpus_overview() -> list[Gpu]:
-    """Every GPU with its SKU and node, and `pool` set to the pool of the
-    lowest-numbered replica holding it (None: spare)."""
+    """Every GPU with its SKU and node; `pool_name`, the pools of the
+    replicas holding it (None: spare); `held`, who holds what of it (whole,
+    MIG instances, time slices); `free`, what of a shared GPU nobody holds."""
     gpus = list(Gpu.objects.select_related("sku", "node").order_by("node__name", "serial"))
-    holder: dict[int, str] = {}
-    for gpu_id, pool_name in Replica.gpus.through.objects.order_by("replica_id").values_list(
-        "gpu_id", "replica__pool__name"
-    ):
-        holder.setdefault(gpu_id, pool_name)
+    shares: dict[int, list[ReplicaGpu]] = {}
+    for row in ReplicaGpu.objects.select_related("replica__pool").order_by("replica_id"):
+        shares.setdefault(row.gpu_id, []).append(row)
     for gpu in gpus:
-        gpu.pool_name = holder.get(gpu.pk)
+        held = shares.get(gpu.pk, [])
+        pools = list(dict.fromkeys(row.replica.pool.name for row in held))
+        gpu.pool_name = ", ".join(pools) or None
+        gpu.held = [f"{row.replica.name}: {row.describe()}" for row in held]
+        left = GPU_UNITS - sum(row.units for row in held)
+        gpu.free = ""
+        if held and left > 0:
+            kind = held[0].sharing
+            gpu.free = (
+                f"{left * 7 // GPU_UNITS} of 7 slices free"
+                if kind == GpuSharing.MIG
+                else f"{left * 100 // GPU_UNITS}% free"
+            )
     return gpus
 
 

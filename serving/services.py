@@ -8,9 +8,11 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
-from serving.choices import IdleCostPolicy, PoolKind, ReplicaStatus
+from core.errors import InputError
+from serving.choices import GpuSharing, IdleCostPolicy, PoolKind, ReplicaStatus
+from serving.gpu_shares import Share, ShareRefused, share_units, shares_check
 from serving.model_config import roofline_bytes
-from serving.models import Gpu, GpuSku, Node, Pool, Replica, ServedModel
+from serving.models import Gpu, GpuSku, Node, Pool, Replica, ReplicaGpu, ServedModel
 from tenants.models import Tenant
 
 LOCAL_NODE = "localhost"
@@ -72,7 +74,7 @@ def replica_register(
     base_url: str,
     model: ServedModel,
     pool: Pool,
-    gpus: list[Gpu],
+    gpus: list[Gpu | Share],
     launched_pid: int | None = None,
     max_inflight: int = 64,
 ) -> Replica:
@@ -89,8 +91,75 @@ def replica_register(
             "last_error": "",
         },
     )
-    replica.gpus.set(gpus)
+    replica_gpu_shares_set(
+        replica=replica, shares=[s if isinstance(s, Share) else Share(gpu_id=s.pk) for s in gpus]
+    )
     return replica
+
+
+@transaction.atomic
+def replica_gpu_shares_set(*, replica: Replica, shares: list[Share]) -> list[ReplicaGpu]:
+    """What `replica` holds of each GPU, replacing what it held: checked
+    against every other replica's share of the same GPUs (InputError naming
+    the field, nothing written), each share's units worked out here."""
+    rows = replica_gpu_shares_checked(replica=replica, shares=shares, lock=True)
+    ReplicaGpu.objects.filter(replica=replica).delete()
+    return ReplicaGpu.objects.bulk_create(rows)
+
+
+def replica_gpu_shares_checked(
+    *, replica: Replica, shares: list[Share], lock: bool = False
+) -> list[ReplicaGpu]:
+    """The rows `replica_gpu_shares_set` would write (unsaved), or
+    InputError: also what the admin's form checks before saving."""
+    ids = [s.gpu_id for s in shares]
+    if len(set(ids)) != len(ids):
+        raise InputError("gpus", f"replica {replica.name} names a GPU more than once")
+    gpus = Gpu.objects.select_related("sku")
+    gpus = (gpus.select_for_update() if lock else gpus).in_bulk(ids)
+    missing = sorted(set(ids) - set(gpus))
+    if missing:
+        raise InputError("gpus", f"no GPU with id {missing[0]}")
+    others: dict[int, list[Share]] = {gpu_id: [] for gpu_id in ids}
+    held = ReplicaGpu.objects.filter(gpu_id__in=ids).select_related("replica")
+    for row in held.exclude(replica_id=replica.pk) if replica.pk else held:
+        others[row.gpu_id].append(share_of(row))
+    rows = []
+    try:
+        for asked in shares:
+            share = Share(**{**asked.__dict__, "replica": replica.name, "pool_id": replica.pool_id})
+            sku = gpus[share.gpu_id].sku
+            shares_check(
+                [*others[share.gpu_id], share], memory_gb=sku.memory_gb, mig_capable=sku.mig_capable
+            )
+            rows.append(
+                ReplicaGpu(
+                    replica=replica,
+                    gpu_id=share.gpu_id,
+                    sharing=share.sharing,
+                    mig_profile=share.mig_profile if share.sharing == GpuSharing.MIG else "",
+                    mig_instance=share.mig_instance if share.sharing == GpuSharing.MIG else None,
+                    share_percent=(
+                        share.share_percent if share.sharing == GpuSharing.TIME_SLICED else None
+                    ),
+                    units=share_units(share, memory_gb=sku.memory_gb, mig_capable=sku.mig_capable),
+                )
+            )
+    except ShareRefused as refused:
+        raise InputError(refused.field, refused.message) from None
+    return rows
+
+
+def share_of(row: ReplicaGpu) -> Share:
+    return Share(
+        gpu_id=row.gpu_id,
+        sharing=row.sharing,
+        mig_profile=row.mig_profile,
+        mig_instance=row.mig_instance,
+        share_percent=row.share_percent,
+        replica=row.replica.name,
+        pool_id=row.replica.pool_id,
+    )
 
 
 def replica_set_status(*, replica: Replica, status: str, error: str = "") -> Replica:

@@ -67,8 +67,22 @@ def _stretch(start: datetime, end: datetime) -> Iterator[GpuDay]:
         )
         for name in (*COMPONENTS, "in_service")
     }
-    gpu_ids = book.placement["gpu_id"].to_numpy()
-    pool_ids = book.placement["pool_id"].to_numpy()
+    # A GPU in pieces (MIG instances, time slices) is one row per pool it is in.
+    pieces = np.stack(
+        [
+            book.placement["gpu_id"].to_numpy(np.int64),
+            book.placement["pool_id"].fillna(-1).to_numpy(np.int64),
+        ],
+        axis=1,
+    )
+    keys, group = np.unique(pieces, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    for name, values in list(per_day.items()):
+        summed = np.zeros((len(keys), values.shape[1]), dtype=values.dtype)
+        # Hours in service are the GPU's, whatever its pieces; costs add up.
+        (np.maximum if name == "in_service" else np.add).at(summed, group, values)
+        per_day[name] = summed
+    gpu_ids, pool_ids = keys[:, 0], keys[:, 1]
     for d, g in zip(*np.nonzero(per_day["in_service"].T), strict=True):  # by day, then GPU
         pool = pool_ids[g]
         midnight = datetime.fromtimestamp(int(days[d]) * DAY, tz=UTC)
@@ -77,7 +91,7 @@ def _stretch(start: datetime, end: datetime) -> Iterator[GpuDay]:
             end=min(midnight + timedelta(days=1), end),
             gpu_id=int(gpu_ids[g]),
             serial=serials[int(gpu_ids[g])],
-            pool_id=None if pool is None or np.isnan(pool) else int(pool),
+            pool_id=None if pool < 0 else int(pool),
             hours=int(per_day["in_service"][g, d]),
             costs={c: from_nano(int(per_day[c][g, d])) for c in COMPONENTS},
         )

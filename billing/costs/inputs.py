@@ -14,22 +14,28 @@ import pandas as pd
 from billing.costs.cost_model import HOUR, FleetArrays
 from billing.money import to_nano
 from core.calendar import months_add
-from serving.models import Gpu, Pool, Replica, Reservation
+from serving.gpu_shares import GPU_UNITS
+from serving.models import Gpu, Pool, ReplicaGpu, Reservation
 
 US = 1_000_000
 
 
 def fleet_placement() -> pd.DataFrame:
-    """One row per GPU: its cost facts and power draw, and the pool and
-    replica that hold it (the lowest-numbered, should two replicas share it)."""
-    holder = {}
-    for gpu_id, replica_id, pool_id in Replica.gpus.through.objects.values_list(
-        "gpu_id", "replica_id", "replica__pool_id"
+    """One row per piece of a GPU (issue 20): a GPU held whole, or by no
+    replica, is one piece; a MIG-partitioned or time-sliced GPU is a piece
+    per replica's share and, for what no replica holds, a piece in the
+    pool of its lowest-numbered replica (that pool's idle capacity). Each
+    row: the GPU's cost facts and power draw, the piece's pool, replica
+    and GPU units (serving.gpu_shares: a piece costs its GPU's cost x
+    units / GPU_UNITS), and `last`, the GPU's last piece, which takes what
+    splitting its capital left over so that its pieces add up to it."""
+    shares: dict[int, list[tuple[int, int, int]]] = {}
+    for gpu_id, replica_id, pool_id, units in ReplicaGpu.objects.values_list(
+        "gpu_id", "replica_id", "replica__pool_id", "units"
     ).order_by("replica_id"):
-        holder.setdefault(gpu_id, (replica_id, pool_id))
+        shares.setdefault(gpu_id, []).append((replica_id, pool_id, units))
     rows = []
     for gpu in Gpu.objects.select_related("sku").order_by("pk"):
-        replica_id, pool_id = holder.get(gpu.pk, (-1, None))
         owned = gpu.capex is not None
         start = datetime.combine(gpu.in_service_date, time(), tzinfo=UTC)
         life_hours = (
@@ -40,38 +46,55 @@ def fleet_placement() -> pd.DataFrame:
             if owned
             else 0
         )
-        rows.append(
-            {
-                "gpu_id": gpu.pk,
-                "pool_id": pool_id,
-                "replica_id": replica_id,
-                "in_service": int(start.timestamp()),
-                "life_hours": life_hours,
-                "depreciable_nano": to_nano(gpu.capex - gpu.salvage_value) if owned else 0,
-                "lease_nano_per_hour": 0 if owned else to_nano(gpu.lease_rate_per_hour),
-                "idle_watts": gpu.sku.power_idle_watts,
-                "busy_watts": gpu.sku.power_busy_watts,
-            }
-        )
-    return pd.DataFrame(
-        rows,
-        columns=[
-            "gpu_id",
-            "pool_id",
-            "replica_id",
-            "in_service",
-            "life_hours",
-            "depreciable_nano",
-            "lease_nano_per_hour",
-            "idle_watts",
-            "busy_watts",
-        ],
-    )
+        facts = {
+            "gpu_id": gpu.pk,
+            "in_service": int(start.timestamp()),
+            "life_hours": life_hours,
+            "depreciable_nano": to_nano(gpu.capex - gpu.salvage_value) if owned else 0,
+            "lease_nano_per_hour": 0 if owned else to_nano(gpu.lease_rate_per_hour),
+            "idle_watts": gpu.sku.power_idle_watts,
+            "busy_watts": gpu.sku.power_busy_watts,
+        }
+        held = shares.get(gpu.pk, [])
+        pieces = list(held)
+        unheld = GPU_UNITS - sum(units for _, _, units in held)
+        if unheld > 0:
+            pieces.append((-1, held[0][1] if held else None, unheld))
+        for n, (replica_id, pool_id, units) in enumerate(pieces):
+            rows.append(
+                {
+                    **facts,
+                    "pool_id": pool_id,
+                    "replica_id": replica_id,
+                    "units": units,
+                    "last": n == len(pieces) - 1,
+                }
+            )
+    return pd.DataFrame(rows, columns=PLACEMENT_COLUMNS)
+
+
+PLACEMENT_COLUMNS = [
+    "gpu_id",
+    "pool_id",
+    "replica_id",
+    "units",
+    "last",
+    "in_service",
+    "life_hours",
+    "depreciable_nano",
+    "lease_nano_per_hour",
+    "idle_watts",
+    "busy_watts",
+]
 
 
 def fleet_arrays(placement: pd.DataFrame, *, scope: np.ndarray) -> FleetArrays:
+    _, gpu = np.unique(placement["gpu_id"].to_numpy(np.int64), return_inverse=True)
     return FleetArrays(
         scope=scope,
+        gpu=gpu.astype(np.int64),
+        units=placement["units"].to_numpy(np.int64),
+        last=placement["last"].to_numpy(bool),
         in_service=placement["in_service"].to_numpy(np.int64),
         life_hours=placement["life_hours"].to_numpy(np.int64),
         depreciable_nano=placement["depreciable_nano"].to_numpy(np.int64),

@@ -33,6 +33,7 @@ from billing.costs.rates import RateScope, rate_arrays, rates_in_force
 from billing.models import CostScenario
 from metering.selectors import usage_device_frame
 from serving.choices import IdleCostPolicy, PoolKind
+from serving.gpu_shares import GPU_UNITS
 from serving.models import Pool
 
 
@@ -127,12 +128,15 @@ def allocation_stretch(
     pools, scopes, gpu_scope = book.pools, book.scopes, book.gpu_scope
     costs = stretch_gpu_costs(book, first, stop, rollups)
 
-    # Pool-hours: (scope x hour) sums over the GPUs in each scope.
+    # Pool-hours: (scope x hour) sums over the GPU pieces in each scope; a
+    # GPU counts once in each scope it has pieces in, its capacity by units.
     n_scopes = len(scopes)
-    per_scope = {
-        name: _scope_sum(getattr(costs, name), gpu_scope, n_scopes)
-        for name in (*COMPONENTS, "in_service", "fully_depreciated")
-    }
+    per_scope = {name: _scope_sum(getattr(costs, name), gpu_scope, n_scopes) for name in COMPONENTS}
+    first = ~book.placement.duplicated(["gpu_id", "pool_id"]).to_numpy()
+    for name in ("in_service", "fully_depreciated"):
+        per_scope[name] = _scope_sum(getattr(costs, name) & first[:, None], gpu_scope, n_scopes)
+    units = book.placement["units"].to_numpy(np.int64)[:, None]
+    capacity_units = _scope_sum(costs.in_service * units, gpu_scope, n_scopes)
     cell_scope, cell_hour = np.nonzero(per_scope["in_service"] > 0)
     pool_ids = np.array([scopes[s].pool_id or 0 for s in cell_scope], dtype=np.int64)
     kinds = [pools[p].kind if p else "" for p in pool_ids]
@@ -145,6 +149,7 @@ def allocation_stretch(
         dtype=bool,
     )
     gpus = per_scope["in_service"][cell_scope, cell_hour]
+    capacity_seconds = capacity_units[cell_scope, cell_hour] * (HOUR / GPU_UNITS)
     ph = PoolHours(
         owner=np.array(
             [
@@ -155,7 +160,7 @@ def allocation_stretch(
         ),
         reserved=np.array([k == PoolKind.RESERVED for k in kinds], dtype=bool),
         spread_idle=spread,
-        capacity_seconds=gpus.astype(np.float64) * HOUR,
+        capacity_seconds=capacity_seconds,
         **{c: per_scope[c][cell_scope, cell_hour] for c in COMPONENTS},
     )
     # Spare GPUs (scope 0) are never anybody's: their pool-hours take no use.
@@ -183,7 +188,7 @@ def allocation_stretch(
             "pool_kind": kinds,
             "gpus": gpus,
             "fully_depreciated_gpus": per_scope["fully_depreciated"][cell_scope, cell_hour],
-            "capacity_us": gpus * HOUR * 1_000_000,
+            "capacity_us": capacity_units[cell_scope, cell_hour] * (HOUR * 1_000_000) // GPU_UNITS,
             "busy_us": busy_us,
             **{c: per_scope[c][cell_scope, cell_hour] for c in COMPONENTS},
             "total": total,
@@ -195,21 +200,22 @@ def allocation_stretch(
 
 
 def _busy_fraction(placement: pd.DataFrame, hours: np.ndarray, seconds: pd.DataFrame) -> np.ndarray:
-    """GPUs x hours: the replica holding each GPU, busy device-seconds over
-    its GPUs' capacity."""
+    """Pieces x hours: the busy share of the replica holding each piece
+    (its busy device-seconds over its capacity, all its GPU units x the
+    hour); 0 for a piece no replica holds."""
     busy = np.zeros((len(placement), len(hours)))
     replica_ids = placement["replica_id"].to_numpy()
     held = replica_ids >= 0
     if not held.any():
         return busy
-    gpu_count = pd.Series(replica_ids[held]).value_counts()
-    seconds = seconds[seconds["replica_id"].isin(gpu_count.index)]
-    replica_index = {r: i for i, r in enumerate(gpu_count.index)}
+    units = pd.Series(placement["units"].to_numpy()[held]).groupby(replica_ids[held]).sum()
+    seconds = seconds[seconds["replica_id"].isin(units.index)]
+    replica_index = {r: i for i, r in enumerate(units.index)}
     per_replica = np.zeros((len(replica_index), len(hours)))
     rows = seconds["replica_id"].map(replica_index).to_numpy()
     cols = (seconds["hour"].to_numpy() - hours[0]) // HOUR
     per_replica[rows, cols] = seconds["seconds"].to_numpy() / (
-        gpu_count.loc[seconds["replica_id"]].to_numpy() * HOUR
+        units.loc[seconds["replica_id"]].to_numpy() * (HOUR / GPU_UNITS)
     )
     busy[held] = per_replica[[replica_index[r] for r in replica_ids[held]]]
     return busy

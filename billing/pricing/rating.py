@@ -23,7 +23,7 @@ from decimal import Decimal
 from functools import cached_property
 from itertools import pairwise
 
-from django.db.models import Count, Q
+from django.db.models import Q, Sum
 
 from billing.choices import TokenKind
 from billing.models import ModelPrice, PriceBook, Subscription
@@ -31,7 +31,8 @@ from billing.pricing.periods import subscriptions_at
 from core.calendar import month_hours, month_start, months_add
 from metering.selectors import usage_by_stretch
 from serving.choices import PoolKind
-from serving.models import Gpu, Reservation, ServedModel
+from serving.gpu_shares import GPU_UNITS
+from serving.models import ReplicaGpu, Reservation, ServedModel
 from tenants.models import Tenant
 
 MILLION = Decimal(1_000_000)
@@ -149,7 +150,7 @@ class TenantInputs:
 
     usage: list[tuple] = field(default_factory=list)  # (from, model id, name, p, c, o, s, n)
     reservations: list[tuple[datetime, datetime, int]] = field(default_factory=list)
-    dedicated_gpus: int = 0
+    dedicated_gpus: Decimal = Decimal(0)  # GPU units / GPU_UNITS
     subscription: Subscription | None = None
 
     def fingerprint(self) -> dict[str, int | str]:
@@ -229,13 +230,16 @@ def rating_inputs(
             )
     for r in Reservation.objects.filter(tenant_id__in=ids, start__lt=end, end__gt=start):
         out[r.tenant_id].reservations.append((r.start, r.end, r.gpu_count))
+    # GPUs of its dedicated pools, a MIG instance or time slice as its part of one.
     dedicated = (
-        Gpu.objects.filter(replicas__pool__kind=PoolKind.DEDICATED, replicas__pool__owner__in=ids)
-        .values("replicas__pool__owner")
-        .annotate(gpus=Count("pk", distinct=True))
+        ReplicaGpu.objects.filter(
+            replica__pool__kind=PoolKind.DEDICATED, replica__pool__owner__in=ids
+        )
+        .values("replica__pool__owner")
+        .annotate(units=Sum("units"))
     )
     for row in dedicated:
-        out[row["replicas__pool__owner"]].dedicated_gpus = row["gpus"]
+        out[row["replica__pool__owner"]].dedicated_gpus = Decimal(row["units"]) / GPU_UNITS
     for tenant_id, subscription in subscriptions_at(tenant_ids=ids, moment=start).items():
         out[tenant_id].subscription = subscription
     return out
@@ -390,7 +394,7 @@ def _charges_reservations(reservations, *, start, end, books: Books) -> list[Cha
     ]
 
 
-def _charges_dedicated(gpus: int, *, start, end, books: Books) -> list[Charge]:
+def _charges_dedicated(gpus: Decimal, *, start, end, books: Books) -> list[Charge]:
     if not gpus:
         return []
     # Hours summed per (book, month) first, divided once: exact for whole months.

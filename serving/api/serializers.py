@@ -2,10 +2,24 @@
 the same shape here), with every database constraint checked first so bad
 input is a 400 naming the field, never a database error."""
 
+from django.db import transaction
 from rest_framework import serializers
 
-from serving.choices import PoolKind
-from serving.models import Gpu, GpuSku, LoraAdapter, Node, Pool, Replica, Reservation, ServedModel
+from core.errors import InputError
+from serving.choices import GpuSharing, PoolKind
+from serving.gpu_shares import Share
+from serving.models import (
+    Gpu,
+    GpuSku,
+    LoraAdapter,
+    Node,
+    Pool,
+    Replica,
+    ReplicaGpu,
+    Reservation,
+    ServedModel,
+)
+from serving.services import replica_gpu_shares_set, share_of
 
 
 class GpuSkuSerializer(serializers.ModelSerializer):
@@ -19,6 +33,7 @@ class GpuSkuSerializer(serializers.ModelSerializer):
             "currency",
             "power_idle_watts",
             "power_busy_watts",
+            "mig_capable",
         ]
 
     def validate(self, attrs):
@@ -107,7 +122,35 @@ class LoraAdapterSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "tenant", "base_model", "upstream_name"]
 
 
+class GpuShareSerializer(serializers.ModelSerializer):
+    """One GPU a replica holds: whole, a MIG instance (its profile and GPU
+    instance id) or a time-sliced share (a percentage); `units` of 700 to
+    a GPU, worked out by the server."""
+
+    gpu = serializers.PrimaryKeyRelatedField(queryset=Gpu.objects.all())
+    sharing = serializers.ChoiceField(choices=GpuSharing.choices, default=GpuSharing.WHOLE)
+
+    class Meta:
+        model = ReplicaGpu
+        fields = ["gpu", "sharing", "mig_profile", "mig_instance", "share_percent", "units"]
+        read_only_fields = ["units"]
+        # serving.services checks a share against its GPU's others (naming the
+        # field), before the database's own constraints could.
+        validators = []
+        extra_kwargs = {
+            "mig_profile": {"required": False},
+            "mig_instance": {"required": False},
+            "share_percent": {"required": False},
+        }
+
+
 class ReplicaSerializer(serializers.ModelSerializer):
+    """`gpus` (ids of GPUs held whole) or `gpu_shares` on write, not both;
+    both on read."""
+
+    gpus = serializers.PrimaryKeyRelatedField(many=True, queryset=Gpu.objects.all(), required=False)
+    gpu_shares = GpuShareSerializer(many=True, required=False)
+
     class Meta:
         model = Replica
         fields = [
@@ -117,12 +160,70 @@ class ReplicaSerializer(serializers.ModelSerializer):
             "model",
             "pool",
             "gpus",
+            "gpu_shares",
             "status",
             "max_inflight",
             "last_seen_at",
             "last_error",
         ]
         read_only_fields = ["last_seen_at", "last_error"]
+
+    def validate(self, attrs):
+        if "gpus" in attrs and "gpu_shares" in attrs:
+            raise serializers.ValidationError(
+                {"gpu_shares": "send gpus (whole GPUs) or gpu_shares, not both"}
+            )
+        return attrs
+
+    @staticmethod
+    def _shares(attrs) -> list[Share] | None:
+        if "gpu_shares" in attrs:
+            return [
+                Share(
+                    gpu_id=s["gpu"].pk,
+                    sharing=s.get("sharing", GpuSharing.WHOLE),
+                    mig_profile=s.get("mig_profile", ""),
+                    mig_instance=s.get("mig_instance"),
+                    share_percent=s.get("share_percent"),
+                )
+                for s in attrs.pop("gpu_shares")
+            ]
+        if "gpus" in attrs:
+            return [Share(gpu_id=gpu.pk) for gpu in attrs.pop("gpus")]
+        return None
+
+    @transaction.atomic
+    def create(self, validated_data):
+        field = "gpu_shares" if "gpu_shares" in validated_data else None
+        shares = self._shares(validated_data)
+        replica = Replica.objects.create(**validated_data)
+        _shares_set(replica, shares or [], field)
+        return replica
+
+    @transaction.atomic
+    def update(self, instance, validated_data):
+        field = "gpu_shares" if "gpu_shares" in validated_data else None
+        shares = self._shares(validated_data)
+        replica = super().update(instance, validated_data)
+        if shares is not None or "pool" in validated_data:
+            # A pool change re-checks the shares (time-sliced ones share a pool).
+            current = shares if shares is not None else _held(replica)
+            _shares_set(replica, current, field)
+        return replica
+
+
+def _shares_set(replica: Replica, shares: list[Share], field: str | None) -> None:
+    """Refusals name the share's field within `field` (gpu_shares.mig_profile)."""
+    try:
+        replica_gpu_shares_set(replica=replica, shares=shares)
+    except InputError as bad:
+        if field and bad.field != "gpus":
+            raise InputError(f"{field}.{bad.field}", bad.message) from None
+        raise
+
+
+def _held(replica: Replica) -> list[Share]:
+    return [share_of(row) for row in replica.gpu_shares.select_related("replica")]
 
 
 class ReservationSerializer(serializers.ModelSerializer):

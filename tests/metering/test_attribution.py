@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from metering.apportion import apportion
 from metering.attribution import Timeline, attribute_window
+from serving.gpu_shares import GPU_UNITS
 
 S = 1_000_000  # microseconds per second
 
@@ -32,17 +33,43 @@ def seconds(ns) -> list[float]:
 
 def test_one_tenant_alone_gets_exactly_the_busy_time():
     result = attribute_window(
-        timeline((10, 12, 40)), window_start_us=0, window_end_us=100 * S, gpus=2
+        timeline((10, 12, 40)), window_start_us=0, window_end_us=100 * S, gpu_units=2 * GPU_UNITS
     )
     assert seconds(result.device_ns) == [60.0]  # 30 s x 2 GPUs
     assert result.idle_ns == 140 * 10**9
     assert result.capacity_ns == 200 * 10**9
 
 
+def test_a_mig_instance_and_a_time_sliced_share_hold_their_fraction_of_the_hour():
+    # A 3g MIG instance (3 of 7 compute slices), busy the whole hour: all of
+    # 3/7 x 3,600 s, to the nanosecond below, is the request's; nothing idle.
+    mig = attribute_window(
+        timeline((0, 1, 3600)), window_start_us=0, window_end_us=3600 * S, gpu_units=300
+    )
+    assert mig.capacity_ns == 1_542_857_142_857  # 3/7 x 3,600 s = 1,542.857142857 s
+    assert mig.idle_ns == 0
+    assert mig.device_ns.tolist() == [1_542_857_142_857]
+    # 40% of a time-sliced GPU, busy 0-900 s and 900-1800 s with two
+    # requests overlapping 600-900: 0.4 x 3,600 = 1,440 s, half of it idle.
+    sliced = attribute_window(
+        timeline((0, 1, 900), (600, 601, 1800)),
+        window_start_us=0,
+        window_end_us=3600 * S,
+        gpu_units=40 * GPU_UNITS // 100,
+    )
+    assert sliced.capacity_ns == 1_440 * 10**9
+    assert sliced.idle_ns == 720 * 10**9  # 1,800 s idle x 0.4
+    # 0-600 A alone, 600-900 both, 900-1800 B alone; x 0.4.
+    assert seconds(sliced.device_ns) == [0.4 * 600 + 0.4 * 150, 0.4 * 150 + 0.4 * 900]
+
+
 def test_equal_shares_split_overlaps():
     # A alone 0-10, A and B 10-20, B alone 20-30; 30-60 idle.
     result = attribute_window(
-        timeline((0, 1, 20), (10, 11, 30)), window_start_us=0, window_end_us=60 * S, gpus=1
+        timeline((0, 1, 20), (10, 11, 30)),
+        window_start_us=0,
+        window_end_us=60 * S,
+        gpu_units=1 * GPU_UNITS,
     )
     assert seconds(result.device_ns) == [15.0, 15.0]
     assert result.idle_ns == 30 * 10**9
@@ -53,7 +80,7 @@ def test_identical_load_gets_identical_shares_under_roofline():
         timeline((0, 2, 10), (0, 2, 10), prefill=[100, 100], context=[500, 500]),
         window_start_us=0,
         window_end_us=10 * S,
-        gpus=1,
+        gpu_units=1 * GPU_UNITS,
         policy="roofline",
         weight_bytes=1_000_000,
         kv_bytes_per_token=1_000,
@@ -67,7 +94,7 @@ def test_roofline_charges_a_long_context_more():
         timeline((0, 0, 10), (0, 0, 10), context=[1_000, 3_000]),
         window_start_us=0,
         window_end_us=10 * S,
-        gpus=1,
+        gpu_units=1 * GPU_UNITS,
         policy="roofline",
         weight_bytes=2_000_000,
         kv_bytes_per_token=1_000,
@@ -79,10 +106,16 @@ def test_roofline_charges_a_long_context_more():
 
 def test_requests_spanning_the_window_are_cut_at_its_edges():
     first_hour = attribute_window(
-        timeline((3000, 3001, 4000)), window_start_us=0, window_end_us=3600 * S, gpus=1
+        timeline((3000, 3001, 4000)),
+        window_start_us=0,
+        window_end_us=3600 * S,
+        gpu_units=1 * GPU_UNITS,
     )
     second_hour = attribute_window(
-        timeline((3000, 3001, 4000)), window_start_us=3600 * S, window_end_us=7200 * S, gpus=1
+        timeline((3000, 3001, 4000)),
+        window_start_us=3600 * S,
+        window_end_us=7200 * S,
+        gpu_units=1 * GPU_UNITS,
     )
     assert seconds(first_hour.device_ns) == [600.0]
     assert seconds(second_hour.device_ns) == [400.0]
@@ -105,11 +138,17 @@ request = st.tuples(
 @settings(max_examples=300, deadline=None)
 @given(
     requests=st.lists(request, max_size=60),
-    gpus=st.integers(min_value=1, max_value=8),
+    # Whole GPUs, MIG instances (sevenths), time-sliced shares (percents)
+    # and any mix a replica may hold across GPUs: any number of GPU units.
+    gpu_units=st.one_of(
+        st.integers(min_value=1, max_value=8).map(lambda n: n * GPU_UNITS),
+        st.integers(min_value=1, max_value=7).map(lambda n: n * GPU_UNITS // 7),
+        st.integers(min_value=1, max_value=8 * GPU_UNITS),
+    ),
     policy=st.sampled_from(["equal", "roofline"]),
     unit_ms=st.integers(min_value=1, max_value=1000),
 )
-def test_conservation_on_random_timelines(requests, gpus, policy, unit_ms):
+def test_conservation_on_random_timelines(requests, gpu_units, policy, unit_ms):
     unit = unit_ms * 1000  # microseconds per step, so boundaries fall anywhere
     start = np.array([r[0] for r in requests], dtype=np.int64) * unit
     first = start + np.array([r[1] for r in requests], dtype=np.int64) * unit
@@ -126,13 +165,15 @@ def test_conservation_on_random_timelines(requests, gpus, policy, unit_ms):
         tl,
         window_start_us=0,
         window_end_us=window_end,
-        gpus=gpus,
+        gpu_units=gpu_units,
         policy=policy,
         weight_bytes=5_000_000,
         kv_bytes_per_token=2_048,
     )
-    assert result.attributed_ns + result.idle_ns == window_end * gpus * 1000
+    capacity = window_end * 1000 * gpu_units // GPU_UNITS
+    assert result.capacity_ns == capacity
+    assert result.attributed_ns + result.idle_ns == capacity
     assert (result.device_ns >= 0).all()
     # Nobody is charged beyond the time they were resident in the window.
     resident = np.clip(end, 0, window_end) - np.clip(start, 0, window_end)
-    assert (result.device_ns <= resident * gpus * 1000 + 1).all()
+    assert (result.device_ns <= resident * 1000 * gpu_units / GPU_UNITS + 1).all()

@@ -21,6 +21,7 @@ from metering.models import (
 )
 from metering.rollups import usage_rollup_hours
 from metering.windows import attribution_conservation_check, attribution_window_compute
+from serving.gpu_shares import GPU_UNITS
 from tests.metering.conftest import T0
 
 API = EventSource.API
@@ -43,7 +44,7 @@ def test_a_tenant_alone_gets_exactly_its_resident_time(ledger):
     run = metering_run(now=AFTER)
     assert run.windows == 1
     window = AttributionWindow.objects.get()
-    assert window.status == "done" and window.gpus == 1 and window.requests == 1
+    assert window.status == "done" and window.gpu_units == GPU_UNITS and window.requests == 1
     assert shares(window) == {"solo": Decimal("0.900000000")}
     assert window.attributed_ns + window.idle_ns == window.capacity_ns == HOUR_NS
     assert window.idle_seconds == Decimal("3599.100000000")

@@ -74,3 +74,46 @@ def test_tenant_members_and_anonymous_visitors_cannot_see_the_fleet(client, demo
     assert client.get("/fleet/").status_code == 302
     client.force_login(Membership.objects.filter(tenant__slug="acme").first().user)
     assert client.get("/fleet/").status_code == 403
+
+
+def test_the_page_shows_mig_instances_time_slices_and_what_is_free(client, db):
+    from serving.gpu_shares import Share
+    from serving.models import Gpu, GpuSku, Node, Pool, Replica, ServedModel
+    from serving.services import replica_gpu_shares_set
+
+    sku = GpuSku.objects.create(
+        name="H100 80GB", memory_gb=80, power_idle_watts=70, power_busy_watts=700, mig_capable=True
+    )
+    node = Node.objects.create(name="n1")
+    mig, sliced = (
+        Gpu.objects.create(
+            serial=serial, sku=sku, node=node, in_service_date="2026-01-01", lease_rate_per_hour=2
+        )
+        for serial in ("H100-MIG", "H100-TS")
+    )
+    pool = Pool.objects.create(name="shared", kind="shared")
+    model = ServedModel.objects.create(name="m")
+    for name, share in (
+        ("r3g", Share(gpu_id=mig.pk, sharing="mig", mig_profile="3g.40gb", mig_instance=1)),
+        ("r2g", Share(gpu_id=mig.pk, sharing="mig", mig_profile="2g.20gb", mig_instance=2)),
+        ("rts", Share(gpu_id=sliced.pk, sharing="time_sliced", share_percent=60)),
+    ):
+        replica = Replica.objects.create(
+            name=name, base_url=f"http://10.0.0.1/{name}", model=model, pool=pool
+        )
+        replica_gpu_shares_set(replica=replica, shares=[share])
+    client.force_login(make_finance_user())
+
+    page = client.get("/fleet/")
+
+    gpus = {g.serial: g for g in page.context["gpus"]}
+    assert gpus["H100-MIG"].held == [
+        "r3g: MIG 3g.40gb (instance 1)",
+        "r2g: MIG 2g.20gb (instance 2)",
+    ]
+    assert gpus["H100-MIG"].free == "2 of 7 slices free"
+    assert gpus["H100-TS"].held == ["rts: 60% time-sliced"]
+    assert gpus["H100-TS"].free == "40% free"
+    html = page.content.decode()
+    assert "H100-MIG (MIG 3g.40gb (instance 1))" in html
+    assert "2 of 7 slices free" in html
