@@ -13,5 +13,6 @@ urlpatterns = [
     path("", include("tenants.urls")),
 ]
 
+handler400 = "dashboard.views.bad_request"
 handler404 = "dashboard.views.not_found"
 handler500 = "dashboard.views.internal_error"

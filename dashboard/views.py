@@ -3,6 +3,7 @@
 from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
+from django.views.defaults import bad_request as page_bad_request
 from django.views.defaults import page_not_found, server_error
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -40,6 +41,14 @@ def metrics(request):
     registry.register(JobsCollector())
     registry.register(SpendDriftCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+def bad_request(request, exception=None):
+    """A request Django refuses before any view (a Host header it does not
+    allow, a malformed one): JSON on the API, the plain 400 page elsewhere."""
+    if request.path.startswith(API_PREFIXES):
+        return json_error(status_code=400, code="bad_request", message="malformed request")
+    return page_bad_request(request, exception)
 
 
 def not_found(request, exception=None):

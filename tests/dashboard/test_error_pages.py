@@ -74,6 +74,17 @@ def test_the_api_keeps_its_json_404(client, world_a):
     assert response.json()["error"]["code"] == "not_found"
 
 
+def test_the_api_answers_a_refused_host_header_in_json(client, world_a):
+    """The schema fuzzer sent an empty Host: Django refuses it before any
+    view, and the API must still answer in its documented JSON."""
+    response = client.put("/api/v1/tenants/a/budget", {}, HTTP_HOST="")
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "bad_request"
+    page = client.get("/finance/", HTTP_HOST="")
+    assert page.status_code == 400 and "text/html" in page["Content-Type"]
+
+
 def test_the_500_page_renders_without_request_context(world_a):
     """Django's server_error renders 500.html with no request and no context
     processors: the layout must still render, with a way back."""
