@@ -86,15 +86,7 @@ class GpuSharesFormSet(BaseInlineFormSet):
             data = getattr(form, "cleaned_data", None)
             if not data or data.get("DELETE") or not data.get("gpu"):
                 continue
-            out.append(
-                Share(
-                    gpu_id=data["gpu"].pk,
-                    sharing=data.get("sharing") or "whole",
-                    mig_profile=data.get("mig_profile") or "",
-                    mig_instance=data.get("mig_instance"),
-                    share_percent=data.get("share_percent"),
-                )
-            )
+            out.append(Share.asked(data["gpu"].pk, data))
         return out
 
     def clean(self):

@@ -92,6 +92,17 @@ class Share:
     replica: str = ""  # whose (in messages)
     pool_id: int | None = None
 
+    @classmethod
+    def asked(cls, gpu_id: int, fields) -> Share:
+        """A share as a form or an API body names it (absent fields: defaults)."""
+        return cls(
+            gpu_id=gpu_id,
+            sharing=fields.get("sharing") or GpuSharing.WHOLE,
+            mig_profile=fields.get("mig_profile") or "",
+            mig_instance=fields.get("mig_instance"),
+            share_percent=fields.get("share_percent"),
+        )
+
 
 def mig_profiles_of(*, memory_gb: int, mig_capable: bool) -> dict[str, tuple[int, int]]:
     return MIG_PROFILES.get(memory_gb, {}) if mig_capable else {}

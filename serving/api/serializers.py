@@ -178,16 +178,7 @@ class ReplicaSerializer(serializers.ModelSerializer):
     @staticmethod
     def _shares(attrs) -> list[Share] | None:
         if "gpu_shares" in attrs:
-            return [
-                Share(
-                    gpu_id=s["gpu"].pk,
-                    sharing=s.get("sharing", GpuSharing.WHOLE),
-                    mig_profile=s.get("mig_profile", ""),
-                    mig_instance=s.get("mig_instance"),
-                    share_percent=s.get("share_percent"),
-                )
-                for s in attrs.pop("gpu_shares")
-            ]
+            return [Share.asked(s["gpu"].pk, s) for s in attrs.pop("gpu_shares")]
         if "gpus" in attrs:
             return [Share(gpu_id=gpu.pk) for gpu in attrs.pop("gpus")]
         return None
