@@ -68,6 +68,7 @@ from gateway.fairness import FairQueue, Slot  # noqa: E402
 from gateway.fairness_redis import FairQueueRedisShare  # noqa: E402
 from gateway.fleet import ReplicaInfo, Router, fleet_snapshot_load  # noqa: E402
 from gateway.payload import BadRequest, Prepared, prepare  # noqa: E402
+from gateway.perf_metrics import PerfMetrics  # noqa: E402
 from gateway.proxy import (  # noqa: E402
     Cut,
     Outcome,
@@ -99,7 +100,9 @@ from gateway.telemetry import (  # noqa: E402
     queue_wait_observe,
     request_observe,
 )
+from metering.choices import Timing  # noqa: E402
 from serving.choices import RequestStatus  # noqa: E402
+from serving.engines import engine_spec  # noqa: E402
 from serving.records import MODEL_NAME_MAX, CompletedRequest, record_sink  # noqa: E402
 
 logger = logging.getLogger("gateway")
@@ -129,6 +132,7 @@ class Gateway:
         )
         self.session: aiohttp.ClientSession | None = None
         self.recorder: Recorder | None = None
+        self.perf_metrics: PerfMetrics | None = None  # TensorRT-LLM's timings, read apart
         self.admission: LocalAdmission | RedisAdmission | None = None
         self.queue: GatewayQueue | None = None  # fair queuing on
         self.queue_share: FairQueueRedisShare | None = None  # ... across gateways
@@ -150,6 +154,7 @@ class Gateway:
             ),
             auto_decompress=False,
         )
+        self.perf_metrics = PerfMetrics(self.session)
         if settings.REDIS_URL:
             self.admission = RedisAdmission(
                 settings.REDIS_URL,
@@ -382,6 +387,9 @@ class Gateway:
             "event_loop_lag_max_ms": round(self.loop_lag_max * 1000, 2),
             "gc_pause_max_ms": round(self.gc_pause_max * 1000, 2),
             "recent_stalls": list(self.stalls),
+            # TensorRT-LLM requests whose timings never showed up on
+            # /perf_metrics (recorded with the gateway's window instead).
+            "perf_metrics_missed": self.perf_metrics.missed if self.perf_metrics else 0,
             # Echoed so whoever started this process can tell it from another
             # one answering on the same port.
             **({"instance": settings.SERVER_INSTANCE} if settings.SERVER_INSTANCE else {}),
@@ -693,10 +701,12 @@ class Gateway:
         cut: Cut | None = None,
     ) -> Outcome:
         """One attempt at one replica (UpstreamUnavailable: try another)."""
+        engine = engine_spec(replica.engine)
         call = UpstreamCall(
             session=self.session,
             url=replica.base_url + PATHS[kind],
-            body=prepared.body,
+            body=prepared.upstream_body(engine),
+            engine=engine,
             request_id=record.request_id,
             timeouts=self.timeouts,
             send=send,
@@ -706,18 +716,25 @@ class Gateway:
             kind=kind,
             prompt_tokens_estimate=prepared.prompt_tokens_estimate,
         )
-        if cut is not None and not prepared.stream and prepared.generates:
-            # It may be stopped while it runs: asked as a stream, answered whole.
-            # (An embedding has no stream: it runs once through, briefly.)
-            return await call_collected(replace(call, body=prepared.body_streamed()), kind=kind)
-        if prepared.stream:
-            return await call_stream(
+        engine = call.engine
+        if not prepared.stream and prepared.generates and (cut or engine.perf_metrics_path):
+            # It may be stopped while it runs, or its engine's timings are
+            # found by a stream's id: asked as a stream, answered whole. (An
+            # embedding has no stream: it runs once through, briefly.)
+            body = prepared.upstream_body(engine, as_stream=True)
+            outcome = await call_collected(replace(call, body=body), kind=kind)
+        elif prepared.stream:
+            outcome = await call_stream(
                 call,
                 client_wants_usage=prepared.client_wants_usage,
                 client_wants_continuous_usage=prepared.client_wants_continuous_usage,
                 disconnected=disconnected,
             )
-        return await call_unary(call)
+        else:
+            outcome = await call_unary(call)
+        if engine.perf_metrics_path and outcome.engine_id:
+            outcome.perf_metrics_url = replica.base_url + engine.perf_metrics_path
+        return outcome
 
     async def _proxy(
         self,
@@ -791,7 +808,10 @@ class Gateway:
             )
             return
         outcome = await prompt_counted(outcome)
-        usage, metrics = outcome.usage, outcome.metrics
+        timings = outcome.timings
+        if outcome.perf_metrics_url and not timings.any:  # TensorRT-LLM's, kept apart
+            timings = await self.perf_metrics.timings(outcome.perf_metrics_url, outcome.engine_id)
+        usage = outcome.usage
         record.status, record.http_status, record.error = (
             outcome.status,
             outcome.http_status,
@@ -801,9 +821,12 @@ class Gateway:
         record.prompt_tokens = usage.get("prompt_tokens") or 0
         record.completion_tokens = usage.get("completion_tokens") or 0
         record.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-        record.queue_ms = ms(metrics.get("queue_time_ms"))
-        record.ttft_ms = ms(metrics.get("time_to_first_token_ms"))
-        record.generation_ms = ms(metrics.get("generation_time_ms"))
+        record.queue_ms = ms(timings.queue_ms)
+        record.ttft_ms = ms(timings.ttft_ms)
+        record.generation_ms = ms(timings.generation_ms)
+        # Whose clock its timeline is: the engine's, or the gateway's own
+        # window (an engine that said nothing of its timing).
+        record.timing = Timing.ENGINE if timings.any else Timing.GATEWAY
         self._finish(record, caller, ended_at=outcome.upstream_ended_at)
 
     def _finish(

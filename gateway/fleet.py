@@ -32,6 +32,7 @@ class ReplicaInfo:
     pool_kind: str
     pool_owner_id: int | None
     max_inflight: int
+    engine: str = "vllm"  # serving.choices.Engine: how its answers are read (gateway.engines)
     # The GPUs it runs on (a MIG instance or a time-sliced share is a
     # fraction of one): what a second of it bills in GPU-seconds.
     gpus: float = 0.0  # ok-float: GPU units / GPU_UNITS, a multiplier of seconds
@@ -99,6 +100,7 @@ def fleet_snapshot_load() -> FleetSnapshot:
                 pool_kind=r.pool.kind,
                 pool_owner_id=r.pool.owner_id,
                 max_inflight=r.max_inflight,
+                engine=r.engine,
                 gpus=r.gpu_units / GPU_UNITS,
             )
         )

@@ -15,9 +15,12 @@ import orjson
 
 from gateway.callers import Caller
 from gateway.fleet import FleetSnapshot
+from serving.engines import EngineSpec
 
 # Fields a client must not set: the gateway sets them per tenant.
 GATEWAY_OWNED_FIELDS = ("priority", "cache_salt", "request_id", "kv_transfer_params")
+# Of those, what only vLLM takes (another engine may refuse a field it does not know).
+VLLM_FIELDS = ("priority", "cache_salt")
 # The fields that bound a request's output, per kind, the first one named wins.
 OUTPUT_BOUND_FIELDS = {
     "chat": ("max_completion_tokens", "max_tokens"),
@@ -68,13 +71,27 @@ class Prepared:
         """Whether it generates tokens (an embedding does not, nor streams)."""
         return self.kind in GENERATING_KINDS
 
-    def body_streamed(self) -> bytes:
-        """The body asking for a stream with usage on every chunk (a plain
-        request that may be cut while it runs: gateway.unstream)."""
+    def upstream_body(self, engine: EngineSpec, *, as_stream: bool = False) -> bytes:
+        """What goes to a replica of `engine`: vLLM's own fields (priority,
+        cache_salt) to vLLM only, usage on every chunk where the engine gives
+        it (else the final usage chunk). `as_stream`: a plain request asked
+        as a stream (gateway.unstream), to be answered whole."""
+        if engine.vllm_fields and not as_stream:
+            return self.body  # as prepare made it, the hot path
         payload = orjson.loads(self.body)
-        payload["stream"] = True
-        if self.kind != "responses":  # whose stream ends with its usage anyway
-            payload["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        if not engine.vllm_fields:
+            for name in VLLM_FIELDS:
+                payload.pop(name, None)
+        if as_stream:
+            payload["stream"] = True
+            payload.pop("stream_options", None)  # the client's were for a plain answer
+        if payload.get("stream") and self.kind != "responses":  # whose stream ends with usage
+            options = {**(payload.get("stream_options") or {}), "include_usage": True}
+            if engine.continuous_usage:
+                options["continuous_usage_stats"] = True
+            else:
+                options.pop("continuous_usage_stats", None)
+            payload["stream_options"] = options
         return orjson.dumps(payload)
 
 

@@ -1,4 +1,5 @@
-"""Talking to one vLLM replica, streaming or not.
+"""Talking to one replica, streaming or not, in its engine's dialect
+(serving.engines: what it takes, how it reports usage and timing).
 
 Before anything reaches the client, a replica that refuses the connection,
 times out, or answers 5xx raises UpstreamUnavailable so the caller can try
@@ -22,6 +23,8 @@ from django.utils import timezone
 from gateway.errors import Refused, error_body
 from gateway.payload import responses_messages
 from gateway.unstream import unstreamed, usage_normalized
+from serving.choices import Engine
+from serving.engines import ENGINES, NO_TIMINGS, EngineSpec, Timings
 
 Send = Callable[[dict], Awaitable[None]]
 EVENT_END = b"\n\n"
@@ -35,6 +38,17 @@ COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 OUTPUT_DELTA = re.compile(rb'"type"\s*:\s*"response\.[a-z_.]*delta"')
 # A chunk's usage object (one level of nesting: prompt_tokens_details).
 CHUNK_USAGE = re.compile(rb',\s*"usage"\s*:\s*\{(?:[^{}]|\{[^{}]*\})*\}')
+# A chat or completion chunk carrying generated text: one per token as the
+# engines stream them. How a stream is counted when its engine gives no
+# usage on every chunk (its usage comes only at the end).
+CONTENT_DELTA = re.compile(rb'"(?:content|text)"\s*:\s*"(?!")')
+CHUNK_ID = re.compile(rb'"id"\s*:\s*"([^"]*)"')
+ESTIMATED_PROMPT = (
+    "prompt tokens estimated by the gateway: the engine gave no usage before it ended"
+)
+COUNTED_OUTPUT = (
+    "output tokens counted by the chunks streamed: the engine gave no usage before it ended"
+)
 
 
 class Cut:
@@ -79,7 +93,7 @@ class Outcome:
     sent_at: datetime
     first_token_at: datetime | None = None
     usage: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    timings: Timings = NO_TIMINGS  # the engine's own, where it gave them
     error: str = ""
     # When the replica's work on it ended as the gateway saw it (the ledger's
     # ended_at): the last chunk relayed, the upstream closed on an abort, or
@@ -88,6 +102,10 @@ class Outcome:
     # A Responses API request that ended before its usage: the call whose
     # prompt is still to count (prompt_counted), once its slot is given back.
     prompt_uncounted: UpstreamCall | None = None
+    # The id the engine gave the answer (its chunks' `id`): TensorRT-LLM's
+    # timings are looked up by it (gateway.perf_metrics).
+    engine_id: str = ""
+    perf_metrics_url: str = ""  # where they are (its replica's /perf_metrics)
 
 
 @dataclass(frozen=True)
@@ -115,6 +133,16 @@ class UpstreamCall:
     # The gateway's own count of the prompt (its bytes over the model's
     # characters per token): billed when the replica cannot count it.
     prompt_tokens_estimate: int = 0
+    engine: EngineSpec = ENGINES[Engine.VLLM]
+
+    @property
+    def counted_by(self) -> re.Pattern | None:
+        """What counts a stream's output until its usage comes: the
+        Responses API's text events, or, from an engine that gives no usage
+        on every chunk, its text chunks."""
+        if self.kind == "responses":
+            return OUTPUT_DELTA
+        return None if self.engine.continuous_usage else CONTENT_DELTA
 
 
 async def _open(call: UpstreamCall) -> tuple[aiohttp.ClientResponse, datetime]:
@@ -206,15 +234,15 @@ async def call_unary(call: UpstreamCall) -> Outcome:
     outcome = Outcome(http_status=200, status="ok", sent_at=sent_at)
     data = orjson.loads(raw)
     outcome.usage = usage_normalized(data.get("usage") or {})
-    outcome.metrics = data.get("metrics") or {}
-    ttft = outcome.metrics.get("time_to_first_token_ms")
-    if ttft is not None:
-        # vLLM's TTFT runs from scheduling, after its queue time; its clock
-        # may disagree a little with ours, and the token cannot be later
-        # than the answer that carried it.
-        queued = outcome.metrics.get("queue_time_ms") or 0
+    outcome.timings = timings = call.engine.timings(data, resp.headers)
+    if timings.ttft_ms is not None:
+        # The engine's TTFT runs from scheduling, after its queue time; its
+        # clock may disagree a little with ours, and the token cannot be
+        # later than the answer that carried it.
+        queued = timings.queue_ms or 0
         outcome.first_token_at = min(
-            sent_at + timedelta(milliseconds=queued + ttft), timezone.now()
+            sent_at + timedelta(milliseconds=float(queued + timings.ttft_ms)),  # ok-float: a clock
+            timezone.now(),
         )
     return outcome
 
@@ -232,43 +260,51 @@ async def call_stream(
             return await _relay_refusal(call, resp, sent_at)
         outcome = await _relay(
             resp,
-            call.send,
-            call.extra_headers,
+            call,
             sent_at,
             keep_final_usage=client_wants_usage,
             keep_chunk_usage=client_wants_continuous_usage,
             disconnected=disconnected,
-            on_output=call.on_output,
-            cut=call.cut,
-            count_deltas=call.kind == "responses",
         )
     finally:
-        resp.close()  # on abort this closes the connection: vLLM aborts the request
+        resp.close()  # on abort this closes the connection: the engine aborts the request
     return _prompt_to_count(call, outcome)
 
 
 def _prompt_to_count(call: UpstreamCall, outcome: Outcome) -> Outcome:
-    if call.kind == "responses" and "prompt_tokens" not in outcome.usage:
+    if call.counted_by is not None and "prompt_tokens" not in outcome.usage:
         outcome.prompt_uncounted = call
     return outcome
 
 
+def _note(outcome: Outcome, note: str) -> None:
+    outcome.error = f"{outcome.error}; {note}" if outcome.error else note
+
+
 async def prompt_counted(outcome: Outcome) -> Outcome:
-    """A Responses API request that ended before response.completed said
-    its usage (aborted, cut): its prompt as the replica's tokenizer counts
-    it, or, when the replica cannot say, as the gateway estimated it (never
-    nothing: a prompt vLLM read is billed), the record saying which. Asked
-    once the request has given its replica back: the count is not its work."""
+    """A stream that ended before its usage came (aborted, cut): a
+    Responses API request's prompt as vLLM's tokenizer counts it, or, when
+    the replica cannot say or its engine has no such endpoint, as the
+    gateway estimated it (never nothing: a prompt the engine read is
+    billed), the record saying which. Asked once the request has given its
+    replica back: the count is not its work."""
     call = outcome.prompt_uncounted
     if call is None:
         return outcome
     outcome.prompt_uncounted = None
-    counted = await _responses_prompt_tokens(call)
-    if counted is None:
-        counted = call.prompt_tokens_estimate
-        note = "prompt tokens estimated by the gateway: the replica's /tokenize did not answer"
-        outcome.error = f"{outcome.error}; {note}" if outcome.error else note
-    outcome.usage["prompt_tokens"] = counted
+    counted = None
+    if call.kind == "responses" and call.engine.vllm_fields:
+        counted = await _responses_prompt_tokens(call)
+        if counted is None:
+            _note(
+                outcome,
+                "prompt tokens estimated by the gateway: the replica's /tokenize did not answer",
+            )
+    elif call.kind != "responses":
+        _note(outcome, f"{ESTIMATED_PROMPT}; {COUNTED_OUTPUT}")
+    else:
+        _note(outcome, ESTIMATED_PROMPT)
+    outcome.usage["prompt_tokens"] = call.prompt_tokens_estimate if counted is None else counted
     return outcome
 
 
@@ -296,19 +332,18 @@ async def _responses_prompt_tokens(call: UpstreamCall) -> int | None:
 
 async def _relay(
     resp: aiohttp.ClientResponse,
-    send: Send,
-    extra_headers: list[tuple[bytes, bytes]],
+    call: UpstreamCall,
     sent_at: datetime,
     *,
     keep_final_usage: bool,
     keep_chunk_usage: bool,
     disconnected: asyncio.Event,
-    on_output: Callable[[int], None] | None = None,
-    cut: Cut | None = None,
-    count_deltas: bool = False,
 ) -> Outcome:
-    """`count_deltas`: the stream's usage comes only at its end (the
-    Responses API), so its output so far is counted by its text events."""
+    """Relay a stream as it comes. Where its usage comes only at its end
+    (the Responses API, an engine without usage on every chunk), its output
+    so far is counted by its text events (call.counted_by)."""
+    send, extra_headers, on_output, cut = call.send, call.extra_headers, call.on_output, call.cut
+    counted_by = call.counted_by
     outcome = Outcome(http_status=200, status="ok", sent_at=sent_at)
     last_usage_event = b""
     deltas = 0
@@ -324,10 +359,13 @@ async def _relay(
                 pending = complete
                 continue
             out = complete + EVENT_END
-            if count_deltas:
-                deltas += len(OUTPUT_DELTA.findall(out))
+            if counted_by is not None:
+                deltas += len(counted_by.findall(out))
                 if on_output is not None:
                     on_output(deltas)
+            if not outcome.engine_id and call.engine.perf_metrics_path:
+                found = CHUNK_ID.search(out)
+                outcome.engine_id = found.group(1).decode() if found else ""
             if USAGE_OBJECT.search(out):
                 last_usage_event = _last_usage_event(out) or last_usage_event
                 if on_output is not None:
@@ -378,7 +416,7 @@ async def _relay(
         refused = _cut_outcome(outcome, cut)
         if not started:
             await respond_refused(send, refused, extra_headers)
-            _usage_of(outcome, last_usage_event)
+            _usage_of(outcome, last_usage_event, call, resp)
             return outcome
         await _send_error_event(send, refused.status, refused.message, refused.code)
     if not started:  # an empty 200 stream
@@ -392,8 +430,8 @@ async def _relay(
     if outcome.status == "ok" and pending:
         await send({"type": "http.response.body", "body": pending, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
-    _usage_of(outcome, last_usage_event)
-    if count_deltas and not outcome.usage:  # ended before its usage: what it streamed
+    _usage_of(outcome, last_usage_event, call, resp)
+    if counted_by is not None and not outcome.usage:  # ended before its usage: what it streamed
         outcome.usage = {"completion_tokens": deltas}
     return outcome
 
@@ -409,12 +447,16 @@ def _upstream_ended(outcome: Outcome, cut: Cut | None) -> None:
     outcome.upstream_ended_at = max(ended, outcome.first_token_at or ended, outcome.sent_at)
 
 
-def _usage_of(outcome: Outcome, usage_event: bytes) -> None:
+def _usage_of(
+    outcome: Outcome, usage_event: bytes, call: UpstreamCall, resp: aiohttp.ClientResponse
+) -> None:
+    """The stream's usage and the engine's timings, from the last event
+    that carried usage (vLLM's metrics and NIM's stats ride on it)."""
     if usage_event:
         data = orjson.loads(_event_data(usage_event))
         response = data.get("response") if isinstance(data.get("response"), dict) else {}
         outcome.usage = usage_normalized(data.get("usage") or response.get("usage") or {})
-        outcome.metrics = data.get("metrics") or {}
+        outcome.timings = call.engine.timings(data, resp.headers)
 
 
 def _event_data(event: bytes) -> bytes | None:
@@ -435,9 +477,10 @@ def _cut_outcome(outcome: Outcome, cut: Cut) -> Refused:
 
 async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
     """A plain request sent upstream as a stream (`gateway.unstream`: one
-    that may be cut while it runs, and must then be charged what it used):
-    the chunks joined into the answer vLLM would have given, or 402 if it
-    was cut. Until the answer is sent nothing reached the client, so a
+    that may be cut while it runs, and must then be charged what it used,
+    or one whose engine's timings are found by a stream's id): the chunks
+    joined into the answer the engine would have given, or 402 if it was
+    cut. Until the answer is sent nothing reached the client, so a
     replica failing meanwhile is UpstreamUnavailable, as for call_unary."""
     resp, sent_at = await _open(call)
     try:
@@ -445,9 +488,10 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
             return await _relay_refusal(call, resp, sent_at)
         outcome = Outcome(http_status=200, status="ok", sent_at=sent_at)
         answer = unstreamed(kind)
-        failed: dict[str, Any] | None = None  # an error event: vLLM failed the request
+        failed: dict[str, Any] | None = None  # an error event: the engine failed the request
         pending = b""
-        deltas = 0  # the Responses API's text events: its output until its usage comes
+        counted_by = call.counted_by
+        deltas = 0  # text events: its output until its usage comes
         try:
             async for chunk in resp.content.iter_any():
                 if outcome.first_token_at is None:
@@ -456,8 +500,8 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
                 if not sep:
                     pending = complete
                     continue
-                if kind == "responses":
-                    deltas += len(OUTPUT_DELTA.findall(complete))
+                if counted_by is not None:
+                    deltas += len(counted_by.findall(complete))
                 for event in complete.split(EVENT_END):
                     raw_data = _event_data(event)
                     if raw_data is not None:
@@ -468,16 +512,21 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
                             failed = {"error": data}
                         else:
                             answer.add(data)
-                if answer.usage and call.on_output is not None:
-                    call.on_output(answer.usage.get("completion_tokens") or 0)
+                if call.on_output is not None:
+                    if answer.usage:
+                        call.on_output(answer.usage.get("completion_tokens") or 0)
+                    elif counted_by is not None:
+                        call.on_output(deltas)
         except (aiohttp.ClientError, TimeoutError) as exc:
             if call.cut is None or not call.cut.fired:
                 raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
         _upstream_ended(outcome, call.cut)
     finally:
         resp.release()
-    outcome.usage, outcome.metrics = answer.usage or {}, answer.metrics or {}
-    if kind == "responses" and not outcome.usage:  # cut before its usage: what it made
+    outcome.usage = answer.usage or {}
+    outcome.timings = call.engine.timings(answer.tail, resp.headers)
+    outcome.engine_id = str(answer.head.get("id") or "") if kind != "responses" else ""
+    if counted_by is not None and not outcome.usage:  # cut before its usage: what it made
         outcome.usage = {"completion_tokens": deltas}
         outcome = _prompt_to_count(call, outcome)
     if call.cut is not None and call.cut.fired:

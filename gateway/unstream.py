@@ -1,4 +1,5 @@
-"""A plain (non-streaming) answer put together from vLLM's stream of chunks.
+"""A plain (non-streaming) answer put together from an engine's stream of
+chunks.
 
 A request the gateway may have to stop while it runs (its GPU-second grant
 not renewed, gateway.spend) goes upstream as a stream, whatever the client
@@ -15,6 +16,8 @@ from typing import Any
 
 CHAT_LOGPROB_LISTS = ("content", "refusal")
 TEXT_LOGPROB_LISTS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+# Where engines put a request's timings in a chunk: vLLM's, NIM's.
+TIMING_FIELDS = ("metrics", "stats")
 
 
 def unstreamed(kind: str) -> Unstreamed | UnstreamedResponse:
@@ -28,7 +31,7 @@ class UnstreamedResponse:
     def __init__(self) -> None:
         self.response: dict[str, Any] | None = None
         self.usage: dict[str, Any] | None = None
-        self.metrics: dict[str, Any] | None = None
+        self.tail: dict[str, Any] = {}  # the event that carried the usage
 
     def add(self, event: dict[str, Any]) -> None:
         response = event.get("response")
@@ -36,6 +39,7 @@ class UnstreamedResponse:
             self.response = response  # the latest state: completed, or as far as it got
             if response.get("usage"):
                 self.usage = usage_normalized(response["usage"])
+                self.tail = event
 
     def answer(self) -> dict[str, Any]:
         return self.response or {}
@@ -60,7 +64,10 @@ class Unstreamed:
         self.head: dict[str, Any] = {}
         self.choices: dict[int, dict[str, Any]] = {}
         self.usage: dict[str, Any] | None = None
-        self.metrics: dict[str, Any] | None = None
+        # The chunk that carried the usage, where engines put their timings
+        # (vLLM's metrics, NIM's stats), which the answer keeps.
+        self.tail: dict[str, Any] = {}
+        self.extras: dict[str, Any] = {}
 
     def add(self, chunk: dict[str, Any]) -> None:
         if not self.head:
@@ -71,8 +78,10 @@ class Unstreamed:
             self._choice(delta)
         if chunk.get("usage"):
             self.usage = chunk["usage"]
-        if chunk.get("metrics"):
-            self.metrics = chunk["metrics"]
+            self.tail = chunk
+        for name in TIMING_FIELDS:
+            if chunk.get(name):
+                self.extras[name] = chunk[name]
 
     def _choice(self, piece: dict[str, Any]) -> None:
         index = piece.get("index", 0)
@@ -104,9 +113,7 @@ class Unstreamed:
             "choices": [self.choices[i] for i in sorted(self.choices)],
             "usage": self.usage,
         }
-        if self.metrics is not None:
-            out["metrics"] = self.metrics
-        return out
+        return out | self.extras
 
 
 def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:

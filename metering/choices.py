@@ -10,6 +10,16 @@ class EventSource(models.TextChoices):
     API = "api", "Batch ingestion API (another serving tier)"
 
 
+class Timing(models.TextChoices):
+    """Where a ledger row's timeline comes from: the engine's own
+    per-request timings (queue, first token, generation), or, for an engine
+    that reports token counts only, the gateway's window from sending the
+    request to its last byte (an estimate of the request's residence)."""
+
+    ENGINE = "engine", "Measured by the engine"
+    GATEWAY = "gateway", "The gateway's window (sent to last byte)"
+
+
 class AttributionPolicy(models.TextChoices):
     """How a slice of a replica's device time is split among the requests
     resident in it (docs/architecture.md, Attribution)."""

@@ -10,7 +10,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 
-from metering.choices import AttributionPolicy, EventSource, WindowStatus
+from metering.choices import AttributionPolicy, EventSource, Timing, WindowStatus
 from serving.choices import RequestStatus
 from serving.models import Pool, Replica, ServedModel
 from tenants.models import Tenant
@@ -62,7 +62,15 @@ class UsageEvent(models.Model):
         help_text="In the gateway's queue before dispatch (null: not measured).",
     )
     ttft_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    # From the first token to the last; from scheduling to the last token
+    # when ttft_ms is null (an engine that reports its inference time whole).
     generation_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    timing = models.CharField(
+        max_length=8,
+        choices=Timing.choices,
+        default=Timing.GATEWAY,
+        help_text="Whose clock the timeline is: the engine's, or the gateway's window.",
+    )
     status = models.CharField(max_length=16, choices=RequestStatus.choices)
     http_status = models.SmallIntegerField()
     error = models.CharField(max_length=300, blank=True, default="")
@@ -215,6 +223,9 @@ class UsageRollup(models.Model):
     )
     gateway_queue_requests = models.BigIntegerField(default=0, db_default=0)
     gateway_queued_requests = models.BigIntegerField(default=0, db_default=0)
+    # Served requests whose timeline is the gateway's window (an engine that
+    # reports no per-request timing): their device-seconds are estimated.
+    requests_gateway_timed = models.BigIntegerField(default=0, db_default=0)
     synthetic = models.BooleanField(default=False)
 
     class Meta:

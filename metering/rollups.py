@@ -1,7 +1,8 @@
 """Hourly rollups per (tenant, model, pool, replica, priority): tokens by
-kind, requests by status, attributed device-seconds and time in the
-gateway's queue (its sum, the requests that recorded it, those that
-waited). Reports, exports, dashboards and rating read these, never the raw
+kind, requests by status, attributed device-seconds, time in the gateway's
+queue (its sum, the requests that recorded it, those that waited) and the
+served requests timed by the gateway's window (an engine that reports no
+timing). Reports, exports, dashboards and rating read these, never the raw
 ledger. An hour is rebuilt whole (delete and insert in one transaction)
 whenever usage for it arrives or one of its windows is attributed again."""
 
@@ -21,12 +22,13 @@ INSERT INTO metering_usagerollup
      prompt_tokens, cached_tokens, completion_tokens,
      requests_ok, requests_aborted, requests_error, requests_rejected,
      device_seconds, gateway_queue_ms_sum, gateway_queue_requests,
-     gateway_queued_requests, synthetic)
+     gateway_queued_requests, requests_gateway_timed, synthetic)
 SELECT hour, tenant_id, served_model_id, pool_id, replica_id, priority,
        sum(prompt_tokens), sum(cached_tokens), sum(completion_tokens),
        sum(ok), sum(aborted), sum(error), sum(rejected),
        sum(device_ns)::numeric / 1000000000,
-       sum(gateway_queue_ms), sum(gateway_timed), sum(gateway_queued), bool_or(synthetic)
+       sum(gateway_queue_ms), sum(gateway_timed), sum(gateway_queued),
+       sum(window_timed), bool_or(synthetic)
 FROM (
     SELECT date_trunc('hour', received_at) AS hour,
            tenant_id, served_model_id, pool_id, replica_id, priority,
@@ -36,13 +38,14 @@ FROM (
            0::bigint AS device_ns,
            coalesce(gateway_queue_ms, 0) AS gateway_queue_ms,
            (gateway_queue_ms IS NOT NULL)::int AS gateway_timed,
-           coalesce(gateway_queue_ms > 0, false)::int AS gateway_queued, synthetic
+           coalesce(gateway_queue_ms > 0, false)::int AS gateway_queued,
+           (timing = 'gateway' AND status IN ('ok', 'aborted'))::int AS window_timed, synthetic
     FROM metering_usageevent
     WHERE received_at >= %(first)s AND received_at < %(last)s
       AND date_trunc('hour', received_at) = ANY(%(hours)s)
     UNION ALL
     SELECT date_trunc('hour', w.start), s.tenant_id, s.served_model_id, s.pool_id,
-           w.replica_id, s.priority, 0, 0, 0, 0, 0, 0, 0, s.device_ns, 0, 0, 0, false
+           w.replica_id, s.priority, 0, 0, 0, 0, 0, 0, 0, s.device_ns, 0, 0, 0, 0, false
     FROM metering_attributionwindow w
     JOIN metering_attributionshare s ON s.window_id = w.id
     WHERE w.start >= %(first)s AND w.start < %(last)s

@@ -225,6 +225,57 @@ def reconciliation_gaps(*, start: datetime, end: datetime) -> tuple[list, dict]:
     return list(gaps[:200]), totals
 
 
+def reconciliation_by_replica(*, start: datetime, end: datetime) -> list[dict]:
+    """Per replica in [start, end): its engine and what its own counters
+    can tell (serving.engines), the windows reconciled against them and
+    their gaps, and how many of its served requests had no engine timing
+    (the gateway's window stood in: their device-seconds are estimates)."""
+    from metering.models import ReconciliationGap
+    from serving.engines import engine_spec
+    from serving.models import Replica
+
+    gaps = {
+        row["replica_id"]: row
+        for row in ReconciliationGap.objects.filter(start__gte=start, start__lt=end)
+        .values("replica_id")
+        .annotate(
+            windows=Count("id", filter=Q(samples__gt=1)),
+            prompt_gap=Sum(F("vllm_prompt_tokens") - F("metered_prompt_tokens")),
+            generation_gap=Sum(F("vllm_generation_tokens") - F("metered_generation_tokens")),
+        )
+    }
+    served = {
+        row["replica_id"]: row
+        for row in UsageRollup.objects.filter(
+            hour__gte=start, hour__lt=end, replica_id__isnull=False
+        )
+        .values("replica_id")
+        .annotate(
+            served=Sum(F("requests_ok") + F("requests_aborted")),
+            gateway_timed=Sum("requests_gateway_timed"),
+        )
+    }
+    rows = []
+    for replica in Replica.objects.order_by("name"):
+        spec = engine_spec(replica.engine)
+        gap = gaps.get(replica.pk, {})
+        use = served.get(replica.pk, {})
+        rows.append(
+            {
+                "replica": replica.name,
+                "engine": replica.get_engine_display(),
+                "counters": spec.counters is not None,
+                "counters_note": spec.counters_note,
+                "windows": gap.get("windows") or 0,
+                "prompt_gap": gap.get("prompt_gap") or 0,
+                "generation_gap": gap.get("generation_gap") or 0,
+                "served": use.get("served") or 0,
+                "gateway_timed": use.get("gateway_timed") or 0,
+            }
+        )
+    return rows
+
+
 def usage_device_frame(*, start: datetime, end: datetime) -> pd.DataFrame:
     """The hourly rollups with device time in [start, end), as read: (hour
     epoch, replica_id, pool_id, tenant, model, device_us), -1 for a missing
@@ -419,9 +470,10 @@ SLO_COUNTED_SQL = f"(e.http_status < 400 OR e.http_status = 499 OR {SLO_PLATFORM
 # queue and prefill); without first_token_at (another serving tier's
 # report), vLLM's queue time plus its time to first token. Inter-token
 # latency: the time from the first token to the end over the gaps between
-# tokens, (ended_at - first_token_at) / (completion_tokens - 1), or vLLM's
-# generation time over them without first_token_at; only requests with
-# two tokens or more have a gap.
+# tokens, (ended_at - first_token_at) / (completion_tokens - 1), or the
+# engine's generation time over them without first_token_at (not an
+# inference time reported whole, with no TTFT: that holds the prefill too);
+# only requests with two tokens or more have a gap.
 SLO_TTFT_MS_SQL = (
     "CASE WHEN e.status = 'ok' THEN coalesce("
     "extract(epoch FROM e.first_token_at - e.received_at) * 1000, "
@@ -429,7 +481,8 @@ SLO_TTFT_MS_SQL = (
 )
 SLO_ITL_MS_SQL = (
     "CASE WHEN e.status = 'ok' AND e.completion_tokens >= 2 THEN (coalesce("
-    "extract(epoch FROM e.ended_at - e.first_token_at) * 1000, e.generation_ms)"
+    "extract(epoch FROM e.ended_at - e.first_token_at) * 1000, "
+    "CASE WHEN e.ttft_ms IS NOT NULL THEN e.generation_ms END)"
     " / (e.completion_tokens - 1))::float8 END"
 )
 SLO_GROUPS = {"tenant": "e.tenant_id", "tier": "t.tier"}

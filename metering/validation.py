@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from metering.choices import Timing
 from serving.choices import RequestStatus
 from serving.models import LoraAdapter, Pool, Replica, ServedModel
 from tenants.models import Tenant
@@ -45,6 +46,7 @@ LEDGER_COLUMN_TYPES = (
     ("ttft_ms", "numeric"),
     ("generation_ms", "numeric"),
     ("gateway_queue_ms", "numeric"),
+    ("timing", "varchar"),
     ("status", "varchar"),
     ("http_status", "int2"),
     ("error", "varchar"),
@@ -59,6 +61,7 @@ CLOCK_SKEW = timedelta(minutes=5)  # how far in the future an event may claim to
 SKEW_TOLERANCE = timedelta(seconds=1)  # between the gateway's clock and vLLM's timings
 SERVED_STATUSES = frozenset({RequestStatus.OK, RequestStatus.ABORTED})
 STATUSES = frozenset(RequestStatus.values)
+ENGINE_TIMINGS = ("queue_ms", "ttft_ms", "generation_ms")
 
 
 class EventInvalid(Exception):
@@ -186,6 +189,7 @@ class EventValidator:
         error = get("error") or ""
         if not isinstance(error, str):
             raise EventInvalid("error", "must be a string")
+        engine_timings = [_millis(get, name) for name in ENGINE_TIMINGS]
         return (
             request_id,
             tenant_id,
@@ -203,10 +207,9 @@ class EventValidator:
             sent_at,
             first_token_at,
             ended_at,
-            _millis(get, "queue_ms"),
-            _millis(get, "ttft_ms"),
-            _millis(get, "generation_ms"),
+            *engine_timings,
             _millis(get, "gateway_queue_ms"),
+            _timing(get, engine_timings),
             status,
             http_status,
             error[:300],
@@ -299,6 +302,29 @@ def _within(
     if received_at - SKEW_TOLERANCE <= value <= ended_at + SKEW_TOLERANCE:
         return min(max(value, received_at), ended_at)
     raise EventInvalid(name, "must lie between received_at and ended_at")
+
+
+def _timing(get, engine_timings: list[Decimal | None]) -> str:
+    """Whose clock the row's timeline is. Omitted: the engine's when the
+    event carries any engine timing, else the gateway's window. Named, it
+    must agree with what the event carries."""
+    timed = any(value is not None for value in engine_timings)
+    timing = get("timing")
+    if timing is None:
+        return Timing.ENGINE if timed else Timing.GATEWAY
+    if timing == Timing.ENGINE and not timed:
+        raise EventInvalid(
+            "timing", "'engine' needs the engine's queue_ms, ttft_ms or generation_ms"
+        )
+    if timing == Timing.GATEWAY and timed:
+        raise EventInvalid(
+            "timing",
+            "'gateway' means the engine reported no timing: omit queue_ms, ttft_ms and "
+            "generation_ms, or send 'engine'",
+        )
+    if timing not in (Timing.ENGINE, Timing.GATEWAY):
+        raise EventInvalid("timing", "must be 'engine' or 'gateway'")
+    return timing
 
 
 def _millis(get, name: str) -> Decimal | None:

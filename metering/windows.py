@@ -94,10 +94,13 @@ def events_frame(*, replica_id: int, start: datetime, end: datetime, raw=None) -
 
 
 def timeline_from_events(events: pd.DataFrame) -> Timeline:
-    """Phase boundaries from vLLM's own timings where the event has them:
-    scheduled = sent + queue; first token = scheduled + TTFT; last token =
-    first + generation. Without them: sent to first token to end as the
-    gateway saw them. Never past the request's end."""
+    """Phase boundaries from the engine's own timings where the event has
+    them: scheduled = sent + queue; first token = scheduled + TTFT; last
+    token = first + generation. Without them (timing "gateway"): sent to
+    first token to end as the gateway saw them. An engine that reports its
+    inference time whole (generation without TTFT, TGI) is resident from
+    scheduling for that long, its first token unknown (prefill is then
+    taken as the moment it was scheduled). Never past the request's end."""
     sent = events["sent_us"].to_numpy(np.int64)
     ended = events["ended_us"].to_numpy(np.int64)
     start = sent + events["queue_us"].fillna(0).to_numpy(np.int64)
@@ -111,6 +114,8 @@ def timeline_from_events(events: pd.DataFrame) -> Timeline:
     )
     first = np.clip(first, start, ended)
     generation = events["generation_us"]
+    whole = (generation.notna() & ttft.isna()).to_numpy()  # inference time, whole
+    first = np.where(whole, start, first)
     end = np.where(
         generation.notna().to_numpy(), first + generation.fillna(0).to_numpy(np.int64), ended
     )

@@ -110,8 +110,17 @@ class ReplicaGpuInline(admin.TabularInline):
 
 @admin.register(Replica)
 class ReplicaAdmin(admin.ModelAdmin):
-    list_display = ["name", "base_url", "model", "pool", "status", "max_inflight", "last_seen_at"]
-    list_filter = ["status", "pool__kind", "model"]
+    list_display = [
+        "name",
+        "base_url",
+        "engine",
+        "model",
+        "pool",
+        "status",
+        "max_inflight",
+        "last_seen_at",
+    ]
+    list_filter = ["status", "engine", "pool__kind", "model"]
     search_fields = ["name", "base_url"]
     inlines = [ReplicaGpuInline]
     # A replica's URL is the engine's on the private network, usually http.

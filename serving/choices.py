@@ -23,6 +23,20 @@ class GpuSharing(models.TextChoices):
     TIME_SLICED = "time_sliced", "Time-sliced share"
 
 
+class Engine(models.TextChoices):
+    """The inference server a replica runs: the gateway speaks OpenAI's API
+    to each and reads usage and per-request timing the way that engine
+    documents them (serving.engines)."""
+
+    VLLM = "vllm", "vLLM"
+    TRTLLM = "trtllm", "TensorRT-LLM (trtllm-serve)"
+    NIM = "nim", "NVIDIA NIM"
+    SGLANG = "sglang", "SGLang"
+    TGI = "tgi", "Hugging Face TGI"
+    TRITON = "triton", "Triton (OpenAI frontend)"
+    OPENAI = "openai", "Other OpenAI-compatible server"
+
+
 class ReplicaStatus(models.TextChoices):
     UP = "up", "Up"
     DOWN = "down", "Down"

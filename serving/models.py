@@ -10,7 +10,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from serving.choices import GpuSharing, IdleCostPolicy, PoolKind, ReplicaStatus
+from serving.choices import Engine, GpuSharing, IdleCostPolicy, PoolKind, ReplicaStatus
 from serving.gpu_shares import GPU_UNITS
 from tenants.models import Tenant
 
@@ -168,10 +168,17 @@ class LoraAdapter(models.Model):
 
 
 class Replica(models.Model):
-    """A vLLM OpenAI-compatible server serving one model on some GPUs."""
+    """An OpenAI-compatible inference server (vLLM, or another engine)
+    serving one model on some GPUs."""
 
     name = models.CharField(max_length=100, unique=True)
     base_url = models.URLField(help_text="e.g. http://10.0.0.5:8000 (without /v1)")
+    engine = models.CharField(
+        max_length=16,
+        choices=Engine.choices,
+        default=Engine.VLLM,
+        help_text="The inference server: how the gateway reads its usage and timing.",
+    )
     model = models.ForeignKey(ServedModel, on_delete=models.PROTECT, related_name="replicas")
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="replicas")
     gpus = models.ManyToManyField(Gpu, blank=True, related_name="replicas", through="ReplicaGpu")
@@ -194,6 +201,9 @@ class Replica(models.Model):
                 condition=Q(status__in=ReplicaStatus.values), name="replica_status_valid"
             ),
             models.CheckConstraint(condition=Q(max_inflight__gt=0), name="replica_max_inflight"),
+            models.CheckConstraint(
+                condition=Q(engine__in=Engine.values), name="replica_engine_valid"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -39,6 +39,9 @@ class CompletedRequest:
     gateway_queue_ms: Decimal | None = None  # in the gateway's queue, before dispatch
     ttft_ms: Decimal | None = None
     generation_ms: Decimal | None = None
+    # Whose clock the timeline is (metering's Timing: "engine" or "gateway");
+    # None: the engine's when it gave any timing, else the gateway's.
+    timing: str | None = None
     error: str = ""
     extra: dict = field(default_factory=dict)
 

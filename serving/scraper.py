@@ -1,6 +1,7 @@
-"""Reading a replica's Prometheus /metrics into a ReplicaMetricSample, and
-marking a replica that does not answer as down (routing then avoids it until
-a later scrape finds it answering again)."""
+"""Reading a replica's Prometheus metrics (where its engine exports them:
+serving.engines) into a ReplicaMetricSample, and marking a replica that does
+not answer as down (routing then avoids it until a later scrape finds it
+answering again)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,11 @@ import httpx
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from serving.choices import ReplicaStatus
+from serving.choices import Engine, ReplicaStatus
+from serving.engines import VLLM_COUNTERS, Counters, engine_spec
 from serving.models import Replica, ReplicaMetricSample
 from serving.services import replica_set_status
 
-# vLLM metric -> sample field. Values are summed over engines.
-VLLM_METRICS = {
-    "vllm:num_requests_running": "requests_running",
-    "vllm:num_requests_waiting": "requests_waiting",
-    "vllm:kv_cache_usage_perc": "kv_cache_usage",
-    "vllm:prompt_tokens": "prompt_tokens_total",
-    "vllm:generation_tokens": "generation_tokens_total",
-    "vllm:num_preemptions": "preemptions_total",
-}
 INTEGER_FIELDS = {
     "requests_running",
     "requests_waiting",
@@ -41,16 +34,25 @@ class Scrape:
     error: str = ""
 
 
-def metrics_parse(text: str) -> dict:
-    """Sample fields from Prometheus exposition text (counters lose their
-    `_total` suffix in the parser, hence the names above)."""
+def metrics_parse(text: str, counters: Counters = VLLM_COUNTERS) -> dict:
+    """Sample fields from Prometheus exposition text, read as `counters`
+    names them (serving.engines; counters lose their `_total` suffix in the
+    parser). Series are summed over engines and labels, but only the first
+    tensor-parallel rank of an engine that repeats them per rank (SGLang)."""
     totals: dict[str, float] = {}  # ok-float: Prometheus values are floats on the wire
     for family in text_string_to_metric_families(text):
-        field = VLLM_METRICS.get(family.name)
+        field = counters.families.get(family.name)
+        wanted = family.name + "_sum"
+        if field is None:
+            field = counters.histogram_sums.get(family.name)
+        elif family.type != "histogram":
+            wanted = None
         if field is None:
             continue
         for sample in family.samples:
-            if sample.name.endswith("_created"):
+            if sample.name.endswith("_created") or sample.labels.get("tp_rank", "0") != "0":
+                continue
+            if wanted is not None and sample.name != wanted:
                 continue
             totals[field] = totals.get(field, 0.0) + sample.value
     values: dict = {}
@@ -62,20 +64,28 @@ def metrics_parse(text: str) -> dict:
     return values
 
 
-def replica_scrape_fetch(base_url: str, *, timeout: float = 3.0) -> Scrape:
+def replica_scrape_fetch(
+    base_url: str, *, engine: str = Engine.VLLM, timeout: float = 3.0
+) -> Scrape:
+    """The engine's counters, or, for one that exports none we know, only
+    whether it answers."""
+    spec = engine_spec(engine)
+    path = spec.counters.path if spec.counters is not None else spec.health_path
     try:
-        response = httpx.get(f"{base_url.rstrip('/')}/metrics", timeout=timeout)
+        response = httpx.get(f"{base_url.rstrip('/')}{path}", timeout=timeout)
         response.raise_for_status()
     except httpx.HTTPError as exc:
         return Scrape(up=False, values={}, error=f"{type(exc).__name__}: {exc}"[:300])
-    return Scrape(up=True, values=metrics_parse(response.text))
+    if spec.counters is None:
+        return Scrape(up=True, values={})
+    return Scrape(up=True, values=metrics_parse(response.text, spec.counters))
 
 
 def replica_scrape(*, replica: Replica) -> ReplicaMetricSample:
     """Scrape one replica, store the sample, and update its status: a replica
     that does not answer goes down; one that answers again comes back up.
     Draining replicas keep their status (an operator set it)."""
-    result = replica_scrape_fetch(replica.base_url)
+    result = replica_scrape_fetch(replica.base_url, engine=replica.engine)
     sample = ReplicaMetricSample.objects.create(
         replica=replica,
         scraped_at=timezone.now(),

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InputError
-from serving.choices import GpuSharing, IdleCostPolicy, PoolKind, ReplicaStatus
+from serving.choices import Engine, GpuSharing, IdleCostPolicy, PoolKind, ReplicaStatus
 from serving.gpu_shares import Share, ShareRefused, share_units, shares_check
 from serving.model_config import roofline_bytes
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, ReplicaGpu, ServedModel
@@ -77,6 +77,7 @@ def replica_register(
     gpus: list[Gpu | Share],
     launched_pid: int | None = None,
     max_inflight: int = 64,
+    engine: str = Engine.VLLM,
 ) -> Replica:
     """Create or update a replica by name; it starts as up."""
     replica, _ = Replica.objects.update_or_create(
@@ -87,6 +88,7 @@ def replica_register(
             "pool": pool,
             "launched_pid": launched_pid,
             "max_inflight": max_inflight,
+            "engine": engine,
             "status": ReplicaStatus.UP,
             "last_error": "",
         },

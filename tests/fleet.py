@@ -228,6 +228,7 @@ class Fleet:
         owner: str | None = None,
         max_inflight: int = 64,
         model: ServedModel | None = None,
+        engine: str = "vllm",
     ) -> Replica:
         if pool not in self.pools:
             self.pools[pool] = pool_ensure(
@@ -240,6 +241,7 @@ class Fleet:
             pool=self.pools[pool],
             gpus=[local_gpu_ensure(serial=f"gpu-{name}")],
             max_inflight=max_inflight,
+            engine=engine,
         )
         self.replicas[name] = replica
         return replica

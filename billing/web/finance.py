@@ -31,6 +31,7 @@ from billing.web.portal import usage_context, usage_days
 from metering.selectors import (
     gateway_queue_by_tier,
     gateway_queue_depth_by_hour,
+    reconciliation_by_replica,
     reconciliation_gaps,
 )
 from serving.models import ServedModel
@@ -153,6 +154,7 @@ def reconciliation(request):
         "unpriced": unpriced,
         "unpriced_tokens": sum(row["tokens"] for row in unpriced),
         "drifts": spend_drift_latest(),
+        "replicas": reconciliation_by_replica(start=start, end=end),
         "days": days,
         "start": start,
         "end": end,

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from core.api_query import QueryIn, range_help, range_validated
 from core.api_time import SupportedDateTimeField
+from metering.choices import Timing
 from metering.validation import MAX_TOKENS
 from serving.choices import RequestStatus
 
@@ -31,7 +32,25 @@ class UsageEventIn(serializers.Serializer):
     ended_at = SupportedDateTimeField()
     queue_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
     ttft_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
-    generation_ms = serializers.DecimalField(max_digits=14, decimal_places=3, required=False)
+    generation_ms = serializers.DecimalField(
+        max_digits=14,
+        decimal_places=3,
+        required=False,
+        help_text=(
+            "From the first token to the last; with no ttft_ms, from scheduling to the last "
+            "token (an engine that reports its inference time whole, as TGI does)."
+        ),
+    )
+    timing = serializers.ChoiceField(
+        choices=Timing.choices,
+        required=False,
+        help_text=(
+            "engine: queue_ms, ttft_ms, generation_ms are the engine's own per-request timings. "
+            "gateway: the engine reported none, and the timeline is the reporting tier's window "
+            "from sent_at to ended_at (attributed device-seconds are then an estimate). "
+            "Omitted: engine when any engine timing is sent, else gateway."
+        ),
+    )
     gateway_queue_ms = serializers.DecimalField(
         max_digits=14,
         decimal_places=3,

@@ -53,6 +53,7 @@ EXAMPLE_EVENT = {
     "queue_ms": 3.2,
     "ttft_ms": 41.7,
     "generation_ms": 1730.0,
+    "timing": "engine",
     "gateway_queue_ms": 0.8,
     "status": "ok",
     "http_status": 200,

@@ -157,6 +157,7 @@ class ReplicaSerializer(serializers.ModelSerializer):
             "id",
             "name",
             "base_url",
+            "engine",
             "model",
             "pool",
             "gpus",

@@ -51,9 +51,7 @@ class FakeUpstream:
         asyncio.set_event_loop(self._loop)
         self._released = asyncio.Event()
         app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._completion)
-        app.router.add_post("/v1/completions", self._completion)
-        app.router.add_get("/metrics", self._metrics)
+        self._routes(app)
         self._runner = web.AppRunner(app)
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -61,6 +59,11 @@ class FakeUpstream:
         self.port = site._server.sockets[0].getsockname()[1]
         ready.set()
         self._loop.run_forever()
+
+    def _routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/chat/completions", self._completion)
+        app.router.add_post("/v1/completions", self._completion)
+        app.router.add_get("/metrics", self._metrics)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=METRICS_TEXT)

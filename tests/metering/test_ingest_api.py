@@ -107,3 +107,37 @@ def test_only_live_service_keys_may_report(ledger, api):
     refused = client_for_key(secret).post(URL, [event], format="json")
     assert refused.status_code == 401 and "revoked" in refused.json()["error"]["message"]
     assert not UsageEvent.objects.exists()
+
+
+def test_timing_says_whose_clock_the_timeline_is(ledger, reporter):
+    """A tier whose engine gives token counts only (SGLang, Triton's OpenAI
+    frontend) reports its own window: the ledger row says so; one that
+    sends the engine's timings is marked engine-timed without naming it."""
+    engine = as_json(ledger.event("t-engine"))
+    window = as_json(ledger.event("t-window", queue_ms=None, ttft_ms=None, generation_ms=None))
+    window["timing"] = "gateway"
+    tgi = as_json(ledger.event("t-tgi", ttft_ms=None)) | {"timing": "engine"}
+    response = reporter.post(URL, [engine, window, tgi], format="json")
+    assert response.status_code == 200, response.json()
+    stored = dict(UsageEvent.objects.values_list("request_id", "timing"))
+    assert stored == {"t-engine": "engine", "t-window": "gateway", "t-tgi": "engine"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"timing": "gpu"}, "must be 'engine' or 'gateway'"),
+        ({"timing": "gateway"}, "omit queue_ms, ttft_ms and generation_ms"),
+        (
+            {"timing": "engine", "queue_ms": None, "ttft_ms": None, "generation_ms": None},
+            "needs the engine's queue_ms, ttft_ms or generation_ms",
+        ),
+    ],
+)
+def test_a_timing_that_contradicts_the_event_is_a_400_naming_it(ledger, reporter, fields, reason):
+    response = reporter.post(URL, [as_json(ledger.event("bad") | fields)], format="json")
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"]["field"] == "events.0.timing"
+    assert reason in body["results"][0]["reason"]
+    assert not UsageEvent.objects.exists()

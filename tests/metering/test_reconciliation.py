@@ -46,3 +46,46 @@ def test_gap_is_what_vllm_served_beyond_the_ledger(ledger):
     # Recomputing replaces the row.
     reconciliation_compute(replica=r, start=T0, end=T0 + timedelta(minutes=1))
     assert type(gap).objects.count() == 1
+
+
+def test_each_replica_is_reconciled_by_its_engine_and_shows_what_the_gateway_timed(ledger, client):
+    from metering.jobs import metering_run
+    from metering.selectors import reconciliation_by_replica
+    from serving.models import Replica
+    from tests.factories import make_finance_user
+
+    Replica.objects.filter(pk=ledger.replica.pk).update(engine="vllm")
+    other = Replica.objects.exclude(pk=ledger.replica.pk).get()
+    Replica.objects.filter(pk=other.pk).update(engine="openai")
+    untimed = {"queue_ms": None, "ttft_ms": None, "generation_ms": None, "replica_id": other.pk}
+    usage_record_batch(
+        events=[
+            ledger.event("v1"),
+            ledger.event("o1", **untimed),
+            ledger.event("o2", at=T0 + timedelta(seconds=5), **untimed),
+        ],
+        source=EventSource.API,
+    )
+    sample(ledger.replica, T0 - timedelta(seconds=5), 0, 0)
+    sample(ledger.replica, T0 + timedelta(seconds=30), 20, 10)
+    reconciliation_compute(replica=ledger.replica, start=T0, end=T0 + timedelta(hours=1))
+    metering_run(now=T0 + timedelta(hours=3))
+
+    rows = {
+        row["replica"]: row
+        for row in reconciliation_by_replica(start=T0, end=T0 + timedelta(hours=1))
+    }
+    vllm, openai = rows[ledger.replica.name], rows[other.name]
+    assert (vllm["engine"], vllm["counters"], vllm["windows"], vllm["prompt_gap"]) == (
+        "vLLM",
+        True,
+        1,
+        0,
+    )
+    assert (vllm["served"], vllm["gateway_timed"]) == (1, 0)
+    assert (openai["counters"], openai["served"], openai["gateway_timed"]) == (False, 2, 2)
+    assert "not reconciled" in openai["counters_note"]
+
+    client.force_login(make_finance_user())
+    html = client.get("/reconciliation/").content.decode()
+    assert "Other OpenAI-compatible server" in html and "scraped for liveness only" in html

@@ -186,6 +186,32 @@ def test_rollups_sum_the_gateway_queue_time_of_requests_that_recorded_it(ledger)
     assert queue_time(ledger.a) == expected_a
 
 
+def test_a_gateway_timed_request_is_resident_for_the_gateways_window(ledger):
+    """No engine timings (an engine that reports token counts only): the
+    request holds the replica from the moment it was sent to its last byte,
+    and the hour's rollup counts it as gateway-timed."""
+    untimed = {"queue_ms": None, "ttft_ms": None, "generation_ms": None}
+    record(ledger, ledger.event("window", **untimed), ledger.event("engine", tenant=ledger.b))
+    metering_run(now=AFTER)
+    # sent T0 to ended T0+1 s; the engine-timed one 0.1 s to 1.0 s.
+    # [0, 0.1): window alone; [0.1, 1.0): both, halves.
+    assert shares(AttributionWindow.objects.get()) == {
+        "window": Decimal("0.550000000"),
+        "engine": Decimal("0.450000000"),
+    }
+    timed = dict(UsageRollup.objects.values_list("tenant_id", "requests_gateway_timed"))
+    assert timed == {ledger.a.pk: 1, ledger.b.pk: 0}
+
+
+def test_an_inference_time_reported_whole_runs_from_scheduling(ledger):
+    """TGI reports its queue time and its inference time (prefill and
+    decode together), no time to first token: resident from scheduling
+    (sent + queue) for the inference time, whatever the gateway saw."""
+    record(ledger, ledger.event("tgi", ttft_ms=None, generation_ms=Decimal("500")))
+    metering_run(now=AFTER)
+    assert shares(AttributionWindow.objects.get()) == {"tgi": Decimal("0.500000000")}
+
+
 @pytest.mark.parametrize("policy", ["equal", "roofline"])
 def test_conservation_holds_for_a_busy_hour(ledger, policy):
     events = [

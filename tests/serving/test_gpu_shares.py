@@ -186,6 +186,30 @@ def test_whole_gpus_by_id_still_work_and_a_replica_swaps_its_shares(finance, fle
     assert list(ReplicaGpu.objects.values_list("gpu_id", "units")) == [(fleet["a100"].pk, 175)]
 
 
+def test_a_replica_names_its_engine_and_an_unknown_one_is_a_400(finance, fleet):
+    body = {
+        "name": "tgi-1",
+        "base_url": "http://10.0.0.1/tgi",
+        "model": fleet["model"].pk,
+        "pool": fleet["shared"].pk,
+        "gpus": [fleet["a100"].pk],
+    }
+    made = finance.post("/api/v1/fleet/replicas", body | {"engine": "tgi"}, format="json")
+    assert made.status_code == 201, made.content
+    assert made.json()["engine"] == "tgi" and Replica.objects.get(name="tgi-1").engine == "tgi"
+    unnamed = finance.post(
+        "/api/v1/fleet/replicas", body | {"name": "v", "gpus": [fleet["l4"].pk]}, format="json"
+    )
+    assert unnamed.status_code == 201, unnamed.content
+    assert unnamed.json()["engine"] == "vllm"  # as every replica before engines were named
+    refused = finance.post(
+        "/api/v1/fleet/replicas", body | {"name": "x", "engine": "llamacpp"}, format="json"
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["field"] == "engine"
+    assert not Replica.objects.filter(name="x").exists()
+
+
 def _admin_client():
     from django.contrib.auth import get_user_model
     from django.test import Client
@@ -202,6 +226,7 @@ def _replica_form(fleet, name, shares) -> dict:
         "base_url": f"http://10.0.0.1/{name}",
         "model": fleet["model"].pk,
         "pool": fleet["shared"].pk,
+        "engine": "vllm",
         "status": "up",
         "max_inflight": 64,
         "last_error": "",

@@ -18,7 +18,7 @@ from tests.services import free_port
 
 class _Health(BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
+        self.send_response(200 if self.path in ("/health", "/v1/health/ready") else 404)
         self.end_headers()
 
     def log_message(self, *args):
@@ -47,7 +47,23 @@ def test_a_server_that_answers_joins_its_pool(db, vllm_like):
         "llama",
     )
     assert [g.serial for g in replica.gpus.all()] == ["gpu-7"] and replica.status == "up"
-    assert "replica vllm-0 up in pool shared-eu" in out.getvalue()
+    assert "replica vllm-0 (vLLM) up in pool shared-eu" in out.getvalue()
+    assert replica.engine == "vllm"
+
+
+def test_another_engine_is_waited_for_at_its_own_readiness_path(db, vllm_like):
+    """NIM says it is ready at /v1/health/ready (its /health is a 404 here)."""
+    out = StringIO()
+    call_command(
+        "replica_register", "nim-0", vllm_like, "--model", "llama", "--engine", "nim",
+        "--wait", "5", stdout=out,
+    )  # fmt: skip
+    assert Replica.objects.get(name="nim-0").engine == "nim"
+    assert "(NVIDIA NIM)" in out.getvalue()
+    with pytest.raises(CommandError, match="/v1/models did not answer"):  # not served here
+        call_command(
+            "replica_register", "o", vllm_like, "--model", "m", "--engine", "openai", "--wait", "1"
+        )
 
 
 def test_an_unknown_gpu_or_a_silent_server_registers_nothing(db, vllm_like):

@@ -1,0 +1,322 @@
+"""What each inference engine documents, in one place: which of the
+gateway's request fields it takes, how its streams report usage, where its
+per-request timing is and what it means, and which Prometheus counters of
+its own count the tokens it served (reconciliation's other side).
+
+Every engine is spoken to through its OpenAI-compatible API. Timings come
+back as the ledger's three durations (milliseconds):
+
+- queue: arrival to scheduling;
+- ttft: scheduling to the first token;
+- generation: first token to last, or, with no ttft (an engine that reports
+  its inference time whole), scheduling to last token.
+
+An engine that reports none leaves the request's timeline to the gateway's
+own window (sent to last byte), and the ledger row says `timing: gateway`.
+
+Sources, per engine:
+
+- vLLM: `--enable-per-request-metrics` adds `metrics` {queue_time_ms,
+  time_to_first_token_ms (from scheduling), generation_time_ms} to a
+  response and to a stream's final usage chunk (docs/features/
+  per_request_metrics.md). /metrics: vllm:prompt_tokens_total,
+  vllm:generation_tokens_total.
+- TensorRT-LLM (trtllm-serve): with `return_perf_metrics: true` and
+  `perf_metrics_max_requests` in its --config, GET /perf_metrics returns
+  (and drains) finished requests' timing_metrics: arrival_time,
+  first_scheduled_time, first_token_time, last_token_time, seconds on a
+  steady clock, keyed by the engine's request id, which only a stream's
+  chunk id carries (`chatcmpl-<id>`; tensorrt_llm/serve/openai_server.py,
+  get_perf_metrics). /prometheus/metrics: trtllm_prompt_tokens_total,
+  trtllm_generation_tokens_total.
+- NIM for LLMs: NIM_PER_REQ_METRICS_ENABLE=1 adds `stats`
+  {time_in_queue_in_ms, generation_time_in_ms (total processing),
+  response_tokens: {time_to_first_token_in_ms (from processing start)}}
+  (docs.nvidia.com/nim/large-language-models/1.14.0/
+  nim-per-request-metrics.html); NIM 2 is vLLM underneath and may answer
+  vLLM's `metrics` instead. /v1/metrics: prompt_tokens_total,
+  generation_tokens_total.
+- TGI: a non-streaming answer's headers x-queue-time and x-inference-time
+  (whole milliseconds; router/src/server.rs, generate_internal); a stream
+  sends its headers before generating, so carries none. /metrics:
+  tgi_request_input_length and tgi_request_generated_tokens histograms
+  (their _sum), the latter of successful requests only.
+- SGLang: usage only in its OpenAI API (no timing). /metrics (with
+  --enable-metrics): sglang:prompt_tokens_total,
+  sglang:generation_tokens_total, one series per tensor-parallel rank.
+- Triton's OpenAI frontend: usage only (from 25.08 with the vLLM backend,
+  25.12 with TRT-LLM), `include_usage` but no continuous usage. /metrics:
+  Triton core counts no tokens; its vLLM backend exports vllm:* (with
+  REPORT_CUSTOM_METRICS), its TRT-LLM backend nv_llm_input_token_len and
+  nv_llm_output_token_len histograms.
+- Any other OpenAI-compatible server: usage only; no counters known."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from serving.choices import Engine
+
+
+@dataclass(frozen=True)
+class Timings:
+    """One request's engine-measured durations, in milliseconds (None: the
+    engine did not say)."""
+
+    queue_ms: Decimal | None = None
+    ttft_ms: Decimal | None = None
+    generation_ms: Decimal | None = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in (self.queue_ms, self.ttft_ms, self.generation_ms))
+
+
+NO_TIMINGS = Timings()
+# An answer as the gateway read it: its JSON (a whole answer, or a stream's
+# last usage event) and its HTTP headers.
+TimingReader = Callable[[Mapping[str, Any], Mapping[str, str]], Timings]
+
+
+def _vllm_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timings:
+    metrics = data.get("metrics")
+    if not isinstance(metrics, dict):
+        return NO_TIMINGS
+    return Timings(
+        _number(metrics.get("queue_time_ms")),
+        _number(metrics.get("time_to_first_token_ms")),
+        _number(metrics.get("generation_time_ms")),
+    )
+
+
+def _nim_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timings:
+    """NIM's `stats`: time in queue; time from processing start to the first
+    token; generation_time_in_ms, its total processing time (so the
+    ledger's generation is that less the TTFT, or, without a TTFT, all of
+    it from scheduling)."""
+    stats = data.get("stats")
+    if not isinstance(stats, dict):
+        return _vllm_timings(data, headers)  # NIM 2: vLLM's own
+    tokens = stats.get("response_tokens")
+    ttft = _number(tokens.get("time_to_first_token_in_ms")) if isinstance(tokens, dict) else None
+    total = _number(stats.get("generation_time_in_ms"))
+    if total is not None and ttft is not None:
+        total = max(total - ttft, Decimal(0))
+    return Timings(_number(stats.get("time_in_queue_in_ms")), ttft, total)
+
+
+def _number(value: Any) -> Decimal | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = Decimal(str(value))
+    except ArithmeticError:
+        return None
+    return number if number.is_finite() else None
+
+
+def _tgi_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timings:
+    inference = headers.get("x-inference-time")
+    if inference is None:
+        return NO_TIMINGS  # a stream: its headers left before it ran
+    return Timings(_number(headers.get("x-queue-time")), None, _number(inference))
+
+
+def _no_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timings:
+    return NO_TIMINGS
+
+
+def perf_metrics_timings(entry: Mapping[str, Any]) -> Timings:
+    """TensorRT-LLM's /perf_metrics entry as the ledger's durations (its
+    times are seconds on one steady clock: only their differences mean
+    anything)."""
+    perf = entry.get("perf_metrics") if isinstance(entry, dict) else None
+    times = perf.get("timing_metrics") if isinstance(perf, dict) else None
+    if not isinstance(times, dict):
+        return NO_TIMINGS
+    try:
+        arrival, scheduled, first, last = (
+            Decimal(str(times[k]))
+            for k in ("arrival_time", "first_scheduled_time", "first_token_time", "last_token_time")
+        )
+    except (KeyError, ArithmeticError, ValueError):
+        return NO_TIMINGS
+    if not arrival <= scheduled <= first <= last:
+        return NO_TIMINGS
+    thousand = Decimal(1000)
+    return Timings(
+        (scheduled - arrival) * thousand, (first - scheduled) * thousand, (last - first) * thousand
+    )
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Where an engine's Prometheus metrics are and which families count
+    what (a replica metric sample's fields). `histogram_sums`: families
+    whose `_sum` is the count (TGI's token histograms)."""
+
+    path: str
+    families: Mapping[str, str]
+    histogram_sums: Mapping[str, str] = field(default_factory=dict)
+
+
+VLLM_FAMILIES = {
+    "vllm:num_requests_running": "requests_running",
+    "vllm:num_requests_waiting": "requests_waiting",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage",
+    "vllm:prompt_tokens": "prompt_tokens_total",
+    "vllm:generation_tokens": "generation_tokens_total",
+    "vllm:num_preemptions": "preemptions_total",
+}
+
+
+VLLM_COUNTERS = Counters("/metrics", VLLM_FAMILIES)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    engine: str
+    # Takes vLLM's own request fields (priority, cache_salt): others may
+    # refuse a field they do not know.
+    vllm_fields: bool
+    # Honours stream_options.continuous_usage_stats (usage on every chunk):
+    # without it, a stream cut short is counted by its chunks.
+    continuous_usage: bool
+    timings: TimingReader
+    # None: no token counters known; the scrape only asks whether it answers.
+    counters: Counters | None
+    # Answers 200 once it serves (replica_register waits for it).
+    health_path: str = "/health"
+    # TensorRT-LLM: timing from /perf_metrics, matched by a stream's id, so
+    # every request goes upstream as a stream.
+    perf_metrics_path: str | None = None
+    # What reconciliation against its counters can and cannot tell.
+    counters_note: str = ""
+
+    @property
+    def timed(self) -> bool:
+        """Whether it reports any per-request timing at all."""
+        return self.timings is not _no_timings or self.perf_metrics_path is not None
+
+
+ENGINES: dict[str, EngineSpec] = {
+    Engine.VLLM: EngineSpec(
+        engine=Engine.VLLM,
+        vllm_fields=True,
+        continuous_usage=True,
+        timings=_vllm_timings,
+        counters=VLLM_COUNTERS,
+        counters_note="vllm:prompt_tokens_total and vllm:generation_tokens_total on /metrics",
+    ),
+    Engine.TRTLLM: EngineSpec(
+        engine=Engine.TRTLLM,
+        vllm_fields=False,
+        continuous_usage=True,
+        timings=_no_timings,
+        counters=Counters(
+            "/prometheus/metrics",
+            {
+                "trtllm_prompt_tokens": "prompt_tokens_total",
+                "trtllm_generation_tokens": "generation_tokens_total",
+            },
+        ),
+        perf_metrics_path="/perf_metrics",
+        counters_note=(
+            "trtllm_prompt_tokens_total and trtllm_generation_tokens_total on "
+            "/prometheus/metrics (served with return_perf_metrics; older releases have no "
+            "token counters)"
+        ),
+    ),
+    Engine.NIM: EngineSpec(
+        engine=Engine.NIM,
+        vllm_fields=False,
+        continuous_usage=False,
+        timings=_nim_timings,
+        counters=Counters(
+            "/v1/metrics",
+            {
+                "prompt_tokens": "prompt_tokens_total",
+                "generation_tokens": "generation_tokens_total",
+                "num_requests_running": "requests_running",
+                "num_requests_waiting": "requests_waiting",
+            }
+            | VLLM_FAMILIES,
+        ),
+        health_path="/v1/health/ready",
+        counters_note="prompt_tokens_total and generation_tokens_total on /v1/metrics",
+    ),
+    Engine.SGLANG: EngineSpec(
+        engine=Engine.SGLANG,
+        vllm_fields=False,
+        continuous_usage=True,
+        timings=_no_timings,
+        counters=Counters(
+            "/metrics",
+            {
+                "sglang:prompt_tokens": "prompt_tokens_total",
+                "sglang:generation_tokens": "generation_tokens_total",
+                "sglang:num_running_reqs": "requests_running",
+                "sglang:num_queue_reqs": "requests_waiting",
+            },
+        ),
+        counters_note=(
+            "sglang:prompt_tokens_total and sglang:generation_tokens_total (served with "
+            "--enable-metrics; the first tensor-parallel rank's)"
+        ),
+    ),
+    Engine.TGI: EngineSpec(
+        engine=Engine.TGI,
+        vllm_fields=False,
+        continuous_usage=False,
+        timings=_tgi_timings,
+        counters=Counters(
+            "/metrics",
+            {"tgi_queue_size": "requests_waiting", "tgi_batch_current_size": "requests_running"},
+            histogram_sums={
+                "tgi_request_input_length": "prompt_tokens_total",
+                "tgi_request_generated_tokens": "generation_tokens_total",
+            },
+        ),
+        counters_note=(
+            "the sums of tgi_request_input_length and tgi_request_generated_tokens; the "
+            "latter counts successful requests only, so an aborted stream's output shows as "
+            "a negative gap"
+        ),
+    ),
+    Engine.TRITON: EngineSpec(
+        engine=Engine.TRITON,
+        vllm_fields=False,
+        continuous_usage=False,
+        timings=_no_timings,
+        counters=Counters(
+            "/metrics",
+            VLLM_FAMILIES,
+            histogram_sums={
+                "nv_llm_input_token_len": "prompt_tokens_total",
+                "nv_llm_output_token_len": "generation_tokens_total",
+            },
+        ),
+        health_path="/health/ready",
+        counters_note=(
+            "Triton's core counts no tokens: its vLLM backend exports vllm:* (with "
+            "REPORT_CUSTOM_METRICS), its TensorRT-LLM backend nv_llm_input_token_len and "
+            "nv_llm_output_token_len; without either, not reconciled"
+        ),
+    ),
+    Engine.OPENAI: EngineSpec(
+        engine=Engine.OPENAI,
+        vllm_fields=False,
+        continuous_usage=False,
+        timings=_no_timings,
+        counters=None,
+        health_path="/v1/models",
+        counters_note="no token counters known: not reconciled (scraped for liveness only)",
+    ),
+}
+
+
+def engine_spec(engine: str) -> EngineSpec:
+    return ENGINES[engine]
