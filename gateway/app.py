@@ -63,11 +63,12 @@ from core.spend_slices import SlicedSpend  # noqa: E402
 from gateway.admission import LocalAdmission, RedisAdmission  # noqa: E402
 from gateway.callers import Caller, CallerCache, CallerRefused, TermsCache  # noqa: E402
 from gateway.changes import ChangesListener  # noqa: E402
+from gateway.disagg import Hop, disaggregated  # noqa: E402
 from gateway.errors import Refused, error_body  # noqa: E402
 from gateway.fairness import FairQueue, Slot  # noqa: E402
 from gateway.fairness_redis import FairQueueRedisShare  # noqa: E402
 from gateway.fleet import ReplicaInfo, Router, fleet_snapshot_load  # noqa: E402
-from gateway.payload import BadRequest, Prepared, prepare  # noqa: E402
+from gateway.payload import ENDPOINTS, PATHS, BadRequest, Prepared, prepare  # noqa: E402
 from gateway.perf_metrics import PerfMetrics  # noqa: E402
 from gateway.proxy import (  # noqa: E402
     Cut,
@@ -100,20 +101,13 @@ from gateway.telemetry import (  # noqa: E402
     queue_wait_observe,
     request_observe,
 )
-from metering.choices import Timing  # noqa: E402
-from serving.choices import RequestStatus  # noqa: E402
+from metering.choices import Phase, Timing  # noqa: E402
+from serving.choices import ReplicaRole, RequestStatus  # noqa: E402
 from serving.engines import engine_spec  # noqa: E402
 from serving.records import MODEL_NAME_MAX, CompletedRequest, record_sink  # noqa: E402
 
 logger = logging.getLogger("gateway")
 
-ENDPOINTS = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completion",
-    "/v1/responses": "responses",
-    "/v1/embeddings": "embeddings",
-}
-PATHS = {kind: path for path, kind in ENDPOINTS.items()}
 MAX_BODY_BYTES = 8 * 1024 * 1024
 PROMETHEUS = b"text/plain; version=0.0.4; charset=utf-8"
 
@@ -613,7 +607,9 @@ class Gateway:
         last_error = "no replica is serving this model"
         tried: set[int] = set()
         for _attempt in range(2):
-            usable = self.router.candidates(prepared.route_model, caller.tenant_id)
+            usable = self.router.candidates(
+                prepared.route_model, caller.tenant_id, disaggregable=prepared.disaggregable
+            )
             candidates = {r.id: r for r in usable if r.id not in tried}
             if not candidates:
                 break
@@ -642,6 +638,7 @@ class Gateway:
                 outcome, error = await self._attempt(
                     send,
                     kind,
+                    caller,
                     prepared,
                     record,
                     rid_header,
@@ -699,13 +696,17 @@ class Gateway:
         disconnected: asyncio.Event,
         on_output: Callable[[int], None] | None = None,
         cut: Cut | None = None,
+        body: Callable[..., bytes] | None = None,
     ) -> Outcome:
-        """One attempt at one replica (UpstreamUnavailable: try another)."""
+        """One attempt at one replica (UpstreamUnavailable: try another).
+        `body(engine, as_stream=...)`: what to send (by default the request
+        as prepared for the replica's engine)."""
         engine = engine_spec(replica.engine)
+        body = body or prepared.upstream_body
         call = UpstreamCall(
             session=self.session,
             url=replica.base_url + PATHS[kind],
-            body=prepared.upstream_body(engine),
+            body=body(engine, as_stream=False),
             engine=engine,
             request_id=record.request_id,
             timeouts=self.timeouts,
@@ -721,8 +722,8 @@ class Gateway:
             # It may be stopped while it runs, or its engine's timings are
             # found by a stream's id: asked as a stream, answered whole. (An
             # embedding has no stream: it runs once through, briefly.)
-            body = prepared.upstream_body(engine, as_stream=True)
-            outcome = await call_collected(replace(call, body=body), kind=kind)
+            streamed = body(engine, as_stream=True)
+            outcome = await call_collected(replace(call, body=streamed), kind=kind)
         elif prepared.stream:
             outcome = await call_stream(
                 call,
@@ -751,9 +752,12 @@ class Gateway:
         outcome: Outcome | None = None
         last_error = "no replica is serving this model"
         try:
-            for replica in self.router.candidates(prepared.route_model, caller.tenant_id)[:2]:
+            candidates = self.router.candidates(
+                prepared.route_model, caller.tenant_id, disaggregable=prepared.disaggregable
+            )
+            for replica in candidates[:2]:
                 outcome, error = await self._attempt(
-                    send, kind, prepared, record, rid_header, replica, disconnected
+                    send, kind, caller, prepared, record, rid_header, replica, disconnected
                 )
                 if outcome is not None:
                     break
@@ -763,19 +767,37 @@ class Gateway:
         await self._answer(send, caller, record, outcome, last_error, rid_header)
 
     async def _attempt(
-        self, send, kind, prepared, record, rid_header, replica, disconnected, on_output=None
+        self,
+        send,
+        kind,
+        caller,
+        prepared,
+        record,
+        rid_header,
+        replica,
+        disconnected,
+        on_output=None,
     ) -> tuple[Outcome | None, str]:
         """One replica's try, with or without fair queuing: the outcome, or
-        none and why (the replica is then marked suspect)."""
+        none and why (the replica is then marked suspect). On a prefill
+        replica, the request's prefill there, then its decode on a decode
+        replica of the pool (gateway.disagg)."""
         record.replica_id, record.pool_id = replica.id, replica.pool_id
         self.router.acquire(replica)
         try:
             async with self.spend.running(
                 prepared.hold, tenant_id=record.tenant_id, replica_id=replica.id, gpus=replica.gpus
             ) as cut:
-                outcome = await self._upstream(
-                    send, kind, prepared, record, rid_header, replica, disconnected, on_output, cut
-                )
+                if replica.role == ReplicaRole.PREFILL:
+                    outcome = await disaggregated(
+                        self, Hop(send, kind, caller, prepared, record, rid_header), replica,
+                        disconnected=disconnected, on_output=on_output, cut=cut,
+                    )  # fmt: skip
+                else:
+                    outcome = await self._upstream(
+                        send, kind, prepared, record, rid_header, replica, disconnected,
+                        on_output, cut,
+                    )  # fmt: skip
             return outcome, ""
         except UpstreamUnavailable as exc:
             error = f"{replica.name}: {exc}"
@@ -807,6 +829,12 @@ class Gateway:
                 send, Refused(503, "no_replica", message, retry_after=retry_after), [rid_header]
             )
             return
+        await self.record_outcome(record, caller, outcome)
+
+    async def record_outcome(
+        self, record: CompletedRequest, caller: Caller, outcome: Outcome
+    ) -> None:
+        """Record what a replica did with the request (or a phase of it)."""
         outcome = await prompt_counted(outcome)
         timings = outcome.timings
         if outcome.perf_metrics_url and not timings.any:  # TensorRT-LLM's, kept apart
@@ -839,6 +867,8 @@ class Gateway:
     ) -> None:
         record.ended_at = ended_at or timezone.now()
         self.recorder.add(record)
+        if record.phase == Phase.PREFILL and record.status == RequestStatus.OK:
+            return  # a request observed once: by its decode (gateway.disagg)
         request_observe(record, tenant=caller.tenant_slug, model_label=model_label)
 
 

@@ -18,7 +18,7 @@ from django.db.models import Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from serving.choices import PoolKind, ReplicaStatus
+from serving.choices import PoolKind, ReplicaRole, ReplicaStatus
 from serving.gpu_shares import GPU_UNITS
 
 
@@ -32,7 +32,8 @@ class ReplicaInfo:
     pool_kind: str
     pool_owner_id: int | None
     max_inflight: int
-    engine: str = "vllm"  # serving.choices.Engine: how its answers are read (gateway.engines)
+    engine: str = "vllm"  # serving.choices.Engine: how its answers are read (serving.engines)
+    role: str = ReplicaRole.BOTH  # prefill or decode in a disaggregated pool (gateway.disagg)
     # The GPUs it runs on (a MIG instance or a time-sliced share is a
     # fraction of one): what a second of it bills in GPU-seconds.
     gpus: float = 0.0  # ok-float: GPU units / GPU_UNITS, a multiplier of seconds
@@ -101,6 +102,7 @@ def fleet_snapshot_load() -> FleetSnapshot:
                 pool_owner_id=r.pool.owner_id,
                 max_inflight=r.max_inflight,
                 engine=r.engine,
+                role=r.role,
                 gpus=r.gpu_units / GPU_UNITS,
             )
         )
@@ -139,14 +141,20 @@ class Router:
         """The most GPUs a replica that may serve the tenant's request has."""
         return max((r.gpus for r in self.visible_replicas(model, tenant_id)), default=0)
 
-    def candidates(self, model: str, tenant_id: int) -> list[ReplicaInfo]:
-        """Replicas to try, best first; suspects (a recent connection
+    def candidates(
+        self, model: str, tenant_id: int, *, disaggregable: bool = True
+    ) -> list[ReplicaInfo]:
+        """Replicas to try first, best first; suspects (a recent connection
         failure) last, soonest cleared first: with every replica suspect a
         request still tries one rather than failing without an attempt (one
         dropped connection to the only replica would otherwise refuse
-        everything for `suspect_seconds`)."""
+        everything for `suspect_seconds`). A request starts on a prefill
+        replica of a disaggregated pool, never a decode one (its second
+        hop: decode_candidates), and only if it can be split
+        (`disaggregable`: a chat or text completion)."""
         now = time.monotonic()
-        visible = self.visible_replicas(model, tenant_id)
+        starts = {ReplicaRole.BOTH, ReplicaRole.PREFILL} if disaggregable else {ReplicaRole.BOTH}
+        visible = [r for r in self.visible_replicas(model, tenant_id) if r.role in starts]
         usable = [r for r in visible if self._suspect_until.get(r.id, 0) <= now]
         suspects = sorted(
             (r for r in visible if self._suspect_until.get(r.id, 0) > now),
@@ -165,6 +173,23 @@ class Router:
         ordered = order(own, saturated=False) + order(shared, saturated=False)
         ordered += order(own + shared, saturated=True)
         return ordered + suspects
+
+    def decode_candidates(self, prefill: ReplicaInfo) -> list[ReplicaInfo]:
+        """The decode replicas of a prefill replica's pool (and model), least
+        loaded first, suspects last."""
+        now = time.monotonic()
+        decoders = [
+            r
+            for r in self.snapshot.replicas_by_model.get(prefill.model, [])
+            if r.pool_id == prefill.pool_id and r.role == ReplicaRole.DECODE
+        ]
+        return sorted(
+            decoders,
+            key=lambda r: (
+                self._suspect_until.get(r.id, 0) > now,
+                self.inflight.get(r.id, 0) / r.max_inflight,
+            ),
+        )
 
     def acquire(self, replica: ReplicaInfo) -> None:
         self.inflight[replica.id] = self.inflight.get(replica.id, 0) + 1

@@ -17,6 +17,14 @@ from gateway.callers import Caller
 from gateway.fleet import FleetSnapshot
 from serving.engines import EngineSpec
 
+# The gateway's paths (the same on every engine) and the kind each serves.
+ENDPOINTS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
+}
+PATHS = {kind: path for path, kind in ENDPOINTS.items()}
 # Fields a client must not set: the gateway sets them per tenant.
 GATEWAY_OWNED_FIELDS = ("priority", "cache_salt", "request_id", "kv_transfer_params")
 # Of those, what only vLLM takes (another engine may refuse a field it does not know).
@@ -29,6 +37,18 @@ OUTPUT_BOUND_FIELDS = {
     "embeddings": (),  # nothing generated
 }
 GENERATING_KINDS = frozenset({"chat", "completion", "responses"})
+# What a disaggregated pool splits into prefill and decode (gateway.disagg).
+DISAGGREGABLE_KINDS = frozenset({"chat", "completion"})
+# vLLM's ask of a prefill replica: keep the KV cache for a decode elsewhere
+# (examples/online_serving/disaggregated_serving, its toy proxy).
+PREFILL_KV_TRANSFER = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
 PER_MESSAGE_OVERHEAD_TOKENS = 4
 
 
@@ -67,6 +87,11 @@ class Prepared:
     hold: Any = None  # gateway.spend.Hold: the spend reservation, once the gateway made it
 
     @property
+    def disaggregable(self) -> bool:
+        """Whether a disaggregated pool may split it into prefill and decode."""
+        return self.kind in DISAGGREGABLE_KINDS
+
+    @property
     def generates(self) -> bool:
         """Whether it generates tokens (an embedding does not, nor streams)."""
         return self.kind in GENERATING_KINDS
@@ -92,6 +117,29 @@ class Prepared:
             else:
                 options.pop("continuous_usage_stats", None)
             payload["stream_options"] = options
+        return orjson.dumps(payload)
+
+    def prefill_body(self, engine: EngineSpec) -> bytes:
+        """The prefill half of a disaggregated request, as vLLM's
+        disaggregated-serving proxy sends it: one token, not streamed, the
+        KV cache kept for a remote decode."""
+        payload = orjson.loads(self.upstream_body(engine))
+        for name in OUTPUT_BOUND_FIELDS[self.kind]:
+            payload.pop(name, None)
+        payload["max_tokens"] = 1
+        payload["stream"] = False
+        payload.pop("stream_options", None)
+        payload["kv_transfer_params"] = PREFILL_KV_TRANSFER
+        return orjson.dumps(payload)
+
+    def decode_body(self, engine: EngineSpec, kv_transfer_params: Any, *, as_stream: bool) -> bytes:
+        """The decode half: the request itself, with what the prefill said
+        of its KV cache (none from a connector that finds it by the prompt)."""
+        body = self.upstream_body(engine, as_stream=as_stream)
+        if not kv_transfer_params:
+            return body
+        payload = orjson.loads(body)
+        payload["kv_transfer_params"] = kv_transfer_params
         return orjson.dumps(payload)
 
 

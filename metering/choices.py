@@ -20,6 +20,16 @@ class Timing(models.TextChoices):
     GATEWAY = "gateway", "The gateway's window (sent to last byte)"
 
 
+class Phase(models.TextChoices):
+    """Which part of a request a ledger row is. Disaggregated serving runs
+    a request's prefill on one replica and its decode on another: a row for
+    each, under one request id."""
+
+    WHOLE = "whole", "Whole request"
+    PREFILL = "prefill", "Prefill phase"
+    DECODE = "decode", "Decode phase"
+
+
 class AttributionPolicy(models.TextChoices):
     """How a slice of a replica's device time is split among the requests
     resident in it (docs/architecture.md, Attribution)."""

@@ -1,5 +1,6 @@
 """Writing usage into the ledger: `usage_record_batch`, all-or-nothing per
-batch, idempotent by request id.
+batch, idempotent by (request id, phase): a whole request is one row, a
+disaggregated one a row per phase.
 
 The fast path: rows are COPYed into a temporary staging table; one INSERT
 claims the request ids that are new (metering_usagekey, ON CONFLICT DO
@@ -22,6 +23,7 @@ from metering.partitions import LEDGER_TABLE, usage_partitions_ensure
 from metering.validation import LEDGER_COLUMNS, LEDGER_TYPES, EventInvalid, EventValidator
 
 RECEIVED_AT = LEDGER_COLUMNS.index("received_at")
+PHASE = LEDGER_COLUMNS.index("phase")
 ACCEPTED, DUPLICATE = "accepted", "duplicate"
 
 
@@ -107,10 +109,10 @@ def usage_record_batch(
 def usage_rows_record(*, rows: Sequence[tuple]) -> BatchResult:
     """Record already validated rows (tuples in LEDGER_COLUMNS order)."""
     result = BatchResult()
-    # A request id twice in the batch: the first one counts (no sort needed in SQL).
-    unique: dict[str, tuple] = {}
+    # A row key twice in the batch: the first one counts (no sort needed in SQL).
+    unique: dict[tuple[str, str], tuple] = {}
     for row in rows:
-        unique.setdefault(row[0], row)
+        unique.setdefault((row[0], row[PHASE]), row)
     if not unique:
         return result
     usage_partitions_ensure(months={row[RECEIVED_AT] for row in unique.values()})
@@ -125,40 +127,40 @@ def usage_rows_record(*, rows: Sequence[tuple]) -> BatchResult:
         )
         raw.execute(
             "CREATE TEMP TABLE IF NOT EXISTS _usage_fresh (request_id varchar(128), "
-            "replica_id bigint, status varchar(16), began timestamptz, "
+            "phase varchar(8), replica_id bigint, status varchar(16), began timestamptz, "
             "received_at timestamptz, ended_at timestamptz) ON COMMIT DELETE ROWS"
         )
         raw.execute("TRUNCATE _usage_fresh")
         cols = ", ".join(LEDGER_COLUMNS)
-        # Each request id not seen before is claimed (metering_usagekey); only
-        # claimed rows enter the ledger. What they need for the stale marks
-        # lands in _usage_fresh.
+        # Each (request id, phase) not seen before is claimed (metering_usagekey);
+        # only claimed rows enter the ledger. What they need for the stale
+        # marks lands in _usage_fresh.
         raw.execute(
             f"""
             WITH claimed AS (
-                INSERT INTO metering_usagekey (request_id, received_at)
-                SELECT request_id, received_at FROM {staging}
-                ON CONFLICT (request_id) DO NOTHING
-                RETURNING request_id
+                INSERT INTO metering_usagekey (request_id, phase, received_at)
+                SELECT request_id, phase, received_at FROM {staging}
+                ON CONFLICT (request_id, phase) DO NOTHING
+                RETURNING request_id, phase
             ), inserted AS (
                 INSERT INTO {LEDGER_TABLE} ({cols}, ingested_at)
                 SELECT {", ".join("s." + c for c in LEDGER_COLUMNS)}, now()
-                FROM {staging} s JOIN claimed USING (request_id)
-                RETURNING request_id, replica_id, status, coalesce(sent_at, received_at),
-                          received_at, ended_at
+                FROM {staging} s JOIN claimed USING (request_id, phase)
+                RETURNING request_id, phase, replica_id, status,
+                          coalesce(sent_at, received_at), received_at, ended_at
             )
             INSERT INTO _usage_fresh SELECT * FROM inserted
             """
         )
         _mark_stale(raw)
-        raw.execute("SELECT request_id FROM _usage_fresh")
-        fresh = {r[0] for r in raw.fetchall()}
+        raw.execute("SELECT request_id, phase FROM _usage_fresh")
+        fresh = set(raw.fetchall())
     for row in rows:
-        request_id = row[0]
-        result.request_ids.append(request_id)
-        # Only the first row of an id claimed in this batch is the accepted one.
-        result.statuses.append(ACCEPTED if request_id in fresh else DUPLICATE)
-        fresh.discard(request_id)
+        key = (row[0], row[PHASE])
+        result.request_ids.append(row[0])
+        # Only the first row of a key claimed in this batch is the accepted one.
+        result.statuses.append(ACCEPTED if key in fresh else DUPLICATE)
+        fresh.discard(key)
     return result
 
 

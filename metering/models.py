@@ -10,7 +10,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import F, Q
 
-from metering.choices import AttributionPolicy, EventSource, Timing, WindowStatus
+from metering.choices import AttributionPolicy, EventSource, Phase, Timing, WindowStatus
 from serving.choices import RequestStatus
 from serving.models import Pool, Replica, ServedModel
 from tenants.models import Tenant
@@ -29,9 +29,11 @@ def ns_to_seconds(ns: int) -> Decimal:
 
 class UsageEvent(models.Model):
     """One request as a serving tier saw it: who, which model and replica,
-    tokens, timings and outcome. Append-only. Unique by request id (through
-    UsageKey: the table is partitioned by month of `received_at`, and a
-    partitioned table can only enforce keys that include the partition key).
+    tokens, timings and outcome; or one phase of it (disaggregated serving:
+    prefill on one replica, decode on another, a row each). Append-only.
+    Unique by (request id, phase) (through UsageKey: the table is
+    partitioned by month of `received_at`, and a partitioned table can only
+    enforce keys that include the partition key).
 
     The table is created by migration SQL (declarative partitioning), hence
     `managed = False`; its partitions come from `metering.partitions`."""
@@ -65,6 +67,7 @@ class UsageEvent(models.Model):
     # From the first token to the last; from scheduling to the last token
     # when ttft_ms is null (an engine that reports its inference time whole).
     generation_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    phase = models.CharField(max_length=8, choices=Phase.choices, default=Phase.WHOLE)
     timing = models.CharField(
         max_length=8,
         choices=Timing.choices,
@@ -87,10 +90,12 @@ class UsageEvent(models.Model):
 
 
 class UsageKey(models.Model):
-    """The ledger's idempotency index: one row per request id ever recorded,
-    across all partitions."""
+    """The ledger's idempotency index: one row per (request id, phase) ever
+    recorded, across all partitions (the table's key is both columns:
+    migration 0005)."""
 
     request_id = models.CharField(max_length=128, primary_key=True)
+    phase = models.CharField(max_length=8, choices=Phase.choices, default=Phase.WHOLE)
     received_at = models.DateTimeField()
 
     def __str__(self) -> str:

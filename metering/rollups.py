@@ -32,15 +32,26 @@ SELECT hour, tenant_id, served_model_id, pool_id, replica_id, priority,
 FROM (
     SELECT date_trunc('hour', received_at) AS hour,
            tenant_id, served_model_id, pool_id, replica_id, priority,
-           prompt_tokens, cached_tokens, completion_tokens,
-           (status = 'ok')::int AS ok, (status = 'aborted')::int AS aborted,
-           (status = 'error')::int AS error, (status = 'rejected')::int AS rejected,
+           -- A disaggregated request is billed once: its prompt on the
+           -- prefill row, its output on the decode row (which read the
+           -- prompt as KV cache; the prefill made one token, not sent).
+           CASE WHEN phase = 'decode' THEN 0 ELSE prompt_tokens END AS prompt_tokens,
+           CASE WHEN phase = 'decode' THEN 0 ELSE cached_tokens END AS cached_tokens,
+           CASE WHEN phase = 'prefill' THEN 0 ELSE completion_tokens END
+               AS completion_tokens,
+           -- ... and counted once: by the row that answered the client, or by
+           -- a prefill that failed (no decode followed).
+           (counted AND status = 'ok')::int AS ok,
+           (counted AND status = 'aborted')::int AS aborted,
+           (counted AND status = 'error')::int AS error,
+           (counted AND status = 'rejected')::int AS rejected,
            0::bigint AS device_ns,
            coalesce(gateway_queue_ms, 0) AS gateway_queue_ms,
            (gateway_queue_ms IS NOT NULL)::int AS gateway_timed,
            coalesce(gateway_queue_ms > 0, false)::int AS gateway_queued,
            (timing = 'gateway' AND status IN ('ok', 'aborted'))::int AS window_timed, synthetic
-    FROM metering_usageevent
+    FROM metering_usageevent,
+         LATERAL (SELECT phase <> 'prefill' OR status <> 'ok' AS counted) c
     WHERE received_at >= %(first)s AND received_at < %(last)s
       AND date_trunc('hour', received_at) = ANY(%(hours)s)
     UNION ALL

@@ -276,6 +276,58 @@ def reconciliation_by_replica(*, start: datetime, end: datetime) -> list[dict]:
     return rows
 
 
+# A phase row whose other phase has not come a day later is flagged: its
+# tier lost a record, or the request failed between the phases.
+PHASE_PAIRING_GRACE = timedelta(days=1)
+
+
+def phases_unpaired(*, start: datetime, end: datetime, now: datetime | None = None) -> list[dict]:
+    """Rows of disaggregated requests received in [start, end), at least
+    PHASE_PAIRING_GRACE ago, whose other phase never reached the ledger (a
+    prefill that failed ends its request: not flagged). Kept and billed as
+    recorded, never dropped: shown for someone to look into."""
+    now = now or datetime.now(UTC)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT e.request_id, e.phase, t.slug, r.name, e.received_at, e.status,
+                   e.prompt_tokens, e.completion_tokens
+            FROM metering_usageevent e
+            JOIN tenants_tenant t ON t.id = e.tenant_id
+            LEFT JOIN serving_replica r ON r.id = e.replica_id
+            WHERE e.phase <> 'whole' AND e.received_at >= %s AND e.received_at < %s
+              AND e.received_at <= %s
+              AND NOT (e.phase = 'prefill' AND e.status <> 'ok')
+              AND NOT EXISTS (
+                  SELECT 1 FROM metering_usagekey k
+                  WHERE k.request_id = e.request_id
+                    AND k.phase = CASE e.phase WHEN 'prefill' THEN 'decode' ELSE 'prefill' END
+              )
+            ORDER BY e.received_at
+            LIMIT 200
+            """,
+            [start, end, now - PHASE_PAIRING_GRACE],
+        )
+        names = ("request_id", "phase", "tenant", "replica", "received_at", "status")
+        return [
+            dict(zip(names, row[:6], strict=True)) | {"tokens": row[6] + row[7]}
+            for row in cursor.fetchall()
+        ]
+
+
+def usage_by_replica(*, start: datetime, end: datetime) -> QuerySet:
+    """Billed tokens (prompt and output) and attributed device-seconds per
+    replica in [start, end)."""
+    return (
+        UsageRollup.objects.filter(hour__gte=start, hour__lt=end, replica_id__isnull=False)
+        .values("replica_id")
+        .annotate(
+            tokens=Sum(F("prompt_tokens") + F("completion_tokens")),
+            device_seconds=Sum("device_seconds"),
+        )
+    )
+
+
 def usage_device_frame(*, start: datetime, end: datetime) -> pd.DataFrame:
     """The hourly rollups with device time in [start, end), as read: (hour
     epoch, replica_id, pool_id, tenant, model, device_us), -1 for a missing

@@ -19,8 +19,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from metering.choices import Timing
-from serving.choices import RequestStatus
+from metering.choices import Phase, Timing
+from serving.choices import ReplicaRole, RequestStatus
 from serving.models import LoraAdapter, Pool, Replica, ServedModel
 from tenants.models import Tenant
 
@@ -47,6 +47,7 @@ LEDGER_COLUMN_TYPES = (
     ("generation_ms", "numeric"),
     ("gateway_queue_ms", "numeric"),
     ("timing", "varchar"),
+    ("phase", "varchar"),
     ("status", "varchar"),
     ("http_status", "int2"),
     ("error", "varchar"),
@@ -62,6 +63,7 @@ SKEW_TOLERANCE = timedelta(seconds=1)  # between the gateway's clock and vLLM's 
 SERVED_STATUSES = frozenset({RequestStatus.OK, RequestStatus.ABORTED})
 STATUSES = frozenset(RequestStatus.values)
 ENGINE_TIMINGS = ("queue_ms", "ttft_ms", "generation_ms")
+PHASES = frozenset(Phase.values)
 
 
 class EventInvalid(Exception):
@@ -79,6 +81,7 @@ class Directory:
     tenants_by_id: dict[int, int] = field(default_factory=dict)  # every tenant, active or not
     tenants_by_slug: dict[str, int] = field(default_factory=dict)
     replicas_by_id: dict[int, tuple[int, int]] = field(default_factory=dict)  # (pool, model)
+    replica_roles: dict[int, str] = field(default_factory=dict)  # id -> both | prefill | decode
     replicas_by_name: dict[str, int] = field(default_factory=dict)
     models: dict[str, int] = field(default_factory=dict)  # public name -> served model id
     adapters: dict[str, tuple[int, int]] = field(default_factory=dict)  # (tenant, base model)
@@ -91,10 +94,11 @@ class Directory:
         for pk, slug in Tenant.objects.values_list("pk", "slug"):
             d.tenants_by_id[pk] = pk
             d.tenants_by_slug[slug] = pk
-        for pk, name, pool_id, model_id in Replica.objects.values_list(
-            "pk", "name", "pool_id", "model_id"
+        for pk, name, pool_id, model_id, role in Replica.objects.values_list(
+            "pk", "name", "pool_id", "model_id", "role"
         ):
             d.replicas_by_id[pk] = (pool_id, model_id)
+            d.replica_roles[pk] = role
             d.replicas_by_name[name] = pk
             d.pools.add(pool_id)
         d.pools.update(Pool.objects.values_list("pk", flat=True))
@@ -210,12 +214,34 @@ class EventValidator:
             *engine_timings,
             _millis(get, "gateway_queue_ms"),
             _timing(get, engine_timings),
+            self._phase(get, replica_id),
             status,
             http_status,
             error[:300],
             self.source,
             bool(get("synthetic", False)),
         )
+
+    def _phase(self, get, replica_id: int | None) -> str:
+        """A row of a disaggregated request names its phase, and its replica
+        serves that phase; a replica of a disaggregated pool serves phases
+        only."""
+        phase = get("phase") or Phase.WHOLE
+        if phase not in PHASES:
+            raise EventInvalid("phase", "must be 'whole', 'prefill' or 'decode'")
+        if replica_id is None:
+            if phase != Phase.WHOLE:
+                raise EventInvalid("replica_id", "required for a prefill or decode row")
+            return phase
+        role = self.directory.replica_roles.get(replica_id, ReplicaRole.BOTH)
+        if phase == Phase.WHOLE and role != ReplicaRole.BOTH:
+            raise EventInvalid(
+                "phase", f"the replica serves the {role} phase of a disaggregated pool: name it"
+            )
+        if phase != Phase.WHOLE and role != phase:
+            serves = "both phases" if role == ReplicaRole.BOTH else f"the {role} phase"
+            raise EventInvalid("phase", f"the replica serves {serves}, not {phase}")
+        return phase
 
     def _tenant(self, get) -> int:
         tenant_id = get("tenant_id")

@@ -53,6 +53,7 @@ _EVENT_COLUMNS = {
     "prompt_tokens": "prompt_tokens",
     "cached_tokens": "cached_tokens",
     "completion_tokens": "completion_tokens",
+    "decode_only": "(phase = 'decode')::int",
 }
 _EVENTS = (
     "SELECT "
@@ -123,11 +124,13 @@ def timeline_from_events(events: pd.DataFrame) -> Timeline:
     prompt = events["prompt_tokens"].to_numpy(np.float64)
     cached = events["cached_tokens"].to_numpy(np.float64)
     completion = events["completion_tokens"].to_numpy(np.float64)
+    # A decode phase read its prompt as KV cache from its prefill replica.
+    uncached = np.where(events["decode_only"].to_numpy() == 1, 0.0, prompt - cached)
     return Timeline(
         start_us=start,
         first_us=first,
         end_us=end,
-        prefill_tokens=prompt - cached,
+        prefill_tokens=uncached,
         context_tokens=prompt + completion / 2,
     )
 

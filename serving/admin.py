@@ -58,8 +58,8 @@ class GpuAdmin(admin.ModelAdmin):
 
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "owner", "idle_cost_policy"]
-    list_filter = ["kind", "idle_cost_policy"]
+    list_display = ["name", "kind", "owner", "idle_cost_policy", "disaggregated"]
+    list_filter = ["kind", "idle_cost_policy", "disaggregated"]
     search_fields = ["name", "owner__name"]
 
 
@@ -114,13 +114,14 @@ class ReplicaAdmin(admin.ModelAdmin):
         "name",
         "base_url",
         "engine",
+        "role",
         "model",
         "pool",
         "status",
         "max_inflight",
         "last_seen_at",
     ]
-    list_filter = ["status", "engine", "pool__kind", "model"]
+    list_filter = ["status", "engine", "role", "pool__kind", "model"]
     search_fields = ["name", "base_url"]
     inlines = [ReplicaGpuInline]
     # A replica's URL is the engine's on the private network, usually http.

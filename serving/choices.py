@@ -37,6 +37,16 @@ class Engine(models.TextChoices):
     OPENAI = "openai", "Other OpenAI-compatible server"
 
 
+class ReplicaRole(models.TextChoices):
+    """What a replica does with a request. In a disaggregated pool one
+    replica computes the prompt (prefill) and hands its KV cache to another
+    that generates (decode)."""
+
+    BOTH = "both", "Prefill and decode"
+    PREFILL = "prefill", "Prefill only (disaggregated)"
+    DECODE = "decode", "Decode only (disaggregated)"
+
+
 class ReplicaStatus(models.TextChoices):
     UP = "up", "Up"
     DOWN = "down", "Down"

@@ -140,6 +140,7 @@ def replica_argv(
     cpus: str = "",
     stream_interval: int = 1,
     embed: bool = False,
+    kv_transfer: dict | None = None,
 ) -> list[str]:
     # `nice` and `taskset` exec the server in the same process, so the pid
     # stays the server's; `cpus` (a taskset list) binds it and its engine.
@@ -178,7 +179,22 @@ def replica_argv(
         *(["--stream-interval", str(stream_interval)] if stream_interval > 1 else []),
         # An embedding model: vLLM's pooling runner over the same weights.
         *(["--runner", "pooling", "--convert", "embed"] if embed else []),
+        # A prefill or decode replica of a disaggregated pool: how its KV
+        # cache moves (kv_transfer_config).
+        *(["--kv-transfer-config", json.dumps(kv_transfer)] if kv_transfer else []),
     ]
+
+
+def kv_transfer_shared_storage(*, role: str, path: Path) -> dict:
+    """vLLM's ExampleConnector, the KV connector that works on vLLM-CPU:
+    the prefill replica writes each prompt's KV cache (whole 128-token
+    blocks) to files under `path`, the decode replica finds them by the
+    prompt and loads them. `role`: prefill or decode."""
+    return {
+        "kv_connector": "ExampleConnector",
+        "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+        "kv_connector_extra_config": {"shared_storage_path": str(path)},
+    }
 
 
 def replica_start(
@@ -193,6 +209,7 @@ def replica_start(
     cpus: str = "",
     stream_interval: int = 1,
     embed: bool = False,
+    kv_transfer: dict | None = None,
 ) -> LocalReplica:
     log_path = settings.VAR_DIR / "log" / f"vllm-{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -220,6 +237,7 @@ def replica_start(
                 cpus=cpus,
                 stream_interval=stream_interval,
                 embed=embed,
+                kv_transfer=kv_transfer,
             ),
             env=env,
             stdout=log,

@@ -6,11 +6,19 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from serving.choices import Engine, GpuSharing, IdleCostPolicy, PoolKind, ReplicaStatus
+from serving.choices import (
+    Engine,
+    GpuSharing,
+    IdleCostPolicy,
+    PoolKind,
+    ReplicaRole,
+    ReplicaStatus,
+)
 from serving.gpu_shares import GPU_UNITS
 from tenants.models import Tenant
 
@@ -110,6 +118,13 @@ class Pool(models.Model):
     idle_cost_policy = models.CharField(
         max_length=16, choices=IdleCostPolicy.choices, default=IdleCostPolicy.SPREAD
     )
+    disaggregated = models.BooleanField(
+        default=False,
+        help_text=(
+            "Prefill and decode on different replicas: each replica of the pool is a prefill "
+            "or a decode replica, and a request runs on one of each."
+        ),
+    )
 
     class Meta:
         ordering = ["name"]
@@ -179,6 +194,12 @@ class Replica(models.Model):
         default=Engine.VLLM,
         help_text="The inference server: how the gateway reads its usage and timing.",
     )
+    role = models.CharField(
+        max_length=8,
+        choices=ReplicaRole.choices,
+        default=ReplicaRole.BOTH,
+        help_text="In a disaggregated pool: prefill or decode.",
+    )
     model = models.ForeignKey(ServedModel, on_delete=models.PROTECT, related_name="replicas")
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="replicas")
     gpus = models.ManyToManyField(Gpu, blank=True, related_name="replicas", through="ReplicaGpu")
@@ -204,10 +225,31 @@ class Replica(models.Model):
             models.CheckConstraint(
                 condition=Q(engine__in=Engine.values), name="replica_engine_valid"
             ),
+            models.CheckConstraint(
+                condition=Q(role__in=ReplicaRole.values), name="replica_role_valid"
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        problem = role_misfit(self.pool if self.pool_id else None, self.role)
+        if problem:
+            raise ValidationError({"role": problem})
+
+
+def role_misfit(pool: Pool | None, role: str) -> str | None:
+    """Why a replica of `role` cannot be in `pool`, or None: a
+    disaggregated pool's replicas are prefill or decode replicas, and only
+    its replicas are."""
+    if pool is None:
+        return None
+    if pool.disaggregated and role == ReplicaRole.BOTH:
+        return f"pool {pool.name} is disaggregated: a replica there is a prefill or a decode one"
+    if not pool.disaggregated and role != ReplicaRole.BOTH:
+        return f"pool {pool.name} is not disaggregated: a {role} replica needs one that is"
+    return None
 
 
 class ReplicaGpu(models.Model):

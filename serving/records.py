@@ -42,6 +42,9 @@ class CompletedRequest:
     # Whose clock the timeline is (metering's Timing: "engine" or "gateway");
     # None: the engine's when it gave any timing, else the gateway's.
     timing: str | None = None
+    # metering's Phase: "whole", or one phase of a disaggregated request
+    # ("prefill", "decode"), each phase a record of its own.
+    phase: str = "whole"
     error: str = ""
     extra: dict = field(default_factory=dict)
 

@@ -9,10 +9,26 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import InputError
-from serving.choices import Engine, GpuSharing, IdleCostPolicy, PoolKind, ReplicaStatus
+from serving.choices import (
+    Engine,
+    GpuSharing,
+    IdleCostPolicy,
+    PoolKind,
+    ReplicaRole,
+    ReplicaStatus,
+)
 from serving.gpu_shares import Share, ShareRefused, share_units, shares_check
 from serving.model_config import roofline_bytes
-from serving.models import Gpu, GpuSku, Node, Pool, Replica, ReplicaGpu, ServedModel
+from serving.models import (
+    Gpu,
+    GpuSku,
+    Node,
+    Pool,
+    Replica,
+    ReplicaGpu,
+    ServedModel,
+    role_misfit,
+)
 from tenants.models import Tenant
 
 LOCAL_NODE = "localhost"
@@ -41,9 +57,16 @@ def pool_ensure(
     kind: str = PoolKind.SHARED,
     owner: Tenant | None = None,
     idle_cost_policy: str = IdleCostPolicy.SPREAD,
+    disaggregated: bool = False,
 ) -> Pool:
     pool, _ = Pool.objects.get_or_create(
-        name=name, defaults={"kind": kind, "owner": owner, "idle_cost_policy": idle_cost_policy}
+        name=name,
+        defaults={
+            "kind": kind,
+            "owner": owner,
+            "idle_cost_policy": idle_cost_policy,
+            "disaggregated": disaggregated,
+        },
     )
     return pool
 
@@ -78,8 +101,13 @@ def replica_register(
     launched_pid: int | None = None,
     max_inflight: int = 64,
     engine: str = Engine.VLLM,
+    role: str = ReplicaRole.BOTH,
 ) -> Replica:
-    """Create or update a replica by name; it starts as up."""
+    """Create or update a replica by name; it starts as up. A role that does
+    not fit the pool (serving.models.role_misfit) is an InputError."""
+    problem = role_misfit(pool, role)
+    if problem:
+        raise InputError("role", problem)
     replica, _ = Replica.objects.update_or_create(
         name=name,
         defaults={
@@ -89,6 +117,7 @@ def replica_register(
             "launched_pid": launched_pid,
             "max_inflight": max_inflight,
             "engine": engine,
+            "role": role,
             "status": ReplicaStatus.UP,
             "last_error": "",
         },

@@ -229,10 +229,14 @@ class Fleet:
         max_inflight: int = 64,
         model: ServedModel | None = None,
         engine: str = "vllm",
+        role: str = "both",
     ) -> Replica:
         if pool not in self.pools:
             self.pools[pool] = pool_ensure(
-                name=pool, kind=kind, owner=self.tenants[owner] if owner else None
+                name=pool,
+                kind=kind,
+                owner=self.tenants[owner] if owner else None,
+                disaggregated=role != "both",
             )
         replica = replica_register(
             name=name,
@@ -242,6 +246,7 @@ class Fleet:
             gpus=[local_gpu_ensure(serial=f"gpu-{name}")],
             max_inflight=max_inflight,
             engine=engine,
+            role=role,
         )
         self.replicas[name] = replica
         return replica

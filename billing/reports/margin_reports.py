@@ -41,12 +41,14 @@ from billing.reports.margins import (
     margin_totals,
     original_columns,
 )
+from billing.reports.platforms import PLATFORM_KEYS, platform_frame, platform_table
 from billing.runs import run_finish, run_start
 from core.calendar import day_start, month_containing, month_start, months_add
 from core.fixed_point import fixed_point
 
 logger = logging.getLogger(__name__)
 MONEY_OUT = [*MONEY, LOST, "cost", "margin", "prev_revenue", "prev_cost", "prev_margin"]
+TOP = ("tier", "platform")  # the tables the report draws as bars
 RATIOS = ["margin_pct", "utilization_pct", "revenue_change_pct", "gpu_hours"]
 PER_UNIT = ["cost_per_mtok", "revenue_per_gpu_hour"]
 
@@ -126,6 +128,13 @@ def margin_report_build(*, report_id: int) -> MarginReport:
         now = margin_data(start=report.period_start, end=report.period_end)
         before = margin_data(start=report.previous_start, end=report.previous_period_end)
         tables = {level: margin_table(now, level, previous=before) for level in LEVELS}
+        # By engine and GPU kind (issue 20): what a million tokens costs and
+        # a GPU-hour earns on each serving platform.
+        platforms = platform_frame(
+            start=report.period_start, end=report.period_end, revenue=now.detail
+        )
+        tables["platform"] = platform_table(platforms)
+        tables["model_platform"] = platform_table(platforms, ["model", *PLATFORM_KEYS])
         totals = margin_totals(now)
         report.currency = now.currency
         report.totals = {k: fixed_point(from_nano(v)) for k, v in totals.items()} | {
@@ -140,7 +149,7 @@ def margin_report_build(*, report_id: int) -> MarginReport:
         report.csv = _csv(tables, currency=now.currency)
         context = _html_context(tables)
         report.tables = {
-            level: [_json_row(row) for row in context[f"{level}s"]] for level in LEVELS
+            level: [_json_row(row) for row in context[f"{level}s"]] for level in tables
         }
         report.html = render_to_string("billing/margin_report.html", {"report": report, **context})
     except FxError as exc:  # a rate or a cost currency to enter: no stack trace needed
@@ -194,8 +203,8 @@ def _csv(tables: dict[str, pd.DataFrame], *, currency: str) -> str:
     buffer = io.StringIO()
     # `currency` is that of every amount but the revenue_in_<CUR> columns
     # (revenue as billed, in <CUR>).
-    columns = ["level", "tier", "pool", "tenant", "model", "currency", *MONEY_OUT]
-    columns += [*sorted(originals), "tokens", "device_seconds", *RATIOS, *PER_UNIT]
+    columns = ["level", "tier", "pool", "tenant", "model", *PLATFORM_KEYS, "currency", *MONEY_OUT]
+    columns += [*sorted(originals), "tokens", "device_seconds", "busy_hours", *RATIOS, *PER_UNIT]
     combined = pd.concat(frames, ignore_index=True).reindex(columns=columns)
     # Decimals and floats as plain fixed-point text ("0.000000000", never "0E-9").
     for column in combined.columns:
@@ -245,6 +254,10 @@ def _html_context(tables: dict[str, pd.DataFrame]) -> dict:
     for row in tiers:  # bar widths, percent of the widest figure
         row["revenue_bar"] = float(abs(row["revenue"]) / widest * 100)  # ok-float: display
         row["cost_bar"] = float(abs(row["cost"]) / widest * 100)  # ok-float: display
-    return {"tiers": tiers} | {
-        f"{level}s": rows(tables[level]) for level in LEVELS if level != "tier"
+    platforms = rows(tables["platform"])
+    dearest = max([r["cost_per_mtok"] or 0 for r in platforms] + [1e-12])
+    for row in platforms:  # a bar per platform: its cost per million tokens
+        row["cost_per_mtok_bar"] = float((row["cost_per_mtok"] or 0) / dearest * 100)  # ok-float
+    return {"tiers": tiers, "platforms": platforms} | {
+        f"{level}s": rows(table) for level, table in tables.items() if level not in TOP
     }

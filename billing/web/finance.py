@@ -31,6 +31,7 @@ from billing.web.portal import usage_context, usage_days
 from metering.selectors import (
     gateway_queue_by_tier,
     gateway_queue_depth_by_hour,
+    phases_unpaired,
     reconciliation_by_replica,
     reconciliation_gaps,
 )
@@ -155,6 +156,7 @@ def reconciliation(request):
         "unpriced_tokens": sum(row["tokens"] for row in unpriced),
         "drifts": spend_drift_latest(),
         "replicas": reconciliation_by_replica(start=start, end=end),
+        "unpaired": phases_unpaired(start=start, end=end, now=end),
         "days": days,
         "start": start,
         "end": end,
@@ -166,7 +168,8 @@ def reconciliation(request):
 def finance_model(request, name: str):
     """One model, from the stored margin report like the overview: its
     margin, where it ran (revenue, cost and cost per million tokens by
-    pool) and who used it (the heaviest tenants by tokens, with margin)."""
+    pool, and by engine and GPU kind) and who used it (the heaviest tenants
+    by tokens, with margin)."""
     model = get_object_or_404(ServedModel, name=name)
     report = margin_report_latest()
     tables = report.tables if report else {}
@@ -179,6 +182,7 @@ def finance_model(request, name: str):
         "model": model,
         "margin": next(iter(rows("model")), None),
         "pools": rows("model_pool"),
+        "platforms": rows("model_platform"),
         "tenants": tenants[:MODEL_TENANTS_SHOWN],
         "tenants_total": len(tenants),
     }

@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from core.api_query import QueryIn, range_help, range_validated
 from core.api_time import SupportedDateTimeField
-from metering.choices import Timing
+from metering.choices import Phase, Timing
 from metering.validation import MAX_TOKENS
 from serving.choices import RequestStatus
 
@@ -49,6 +49,18 @@ class UsageEventIn(serializers.Serializer):
             "gateway: the engine reported none, and the timeline is the reporting tier's window "
             "from sent_at to ended_at (attributed device-seconds are then an estimate). "
             "Omitted: engine when any engine timing is sent, else gateway."
+        ),
+    )
+    phase = serializers.ChoiceField(
+        choices=Phase.choices,
+        required=False,
+        help_text=(
+            "A disaggregated request (prefill on one replica, decode on another, as NVIDIA "
+            "Dynamo or vLLM's disaggregated serving run it) is reported as two events under "
+            "one request_id: 'prefill' on its prefill replica (the prompt, and the one token it "
+            "made) and 'decode' on its decode replica (the output), each with that replica's "
+            "own usage and timing; billed once (the prefill's prompt, the decode's output). "
+            "Omitted: 'whole'. A phase must match its replica's role."
         ),
     )
     gateway_queue_ms = serializers.DecimalField(

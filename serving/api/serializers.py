@@ -18,6 +18,7 @@ from serving.models import (
     ReplicaGpu,
     Reservation,
     ServedModel,
+    role_misfit,
 )
 from serving.services import replica_gpu_shares_set, share_of
 
@@ -98,7 +99,7 @@ class GpuSerializer(serializers.ModelSerializer):
 class PoolSerializer(serializers.ModelSerializer):
     class Meta:
         model = Pool
-        fields = ["id", "name", "kind", "owner", "idle_cost_policy"]
+        fields = ["id", "name", "kind", "owner", "idle_cost_policy", "disaggregated"]
 
     def validate(self, attrs):
         kind = attrs.get("kind", getattr(self.instance, "kind", None))
@@ -107,6 +108,12 @@ class PoolSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError({"owner": "a shared pool has no owner"})
         if kind != PoolKind.SHARED and owner is None:
             raise serializers.ValidationError({"owner": f"a {kind} pool needs an owner tenant"})
+        if self.instance is not None and "disaggregated" in attrs:
+            changed = Pool(name=self.instance.name, disaggregated=attrs["disaggregated"])
+            for role in self.instance.replicas.values_list("role", flat=True).distinct():
+                problem = role_misfit(changed, role)
+                if problem:
+                    raise serializers.ValidationError({"disaggregated": problem})
         return attrs
 
 
@@ -158,6 +165,7 @@ class ReplicaSerializer(serializers.ModelSerializer):
             "name",
             "base_url",
             "engine",
+            "role",
             "model",
             "pool",
             "gpus",
@@ -174,6 +182,10 @@ class ReplicaSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(
                 {"gpu_shares": "send gpus (whole GPUs) or gpu_shares, not both"}
             )
+        pool = attrs.get("pool", getattr(self.instance, "pool", None))
+        problem = role_misfit(pool, attrs.get("role", getattr(self.instance, "role", "both")))
+        if problem:
+            raise serializers.ValidationError({"role": problem})
         return attrs
 
     @staticmethod

@@ -14,7 +14,7 @@ from aiohttp import web
 
 class FakeUpstream:
     def __init__(self) -> None:
-        self.mode = "ok"  # ok | error500 | hang | drop_midstream
+        self.mode = "ok"  # ok | bad_request | error500 | hang | drop_midstream
         self.delay = 0.0  # seconds each request takes before its answer
         # Usage as a real replica would count it (one token per prompt
         # character, max_tokens generated) instead of a fixed 7 + 3.
@@ -22,6 +22,9 @@ class FakeUpstream:
         # Streams: one chunk per output token asked for (else 3), this far apart.
         self.stream_as_asked = False
         self.chunk_seconds = 0.01
+        # A prefill replica's answer to a request asking it to keep its KV
+        # cache for a remote decode (vLLM's NixlConnector answers where).
+        self.kv_transfer_answer: dict | None = None
         self.requests: list[dict] = []
         self.inflight = 0
         self.inflight_max = 0
@@ -82,6 +85,9 @@ class FakeUpstream:
             self.inflight -= 1
 
     async def _answer(self, request: web.Request, body: dict) -> web.StreamResponse:
+        if self.mode == "bad_request":  # the client's fault, as vLLM says it
+            error = {"message": "bad", "type": "BadRequestError", "code": 400}
+            return web.json_response({"error": error}, status=400)
         if self.mode == "error500":
             return web.json_response({"error": "boom"}, status=500)
         if self.mode == "hang":
@@ -94,8 +100,14 @@ class FakeUpstream:
             usage = {"prompt_tokens": prompt, "completion_tokens": output}
             usage["total_tokens"] = prompt + output
         if not body.get("stream"):
+            kv = (
+                {"kv_transfer_params": self.kv_transfer_answer}
+                if "kv_transfer_params" in body
+                else {}
+            )
             return web.json_response(
-                {
+                kv
+                | {
                     "id": "cmpl-fake",
                     "object": "chat.completion",
                     "model": body["model"],

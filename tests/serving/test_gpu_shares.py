@@ -227,6 +227,7 @@ def _replica_form(fleet, name, shares) -> dict:
         "model": fleet["model"].pk,
         "pool": fleet["shared"].pk,
         "engine": "vllm",
+        "role": "both",
         "status": "up",
         "max_inflight": 64,
         "last_error": "",
@@ -263,3 +264,34 @@ def test_the_admin_checks_shares_against_the_gpus_others_and_writes_through_the_
         ("r0", 400),
         ("r1", 300),
     ]
+
+
+def test_a_disaggregated_pool_takes_prefill_and_decode_replicas_only(finance, fleet):
+    made = finance.post(
+        "/api/v1/fleet/pools", {"name": "split", "kind": "shared", "disaggregated": True},
+        format="json",
+    )  # fmt: skip
+    assert made.status_code == 201, made.content
+    split = made.json()["id"]
+    body = {
+        "name": "p1",
+        "base_url": "http://10.0.0.1/p1",
+        "model": fleet["model"].pk,
+        "pool": split,
+        "gpus": [fleet["a100"].pk],
+    }
+    refused = finance.post("/api/v1/fleet/replicas", body, format="json")  # role: both
+    assert refused.status_code == 400
+    assert refused.json()["error"]["field"] == "role"
+    assert "is disaggregated" in refused.json()["error"]["message"]
+    ok = finance.post("/api/v1/fleet/replicas", body | {"role": "prefill"}, format="json")
+    assert ok.status_code == 201, ok.content
+    misplaced = finance.post(
+        "/api/v1/fleet/replicas",
+        body | {"name": "d1", "role": "decode", "pool": fleet["shared"].pk, "gpus": []},
+        format="json",
+    )
+    assert misplaced.status_code == 400 and misplaced.json()["error"]["field"] == "role"
+    undo = finance.patch(f"/api/v1/fleet/pools/{split}", {"disaggregated": False}, format="json")
+    assert undo.status_code == 400 and undo.json()["error"]["field"] == "disaggregated"
+    assert sorted(Replica.objects.values_list("name", "role")) == [("p1", "prefill")]

@@ -99,7 +99,11 @@ def test_the_page_shows_mig_instances_time_slices_and_what_is_free(client, db):
         ("rts", Share(gpu_id=sliced.pk, sharing="time_sliced", share_percent=60)),
     ):
         replica = Replica.objects.create(
-            name=name, base_url=f"http://10.0.0.1/{name}", model=model, pool=pool
+            name=name,
+            base_url=f"http://10.0.0.1/{name}",
+            model=model,
+            pool=pool,
+            engine="trtllm" if name == "r2g" else "vllm",
         )
         replica_gpu_shares_set(replica=replica, shares=[share])
     client.force_login(make_finance_user())
@@ -117,3 +121,12 @@ def test_the_page_shows_mig_instances_time_slices_and_what_is_free(client, db):
     html = page.content.decode()
     assert "H100-MIG (MIG 3g.40gb (instance 1))" in html
     assert "2 of 7 slices free" in html
+    engines = dict(zip((r.name for r in page.context["replicas"]), _cells(html), strict=True))
+    assert engines == {"r2g": "TensorRT-LLM (trtllm-serve)", "r3g": "vLLM", "rts": "vLLM"}
+
+
+def _cells(html: str) -> list[str]:
+    """The engine cell of each replica row, in order."""
+    import re
+
+    return re.findall(r'data-testid="replica-engine">([^<]*)</td>', html)
