@@ -504,10 +504,15 @@ class Gateway:
             )
         finally:
             if hold is not None:
+                # A disaggregated request's prompt is its prefill's (its
+                # decode read it as KV cache): as the ledger bills it.
+                prompt, cached = record.extra.get(
+                    "prefill_prompt", (record.prompt_tokens, record.cached_tokens)
+                )
                 await self.spend.settle(
                     hold,
-                    prompt=record.prompt_tokens,
-                    cached=record.cached_tokens,
+                    prompt=prompt,
+                    cached=cached,
                     completion=record.completion_tokens,
                     received_at=record.received_at.timestamp(),
                 )
@@ -783,6 +788,8 @@ class Gateway:
         replica, the request's prefill there, then its decode on a decode
         replica of the pool (gateway.disagg)."""
         record.replica_id, record.pool_id = replica.id, replica.pool_id
+        # On a prefill replica the row is its phase's, whatever becomes of it.
+        record.phase = Phase.PREFILL if replica.role == ReplicaRole.PREFILL else Phase.WHOLE
         self.router.acquire(replica)
         try:
             async with self.spend.running(
@@ -802,7 +809,8 @@ class Gateway:
         except UpstreamUnavailable as exc:
             error = f"{replica.name}: {exc}"
             logger.warning("request %s: %s", record.request_id, error)
-            self.router.mark_suspect(replica)
+            if exc.replica_fault:
+                self.router.mark_suspect(replica)
             return None, error
         finally:
             self.router.release(replica)

@@ -36,6 +36,7 @@ from gateway.proxy import (
     UpstreamCall,
     UpstreamUnavailable,
     call_unary,
+    cut_outcome,
     respond_refused,
 )
 from metering.choices import Phase
@@ -73,36 +74,49 @@ async def disaggregated(
     no decode replica or the prefill replica does not answer."""
     decoders = gw.router.decode_candidates(prefill)
     if not decoders:
-        raise UpstreamUnavailable("no decode replica in its pool", connection_failed=False)
+        raise UpstreamUnavailable(
+            "no decode replica in its pool", connection_failed=False, replica_fault=False
+        )
     captured: list[dict] = []
 
     async def keep(message: dict) -> None:
         captured.append(message)
 
     engine = engine_spec(prefill.engine)
-    first = await call_unary(
-        UpstreamCall(
-            session=gw.session,
-            url=prefill.base_url + PATHS[hop.kind],
-            body=hop.prepared.prefill_body(engine),
-            request_id=hop.record.request_id,
-            timeouts=gw.timeouts,
-            send=keep,
-            extra_headers=[hop.rid_header],
-            cut=cut,
-            kind=hop.kind,
-            prompt_tokens_estimate=hop.prepared.prompt_tokens_estimate,
-            engine=engine,
-        )
+    call = UpstreamCall(
+        session=gw.session,
+        url=prefill.base_url + PATHS[hop.kind],
+        body=hop.prepared.prefill_body(engine),
+        request_id=hop.record.request_id,
+        timeouts=gw.timeouts,
+        send=keep,
+        extra_headers=[hop.rid_header],
+        cut=cut,
+        kind=hop.kind,
+        prompt_tokens_estimate=hop.prepared.prompt_tokens_estimate,
+        engine=engine,
     )
+    try:
+        first = await call_unary(call)
+    except UpstreamUnavailable:
+        if cut is None or not cut.fired:
+            raise
+        # Its spend ran out during the prefill (we closed it): the client's
+        # 402, recorded as the prefill's, as any request cut while it runs.
+        first = Outcome(http_status=200, status="ok", sent_at=timezone.now())
+        first.upstream_ended_at = cut.fired_at
+        await respond_refused(hop.send, cut_outcome(first, cut), [hop.rid_header])
+        return first
     record = hop.record
     if first.http_status != 200:  # the client's to know (a 4xx): the request ends here
         for message in captured:
             await hop.send(message)
-        record.phase = Phase.PREFILL
         return first
-    prefill_row = replace(record, phase=Phase.PREFILL, gateway_queue_ms=None)
+    prefill_row = replace(record, phase=Phase.PREFILL, gateway_queue_ms=None, extra={})
     await gw.record_outcome(prefill_row, hop.caller, first)
+    # What the request's spend settles to: the prefill's prompt, not the
+    # decode's (which it read as KV cache), as the ledger bills it.
+    record.extra["prefill_prompt"] = (prefill_row.prompt_tokens, prefill_row.cached_tokens)
     kv_transfer_params = _kv_transfer_params(captured)
 
     record.phase = Phase.DECODE

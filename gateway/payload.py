@@ -124,7 +124,7 @@ class Prepared:
         disaggregated-serving proxy sends it: one token, not streamed, the
         KV cache kept for a remote decode."""
         payload = orjson.loads(self.upstream_body(engine))
-        for name in OUTPUT_BOUND_FIELDS[self.kind]:
+        for name in (*OUTPUT_BOUND_FIELDS[self.kind], "min_tokens"):
             payload.pop(name, None)
         payload["max_tokens"] = 1
         payload["stream"] = False

@@ -79,11 +79,14 @@ class Cut:
 
 
 class UpstreamUnavailable(Exception):
-    """Nothing was sent to the client; another replica may be tried."""
+    """Nothing was sent to the client; another replica may be tried.
+    `replica_fault`: the replica failed (it is then marked suspect), not
+    something around it (a disaggregated pool with no decode replica)."""
 
-    def __init__(self, reason: str, *, connection_failed: bool) -> None:
+    def __init__(self, reason: str, *, connection_failed: bool, replica_fault: bool = True) -> None:
         super().__init__(reason)
         self.connection_failed = connection_failed
+        self.replica_fault = replica_fault
 
 
 @dataclass
@@ -413,7 +416,7 @@ async def _relay(
             )
     _upstream_ended(outcome, cut)
     if cut is not None and cut.fired and outcome.status == "ok":
-        refused = _cut_outcome(outcome, cut)
+        refused = cut_outcome(outcome, cut)
         if not started:
             await respond_refused(send, refused, extra_headers)
             _usage_of(outcome, last_usage_event, call, resp)
@@ -468,7 +471,7 @@ def _event_data(event: bytes) -> bytes | None:
     return data
 
 
-def _cut_outcome(outcome: Outcome, cut: Cut) -> Refused:
+def cut_outcome(outcome: Outcome, cut: Cut) -> Refused:
     refused = cut.refused
     outcome.status, outcome.http_status = "aborted", refused.status
     outcome.error = f"{refused.code}: {refused.message}"
@@ -530,7 +533,7 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
         outcome.usage = {"completion_tokens": deltas}
         outcome = _prompt_to_count(call, outcome)
     if call.cut is not None and call.cut.fired:
-        await respond_refused(call.send, _cut_outcome(outcome, call.cut), call.extra_headers)
+        await respond_refused(call.send, cut_outcome(outcome, call.cut), call.extra_headers)
         return outcome
     if failed is not None:
         code = (failed["error"] or {}).get("code") if isinstance(failed["error"], dict) else None

@@ -49,7 +49,8 @@ FROM (
            coalesce(gateway_queue_ms, 0) AS gateway_queue_ms,
            (gateway_queue_ms IS NOT NULL)::int AS gateway_timed,
            coalesce(gateway_queue_ms > 0, false)::int AS gateway_queued,
-           (timing = 'gateway' AND status IN ('ok', 'aborted'))::int AS window_timed, synthetic
+           (counted AND timing = 'gateway' AND status IN ('ok', 'aborted'))::int AS window_timed,
+           synthetic
     FROM metering_usageevent,
          LATERAL (SELECT phase <> 'prefill' OR status <> 'ok' AS counted) c
     WHERE received_at >= %(first)s AND received_at < %(last)s

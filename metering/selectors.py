@@ -22,7 +22,9 @@ from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, QuerySet
 from django.db.models.functions import Coalesce, TruncDay, TruncHour, TruncMonth
 
 from core.db_frames import query_frame
+from metering.choices import Phase
 from metering.models import DirtyHour, RequestShares, UsageEvent, UsageRollup
+from serving.choices import RequestStatus
 from tenants.models import Tenant
 
 TRUNCATE = {"hour": TruncHour, "day": TruncDay, "month": TruncMonth}
@@ -156,33 +158,45 @@ def request_device_seconds(*, tenant: Tenant | None, request_id: str) -> dict[da
     events = UsageEvent.objects.filter(request_id=request_id)
     if tenant is not None:
         events = events.filter(tenant=tenant)
-    event = events.values("replica_id", "received_at", "ended_at").first()
-    if event is None or event["replica_id"] is None:
-        return {}
-    lookback = event["received_at"] - timedelta(hours=1)
-    rows = RequestShares.objects.filter(
-        window__replica_id=event["replica_id"],
-        window__start__gte=lookback,
-        window__start__lte=event["ended_at"],
-        request_ids__contains=[request_id],
-    ).select_related("window")
-    return {row.window.start: row.as_seconds()[request_id] for row in rows}
+    seconds: dict[datetime, Decimal] = {}
+    # A disaggregated request: each phase on its own replica, added up.
+    for event in events.values("replica_id", "received_at", "ended_at"):
+        if event["replica_id"] is None:
+            continue
+        rows = RequestShares.objects.filter(
+            window__replica_id=event["replica_id"],
+            window__start__gte=event["received_at"] - timedelta(hours=1),
+            window__start__lte=event["ended_at"],
+            request_ids__contains=[request_id],
+        ).select_related("window")
+        for row in rows:
+            start = row.window.start
+            seconds[start] = seconds.get(start, Decimal(0)) + row.as_seconds()[request_id]
+    return seconds
 
 
 def requests_recent(*, tenant: Tenant | None, limit: int = 10) -> list[UsageEvent]:
-    """The latest requests (of one tenant, or of all for finance staff)."""
-    events = UsageEvent.objects.all()
+    """The latest requests (of one tenant, or of all for finance staff): a
+    disaggregated one once, by its decode (a prefill that failed, alone)."""
+    events = UsageEvent.objects.exclude(phase=Phase.PREFILL, status=RequestStatus.OK)
     if tenant is not None:
         events = events.filter(tenant=tenant)
     return list(events.select_related("tenant").order_by("-received_at")[:limit])
 
 
 def request_get(*, tenant: Tenant | None, request_id: str) -> UsageEvent:
-    """One request from the ledger; another tenant's is DoesNotExist."""
+    """One request from the ledger; another tenant's is DoesNotExist. A
+    disaggregated request is read by its decode row (the answer the client
+    got), or by its prefill row when no decode followed."""
     events = UsageEvent.objects.filter(request_id=request_id)
     if tenant is not None:
         events = events.filter(tenant=tenant)
-    return events.select_related("tenant").get()
+    found = events.select_related("tenant").order_by(
+        Case(When(phase=Phase.PREFILL, then=Value(1)), default=Value(0))
+    )[:1]
+    if not found:
+        raise UsageEvent.DoesNotExist(request_id)
+    return found[0]
 
 
 def rollup_of_request(*, event: UsageEvent) -> UsageRollup | None:
@@ -567,6 +581,9 @@ def slo_figures(
                    {SLO_TTFT_MS_SQL} AS ttft_ms, {SLO_ITL_MS_SQL} AS itl_ms
             FROM metering_usageevent e JOIN tenants_tenant t ON t.id = e.tenant_id
             WHERE e.received_at >= %s AND e.received_at < %s {only}
+              -- A disaggregated request counts once: by its decode (or by a
+              -- prefill that failed, which ended it).
+              AND NOT (e.phase = 'prefill' AND e.status = 'ok')
         )
         SELECT key, day,
                count(*) FILTER (WHERE counted) AS requests,

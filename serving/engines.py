@@ -115,7 +115,8 @@ def _number(value: Any) -> Decimal | None:
         number = Decimal(str(value))
     except ArithmeticError:
         return None
-    return number if number.is_finite() else None
+    # A negative duration is no duration: the row keeps the gateway's window.
+    return number if number.is_finite() and number >= 0 else None
 
 
 def _tgi_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timings:
@@ -161,6 +162,9 @@ class Counters:
     path: str
     families: Mapping[str, str]
     histogram_sums: Mapping[str, str] = field(default_factory=dict)
+    # Read instead when none of `families`' token counters is there (NIM 2,
+    # vLLM underneath, exports vLLM's names).
+    fallback: Counters | None = None
 
 
 VLLM_FAMILIES = {
@@ -242,8 +246,8 @@ ENGINES: dict[str, EngineSpec] = {
                 "generation_tokens": "generation_tokens_total",
                 "num_requests_running": "requests_running",
                 "num_requests_waiting": "requests_waiting",
-            }
-            | VLLM_FAMILIES,
+            },
+            fallback=Counters("/v1/metrics", VLLM_FAMILIES),
         ),
         health_path="/v1/health/ready",
         counters_note="prompt_tokens_total and generation_tokens_total on /v1/metrics",

@@ -55,6 +55,8 @@ def metrics_parse(text: str, counters: Counters = VLLM_COUNTERS) -> dict:
             if wanted is not None and sample.name != wanted:
                 continue
             totals[field] = totals.get(field, 0.0) + sample.value
+    if counters.fallback is not None and "prompt_tokens_total" not in totals:
+        return metrics_parse(text, counters.fallback)
     values: dict = {}
     for field, total in totals.items():
         if field in INTEGER_FIELDS:

@@ -97,6 +97,8 @@ class FakeEngine(FakeUpstream):
         self.served_prompt = self.served_output = 0
         self.perf: list[dict] = []  # TensorRT-LLM's finished requests, until read
         self.perf_lost = False  # someone else drains /perf_metrics first
+        self.perf_served = True  # False: return_perf_metrics off (a 404)
+        self.perf_reads = 0
         self._next_id = 100
         self._stopped = False
 
@@ -118,6 +120,9 @@ class FakeEngine(FakeUpstream):
         return web.json_response({"object": "list", "data": []})
 
     async def _perf_metrics(self, request: web.Request) -> web.Response:
+        self.perf_reads += 1
+        if not self.perf_served:
+            raise web.HTTPNotFound()
         drained, self.perf = self.perf, []
         return web.json_response([] if self.perf_lost else drained)
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import openai
 import pytest
 
 from metering.models import UsageEvent
+from metering.selectors import request_get
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import wait_for_records
 from tests.gateway.fake_upstream import FakeUpstream
@@ -76,6 +78,8 @@ def test_prefill_then_decode_a_row_each_under_one_request_id(fleet, pair, stream
     assert rows["decode"].replica_id == fleet.replicas["d1"].pk
     assert [rows[p].status for p in ("prefill", "decode")] == ["ok", "ok"]
     assert rows["prefill"].timing == "engine"  # its own timings, from its own answer
+    # The request's page reads it by the answer the client got.
+    assert request_get(tenant=None, request_id=request_id).phase == "decode"
 
 
 def test_a_prefill_refusal_is_the_clients_and_no_decode_runs(fleet, pair):
@@ -89,6 +93,21 @@ def test_a_prefill_refusal_is_the_clients_and_no_decode_runs(fleet, pair):
     row = wait_for_records([request_id])[request_id]
     assert (row.phase, row.status, row.http_status) == ("prefill", "error", 400)
     assert UsageEvent.objects.filter(request_id=request_id).count() == 1
+
+
+def test_a_failing_prefill_replica_is_recorded_as_its_phase_never_dead_lettered(fleet, pair):
+    _disaggregated(fleet, pair)
+    prefill, decode = pair
+    prefill.mode = "error500"
+    with pytest.raises(openai.InternalServerError) as failed:
+        fleet.client("a").chat.completions.create(model=MODEL_NAME, messages=HELLO)
+    assert failed.value.status_code == 503 and decode.requests == []
+    request_id = failed.value.response.headers["x-request-id"]
+    row = wait_for_records([request_id])[request_id]
+    assert (row.phase, row.status, row.http_status) == ("prefill", "error", 503)
+    assert row.replica_id == fleet.replicas["p1"].pk
+    health = httpx.get(f"{fleet.gateway}/healthz", timeout=5).json()
+    assert health["records_dead_lettered"] == 0
 
 
 def test_a_pool_with_no_decode_replica_is_a_503_and_nothing_runs(fleet, pair):

@@ -146,6 +146,20 @@ def test_trtllm_timings_drained_by_another_reader_fall_back_to_the_gateways_wind
     assert health["perf_metrics_missed"] >= 2
 
 
+def test_a_trtllm_replica_without_perf_metrics_is_asked_once_not_per_request(fleet, engines):
+    """return_perf_metrics off: /perf_metrics is a 404, and its requests take
+    the gateway's window at once rather than waiting for an entry."""
+    fake = engines("trtllm")
+    fake.perf_served = False
+    fleet.add_tenant("a")
+    fleet.add_replica("r", fake.base_url, "shared", engine="trtllm")
+    fleet.ready()
+    ids = _request_ids(fleet, "a") + _request_ids(fleet, "a")
+    records = wait_for_records(ids)
+    assert {records[i].timing for i in ids} == {"gateway"}
+    assert fake.perf_reads == 1
+
+
 @pytest.mark.parametrize("engine", ["trtllm", "nim", "tgi", "sglang"])
 def test_reconciliation_balances_against_each_engines_own_counters(fleet, engines, engine):
     fake = engines(engine)

@@ -15,7 +15,7 @@ import pytest
 from metering.jobs import metering_run
 from metering.models import AttributionWindow, RequestShares, UsageEvent, UsageRollup
 from metering.reconciliation import reconciliation_compute
-from metering.selectors import phases_unpaired
+from metering.selectors import phases_unpaired, request_device_seconds, slo_figures
 from serving.models import ReplicaMetricSample
 from serving.services import local_gpu_ensure, pool_ensure, replica_register
 from tenants.services import service_key_create
@@ -111,6 +111,14 @@ def test_one_request_two_phases_attributed_on_each_replica_and_billed_once(ledge
         prefill.pk: {"dyn-1": Decimal("0.058000000")},
         decode.pk: {"dyn-1": Decimal("0.940000000")},
     }
+    # The request's own page adds up its phases' device time.
+    assert request_device_seconds(tenant=ledger.a, request_id="dyn-1") == {
+        T0: Decimal("0.998000000")
+    }
+    # Its service levels count it once (by its decode, whose first token
+    # the client waited for).
+    (slo,) = slo_figures(start=T0, end=T0 + timedelta(hours=1), tenant_ids=None, by_day=False)
+    assert (slo["requests"], slo["failed"], slo["timed"]) == (1, 0, 1)
     rollups = UsageRollup.objects.filter(tenant=ledger.a)
     totals = [
         sum(getattr(r, name) for r in rollups)

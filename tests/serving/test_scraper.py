@@ -31,6 +31,30 @@ def test_metrics_parse_sums_engines():
     assert metrics_parse(text)["prompt_tokens_total"] == 1240
 
 
+def test_each_engine_is_read_by_its_own_counters():
+    """NIM 1 exports its own names; NIM 2 (vLLM underneath) vLLM's; TGI's
+    tokens are its histograms' sums; SGLang repeats a series per
+    tensor-parallel rank (read once)."""
+    from serving.engines import engine_spec
+
+    def parse(engine: str, text: str) -> dict:
+        return metrics_parse(text, engine_spec(engine).counters)
+
+    nim1 = '# TYPE prompt_tokens_total counter\nprompt_tokens_total{model_name="m"} 70.0\n'
+    assert parse("nim", nim1) == {"prompt_tokens_total": 70}
+    assert parse("nim", METRICS_TEXT)["prompt_tokens_total"] == 1234  # vLLM's names
+    tgi = (
+        "# TYPE tgi_request_input_length histogram\n"
+        'tgi_request_input_length_bucket{le="+Inf"} 3\n'
+        "tgi_request_input_length_sum 21\ntgi_request_input_length_count 3\n"
+    )
+    assert parse("tgi", tgi) == {"prompt_tokens_total": 21}
+    sglang = "".join(f'sglang:prompt_tokens_total{{tp_rank="{rank}"}} 9.0\n' for rank in ("0", "1"))
+    assert parse("sglang", "# TYPE sglang:prompt_tokens_total counter\n" + sglang) == {
+        "prompt_tokens_total": 9
+    }
+
+
 @pytest.mark.django_db
 def test_silent_replica_goes_down_and_comes_back():
     fake = FakeUpstream().start()
