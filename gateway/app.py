@@ -649,7 +649,7 @@ class Gateway:
                     rid_header,
                     replica,
                     disconnected,
-                    on_output=slot.progress,
+                    slot=slot,
                 )
                 if outcome is None:
                     last_error = error
@@ -781,12 +781,14 @@ class Gateway:
         rid_header,
         replica,
         disconnected,
-        on_output=None,
+        slot: Slot | None = None,
     ) -> tuple[Outcome | None, str]:
         """One replica's try, with or without fair queuing: the outcome, or
         none and why (the replica is then marked suspect). On a prefill
         replica, the request's prefill there, then its decode on a decode
-        replica of the pool (gateway.disagg)."""
+        replica of the pool (gateway.disagg). `slot`: its place in the fair
+        queue on `replica`, charged as it streams."""
+        on_output = slot.progress if slot is not None else None
         record.replica_id, record.pool_id = replica.id, replica.pool_id
         # On a prefill replica the row is its phase's, whatever becomes of it.
         record.phase = Phase.PREFILL if replica.role == ReplicaRole.PREFILL else Phase.WHOLE
@@ -797,8 +799,8 @@ class Gateway:
             ) as cut:
                 if replica.role == ReplicaRole.PREFILL:
                     outcome = await disaggregated(
-                        self, Hop(send, kind, caller, prepared, record, rid_header), replica,
-                        disconnected=disconnected, on_output=on_output, cut=cut,
+                        self, Hop(send, kind, caller, prepared, record, rid_header, slot), replica,
+                        disconnected=disconnected, cut=cut,
                     )  # fmt: skip
                 else:
                     outcome = await self._upstream(

@@ -7,6 +7,10 @@ replica with the `kv_transfer_params` the prefill answered (a connector
 that moves KV by its own means, such as vLLM's ExampleConnector through
 shared storage, answers none and finds it by the prompt).
 
+With fair queuing, the prefill's slot is given back when the prefill ends
+and the decode waits for a slot on a decode replica (each replica's
+max_inflight holds on both sides).
+
 The ledger gets a row per phase under the request's id, each with its own
 replica, usage and timing: the prefill's (its prompt, and the one token it
 made, which the client never sees) and the decode's (what the client got).
@@ -28,6 +32,7 @@ import orjson
 from django.utils import timezone
 
 from gateway.errors import Refused
+from gateway.fairness import Slot
 from gateway.fleet import ReplicaInfo
 from gateway.payload import PATHS, Prepared
 from gateway.proxy import (
@@ -39,6 +44,7 @@ from gateway.proxy import (
     cut_outcome,
     respond_refused,
 )
+from gateway.queueing import ClientGone, QueueWait
 from metering.choices import Phase
 from serving.engines import engine_spec
 from serving.records import CompletedRequest
@@ -58,6 +64,7 @@ class Hop:
     prepared: Prepared
     record: CompletedRequest
     rid_header: tuple[bytes, bytes]
+    slot: Slot | None = None  # its fair-queue slot on the prefill replica
 
 
 async def disaggregated(
@@ -66,7 +73,6 @@ async def disaggregated(
     prefill: ReplicaInfo,
     *,
     disconnected: asyncio.Event,
-    on_output: Callable[[int], None] | None,
     cut: Cut | None,
 ) -> Outcome:
     """Prefill on `prefill`, then decode on its pool's decode replicas.
@@ -120,30 +126,78 @@ async def disaggregated(
     kv_transfer_params = _kv_transfer_params(captured)
 
     record.phase = Phase.DECODE
+    record.replica_id, record.pool_id = decoders[0].id, decoders[0].pool_id
+    decode_slot = None
+    if hop.slot is not None:
+        # Fair queuing: the prefill's slot back (its prompt charged), and a
+        # slot on a decode replica, so that each replica's max_inflight holds.
+        hop.slot.release(0, prefill_row.prompt_tokens)
+        decode_slot = await _decode_slot(gw, hop, decoders, disconnected)
+        if not isinstance(decode_slot, Slot):
+            return decode_slot  # refused or gone: answered and said
+        decoders = [d for d in decoders if d.id == decode_slot.replica_id]
     last_error = ""
-    for decoder in decoders[:2]:
-        record.replica_id, record.pool_id = decoder.id, decoder.pool_id
-        gw.router.acquire(decoder)
-        try:
-            return await gw._upstream(
-                hop.send, hop.kind, hop.prepared, record, hop.rid_header, decoder, disconnected,
-                on_output, cut,
-                body=lambda engine, *, as_stream: hop.prepared.decode_body(
-                    engine, kv_transfer_params, as_stream=as_stream
-                ),
-            )  # fmt: skip
-        except UpstreamUnavailable as exc:
-            last_error = f"{decoder.name}: {exc}"
-            gw.router.mark_suspect(decoder)
-        finally:
-            gw.router.release(decoder)
+    outcome: Outcome | None = None
+    try:
+        for decoder in decoders[:2]:
+            record.replica_id, record.pool_id = decoder.id, decoder.pool_id
+            gw.router.acquire(decoder)
+            try:
+                outcome = await gw._upstream(
+                    hop.send, hop.kind, hop.prepared, record, hop.rid_header, decoder,
+                    disconnected, decode_slot.progress if decode_slot else None, cut,
+                    body=lambda engine, *, as_stream: hop.prepared.decode_body(
+                        engine, kv_transfer_params, as_stream=as_stream
+                    ),
+                )  # fmt: skip
+                return outcome
+            except UpstreamUnavailable as exc:
+                last_error = f"{decoder.name}: {exc}"
+                gw.router.mark_suspect(decoder)
+            finally:
+                gw.router.release(decoder)
+    finally:
+        if decode_slot is not None:  # charged what it made (nothing, if it never ran)
+            decode_slot.release((outcome.usage if outcome else {}).get("completion_tokens") or 0)
     message = f"no decode replica could take the request after its prefill ({last_error})"
-    await respond_refused(hop.send, Refused(503, "no_replica", message), [hop.rid_header])
+    return await _refused(hop, first, Refused(503, "no_replica", message))
+
+
+async def _decode_slot(
+    gw: Gateway, hop: Hop, decoders: list[ReplicaInfo], disconnected: asyncio.Event
+) -> Slot | Outcome:
+    """A fair-queue slot on one of the decode replicas (its prompt already
+    charged by the prefill), or the outcome of waiting in vain."""
+    wait = QueueWait(timeout=hop.caller.limits.queue_timeout_ms / 1000)
+    try:
+        slot = await gw.queue.slot(
+            hop.caller,
+            [d.id for d in decoders],
+            own=[d.id for d in decoders if gw.router.is_own(d, hop.caller.tenant_id)],
+            prompt_tokens=0,
+            wait=wait,
+            disconnected=disconnected,
+        )
+    except ClientGone:
+        return Outcome(
+            http_status=499,
+            status="error",
+            sent_at=timezone.now(),
+            error="client disconnected while its decode was queued",
+        )
+    if isinstance(slot, Refused):
+        return await _refused(hop, None, slot)
+    return slot
+
+
+async def _refused(hop: Hop, first: Outcome | None, refused: Refused) -> Outcome:
+    """Its decode did not run: the client told, the decode row saying why."""
+    await respond_refused(hop.send, refused, [hop.rid_header])
     return Outcome(
-        http_status=503,
+        http_status=refused.status,
         status="error",
-        sent_at=first.upstream_ended_at or timezone.now(),
-        error=message[:300],
+        sent_at=(first.upstream_ended_at if first else None) or timezone.now(),
+        error=f"{refused.code}: {refused.message}"[:300],
     )
 
 

@@ -7,6 +7,7 @@ the decode's answer, or the prefill's refusal."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -119,3 +120,26 @@ def test_a_pool_with_no_decode_replica_is_a_503_and_nothing_runs(fleet, pair):
         fleet.client("a").chat.completions.create(model=MODEL_NAME, messages=HELLO)
     assert failed.value.status_code == 503
     assert prefill.requests == []
+
+
+def test_each_side_of_a_disaggregated_pool_keeps_its_own_max_inflight(fleet, pair):
+    """Fair queuing: the prefill's slot is given back when it ends and the
+    decode waits for a slot on a decode replica, so a decode replica never
+    holds more than its max_inflight however many prefills run."""
+    prefill, decode = pair
+    decode.delay = 0.3
+    fleet.add_tenant("a")
+    fleet.add_replica("p1", prefill.base_url, "disagg", role="prefill", max_inflight=4)
+    fleet.add_replica("d1", decode.base_url, "disagg", role="decode", max_inflight=1)
+    fleet.ready()
+    client = fleet.client("a", timeout=30)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        answers = list(
+            pool.map(
+                lambda _: client.chat.completions.create(model=MODEL_NAME, messages=HELLO),
+                range(3),
+            )
+        )
+    assert [a.usage.completion_tokens for a in answers] == [3, 3, 3]
+    assert len(prefill.requests) == len(decode.requests) == 3
+    assert decode.inflight_max == 1
