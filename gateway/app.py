@@ -506,8 +506,9 @@ class Gateway:
             if hold is not None:
                 # A disaggregated request's prompt is its prefill's (its
                 # decode read it as KV cache): as the ledger bills it.
-                prompt, cached = record.extra.get(
-                    "prefill_prompt", (record.prompt_tokens, record.cached_tokens)
+                prompt, cached = prepared.prefill_prompt or (
+                    record.prompt_tokens,
+                    record.cached_tokens,
                 )
                 await self.spend.settle(
                     hold,
@@ -690,7 +691,7 @@ class Gateway:
             queue_wait_observe(caller.priority, wait.waited)
         self._finish(record, caller)
 
-    async def _upstream(
+    async def upstream(
         self,
         send,
         kind: str,
@@ -722,7 +723,6 @@ class Gateway:
             kind=kind,
             prompt_tokens_estimate=prepared.prompt_tokens_estimate,
         )
-        engine = call.engine
         if not prepared.stream and prepared.generates and (cut or engine.perf_metrics_path):
             # It may be stopped while it runs, or its engine's timings are
             # found by a stream's id: asked as a stream, answered whole. (An
@@ -803,7 +803,7 @@ class Gateway:
                         disconnected=disconnected, cut=cut,
                     )  # fmt: skip
                 else:
-                    outcome = await self._upstream(
+                    outcome = await self.upstream(
                         send, kind, prepared, record, rid_header, replica, disconnected,
                         on_output, cut,
                     )  # fmt: skip
@@ -842,9 +842,10 @@ class Gateway:
         await self.record_outcome(record, caller, outcome)
 
     async def record_outcome(
-        self, record: CompletedRequest, caller: Caller, outcome: Outcome
+        self, record: CompletedRequest, caller: Caller, outcome: Outcome, *, observe: bool = True
     ) -> None:
-        """Record what a replica did with the request (or a phase of it)."""
+        """Record what a replica did with the request (or a phase of it:
+        `observe` False for a phase the request's metrics count elsewhere)."""
         outcome = await prompt_counted(outcome)
         timings = outcome.timings
         if outcome.perf_metrics_url and not timings.any:  # TensorRT-LLM's, kept apart
@@ -865,7 +866,7 @@ class Gateway:
         # Whose clock its timeline is: the engine's, or the gateway's own
         # window (an engine that said nothing of its timing).
         record.timing = Timing.ENGINE if timings.any else Timing.GATEWAY
-        self._finish(record, caller, ended_at=outcome.upstream_ended_at)
+        self._finish(record, caller, ended_at=outcome.upstream_ended_at, observe=observe)
 
     def _finish(
         self,
@@ -874,12 +875,12 @@ class Gateway:
         model_label: str | None = None,
         *,
         ended_at: datetime | None = None,
+        observe: bool = True,
     ) -> None:
         record.ended_at = ended_at or timezone.now()
         self.recorder.add(record)
-        if record.phase == Phase.PREFILL and record.status == RequestStatus.OK:
-            return  # a request observed once: by its decode (gateway.disagg)
-        request_observe(record, tenant=caller.tenant_slug, model_label=model_label)
+        if observe:
+            request_observe(record, tenant=caller.tenant_slug, model_label=model_label)
 
 
 def _slot_settle(slot: Slot, outcome: Outcome | None) -> None:

@@ -118,11 +118,12 @@ async def disaggregated(
         for message in captured:
             await hop.send(message)
         return first
-    prefill_row = replace(record, phase=Phase.PREFILL, gateway_queue_ms=None, extra={})
-    await gw.record_outcome(prefill_row, hop.caller, first)
+    prefill_row = replace(record, phase=Phase.PREFILL, gateway_queue_ms=None)
+    # Observed once, as a request: by its decode.
+    await gw.record_outcome(prefill_row, hop.caller, first, observe=False)
     # What the request's spend settles to: the prefill's prompt, not the
     # decode's (which it read as KV cache), as the ledger bills it.
-    record.extra["prefill_prompt"] = (prefill_row.prompt_tokens, prefill_row.cached_tokens)
+    hop.prepared.prefill_prompt = (prefill_row.prompt_tokens, prefill_row.cached_tokens)
     kv_transfer_params = _kv_transfer_params(captured)
 
     record.phase = Phase.DECODE
@@ -143,7 +144,7 @@ async def disaggregated(
             record.replica_id, record.pool_id = decoder.id, decoder.pool_id
             gw.router.acquire(decoder)
             try:
-                outcome = await gw._upstream(
+                outcome = await gw.upstream(
                     hop.send, hop.kind, hop.prepared, record, hop.rid_header, decoder,
                     disconnected, decode_slot.progress if decode_slot else None, cut,
                     body=lambda engine, *, as_stream: hop.prepared.decode_body(

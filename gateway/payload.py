@@ -85,6 +85,9 @@ class Prepared:
     max_tokens_field: str = "max_tokens"  # as the client named it (max_completion_tokens)
     kind: str = "chat"  # chat | completion | responses | embeddings
     hold: Any = None  # gateway.spend.Hold: the spend reservation, once the gateway made it
+    # A disaggregated request's prompt and cached tokens as its prefill
+    # counted them (gateway.disagg): what its spend settles to.
+    prefill_prompt: tuple[int, int] | None = None
 
     @property
     def disaggregable(self) -> bool:

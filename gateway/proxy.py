@@ -347,6 +347,7 @@ async def _relay(
     so far is counted by its text events (call.counted_by)."""
     send, extra_headers, on_output, cut = call.send, call.extra_headers, call.on_output, call.cut
     counted_by = call.counted_by
+    wants_id = call.engine.perf_metrics_path is not None  # TensorRT-LLM's timings, by it
     outcome = Outcome(http_status=200, status="ok", sent_at=sent_at)
     last_usage_event = b""
     deltas = 0
@@ -366,7 +367,7 @@ async def _relay(
                 deltas += len(counted_by.findall(out))
                 if on_output is not None:
                     on_output(deltas)
-            if not outcome.engine_id and call.engine.perf_metrics_path:
+            if wants_id and not outcome.engine_id:
                 found = CHUNK_ID.search(out)
                 outcome.engine_id = found.group(1).decode() if found else ""
             if USAGE_OBJECT.search(out):

@@ -25,6 +25,8 @@ from core.db_frames import query_frame
 from metering.choices import Phase
 from metering.models import DirtyHour, RequestShares, UsageEvent, UsageRollup
 from serving.choices import RequestStatus
+from serving.engines import engine_spec
+from serving.models import Replica
 from tenants.models import Tenant
 
 TRUNCATE = {"hour": TruncHour, "day": TruncDay, "month": TruncMonth}
@@ -245,8 +247,6 @@ def reconciliation_by_replica(*, start: datetime, end: datetime) -> list[dict]:
     their gaps, and how many of its served requests had no engine timing
     (the gateway's window stood in: their device-seconds are estimates)."""
     from metering.models import ReconciliationGap
-    from serving.engines import engine_spec
-    from serving.models import Replica
 
     gaps = {
         row["replica_id"]: row

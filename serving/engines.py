@@ -200,11 +200,6 @@ class EngineSpec:
     # What reconciliation against its counters can and cannot tell.
     counters_note: str = ""
 
-    @property
-    def timed(self) -> bool:
-        """Whether it reports any per-request timing at all."""
-        return self.timings is not _no_timings or self.perf_metrics_path is not None
-
 
 ENGINES: dict[str, EngineSpec] = {
     Engine.VLLM: EngineSpec(

@@ -44,9 +44,11 @@ def platform_frame(*, start: datetime, end: datetime, revenue: pd.DataFrame) -> 
     gpu_kind, GPU-hours, busy (attributed) hours, tokens, revenue and cost
     (nano-units). `revenue`: rows of pool, tenant, model, revenue (names,
     as margin data has them)."""
-    pieces = _pieces(start=start, end=end)
+    device = usage_device_frame(start=start, end=end)
+    pieces = _pieces(start=start, end=end, device=device)
     if pieces.empty:
         return pd.DataFrame(columns=COLUMNS)
+    groups = _revenue_groups(revenue)
     replicas = pieces[pieces["replica_id"] >= 0]
     usage = _usage(start=start, end=end)
     per_replica = (
@@ -61,11 +63,11 @@ def platform_frame(*, start: datetime, end: datetime, revenue: pd.DataFrame) -> 
         .merge(usage, on="replica_id", how="left")
     )
     per_replica[["tokens", "busy_hours"]] = per_replica[["tokens", "busy_hours"]].fillna(0)
-    per_replica["revenue"] = _revenue_per_replica(per_replica, revenue, start=start, end=end)
+    per_replica["revenue"] = _revenue_per_replica(per_replica, groups, _tenant_device(device))
     spare = pieces[pieces["replica_id"] < 0].assign(
         model="", engine=NONE, tokens=0, busy_hours=0.0, revenue=0
     )
-    unplaced = _unplaced_revenue(per_replica, revenue)
+    unplaced = _unplaced_revenue(per_replica, groups)
     frame = pd.concat([per_replica, spare, unplaced], ignore_index=True)[COLUMNS]
     frame[["tokens", "revenue", "cost"]] = frame[["tokens", "revenue", "cost"]].astype(np.int64)
     return frame
@@ -96,7 +98,7 @@ def platform_table(frame: pd.DataFrame, keys: list[str] = PLATFORM_KEYS) -> pd.D
     return table.sort_values(keys).reset_index(drop=True)
 
 
-def _pieces(*, start: datetime, end: datetime) -> pd.DataFrame:
+def _pieces(*, start: datetime, end: datetime, device: pd.DataFrame) -> pd.DataFrame:
     """The cost model's pieces of GPUs over [start, end): each one's cost
     (nano), GPU-hours in service, its replica (-1: none), model, engine
     and GPU kind."""
@@ -104,7 +106,7 @@ def _pieces(*, start: datetime, end: datetime) -> pd.DataFrame:
     placement = book.placement
     if not len(book.hours) or placement.empty:
         return pd.DataFrame()
-    costs = stretch_gpu_costs(book, 0, len(book.hours), usage_device_frame(start=start, end=end))
+    costs = stretch_gpu_costs(book, 0, len(book.hours), device)
     cost = sum(getattr(costs, name).sum(axis=1) for name in COMPONENTS)
     units = placement["units"].to_numpy(np.int64)
     hours = costs.in_service.sum(axis=1)
@@ -168,15 +170,16 @@ def _usage(*, start: datetime, end: datetime) -> pd.DataFrame:
 
 
 def _revenue_per_replica(
-    replicas: pd.DataFrame, revenue: pd.DataFrame, *, start: datetime, end: datetime
+    replicas: pd.DataFrame,
+    groups: dict[tuple[str, str, str], int],
+    device: dict[tuple[int, str], int],
 ) -> np.ndarray:
     """Each (pool, tenant, model)'s revenue over the replicas of that pool
     serving that model: by the tenant's device-seconds on each, else by
     their GPU units. Exact: the parts add up to the revenue."""
     out = np.zeros(len(replicas), dtype=np.int64)
-    device = _tenant_device(start=start, end=end)
     index = {rid: i for i, rid in enumerate(replicas["replica_id"])}
-    for (pool, tenant, model), amount in _revenue_groups(revenue).items():
+    for (pool, tenant, model), amount in groups.items():
         # A fee of the pool's (a dedicated or reserved pool's) names no model.
         serving = replicas[
             (replicas["pool"] == pool) & ((replicas["model"] == model) | (model == ""))
@@ -193,14 +196,16 @@ def _revenue_per_replica(
     return out
 
 
-def _unplaced_revenue(replicas: pd.DataFrame, revenue: pd.DataFrame) -> pd.DataFrame:
+def _unplaced_revenue(
+    replicas: pd.DataFrame, groups: dict[tuple[str, str, str], int]
+) -> pd.DataFrame:
     """Revenue no replica served: tied to no pool, or to a pool and model
     no replica serves now."""
     served = set(zip(replicas["pool"], replicas["model"], strict=True))
     pools = set(replicas["pool"])
     amount = sum(
         value
-        for (pool, _tenant, model), value in _revenue_groups(revenue).items()
+        for (pool, _tenant, model), value in groups.items()
         if (pool, model) not in served and not (model == "" and pool in pools)
     )
     if not amount:
@@ -228,9 +233,9 @@ def _revenue_groups(revenue: pd.DataFrame) -> dict[tuple[str, str, str], int]:
     return {key: int(value) for key, value in sums.items() if value}
 
 
-def _tenant_device(*, start: datetime, end: datetime) -> dict[tuple[int, str], int]:
-    """Attributed device-microseconds per (replica, tenant slug)."""
-    frame = usage_device_frame(start=start, end=end)
+def _tenant_device(frame: pd.DataFrame) -> dict[tuple[int, str], int]:
+    """Attributed device-microseconds per (replica, tenant slug), from the
+    period's usage frame (metering.selectors.usage_device_frame)."""
     if frame.empty:
         return {}
     slugs = dict(Tenant.objects.values_list("pk", "slug"))

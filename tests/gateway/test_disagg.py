@@ -120,6 +120,13 @@ def test_a_pool_with_no_decode_replica_is_a_503_and_nothing_runs(fleet, pair):
         fleet.client("a").chat.completions.create(model=MODEL_NAME, messages=HELLO)
     assert failed.value.status_code == 503
     assert prefill.requests == []
+    # Recorded as what it was, a request for a prefill replica that never
+    # ran (never dead-lettered as a whole request there).
+    request_id = failed.value.response.headers["x-request-id"]
+    row = wait_for_records([request_id])[request_id]
+    assert (row.phase, row.status, row.http_status) == ("prefill", "error", 503)
+    health = httpx.get(f"{fleet.gateway}/healthz", timeout=5).json()
+    assert health["records_dead_lettered"] == 0
 
 
 def test_each_side_of_a_disaggregated_pool_keeps_its_own_max_inflight(fleet, pair):
