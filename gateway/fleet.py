@@ -155,6 +155,8 @@ class Router:
         now = time.monotonic()
         starts = {ReplicaRole.BOTH, ReplicaRole.PREFILL} if disaggregable else {ReplicaRole.BOTH}
         visible = [r for r in self.visible_replicas(model, tenant_id) if r.role in starts]
+        if len(visible) < 2:  # nothing to order (a model on one replica: the hot path)
+            return visible
         usable = [r for r in visible if self._suspect_until.get(r.id, 0) <= now]
         suspects = sorted(
             (r for r in visible if self._suspect_until.get(r.id, 0) > now),

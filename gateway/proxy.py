@@ -36,8 +36,10 @@ COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 # A Responses API event carrying generated text (output, reasoning, a tool
 # call's arguments): one per token as vLLM streams them (stream interval 1).
 OUTPUT_DELTA = re.compile(rb'"type"\s*:\s*"response\.[a-z_.]*delta"')
-# A chunk's usage object (one level of nesting: prompt_tokens_details).
-CHUNK_USAGE = re.compile(rb',\s*"usage"\s*:\s*\{(?:[^{}]|\{[^{}]*\})*\}')
+# A chunk's usage object (one level of nesting: prompt_tokens_details),
+# written as an unrolled loop: about five times faster than an alternation
+# tried at every byte (measured on vLLM's chunks, bench/gateway.py).
+CHUNK_USAGE = re.compile(rb',\s*"usage"\s*:\s*\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}')
 # A chat or completion chunk carrying generated text: one per token as the
 # engines stream them. How a stream is counted when its engine gives no
 # usage on every chunk (its usage comes only at the end).
@@ -557,19 +559,20 @@ def _last_usage_event(block: bytes) -> bytes | None:
 def _usage_as_requested(block: bytes, *, keep_final: bool, keep_chunks: bool) -> bytes:
     """The gateway always asks vLLM for usage on every chunk (to bill aborts);
     the client gets only what it asked for: the final usage-only chunk with
-    include_usage, usage on content chunks with continuous_usage_stats."""
-    out = []
-    for event in block.split(EVENT_END):
-        if not event:
-            continue
-        if USAGE_ONLY.search(event):
-            if keep_final:
-                out.append(event + EVENT_END)
-        elif not keep_chunks:
-            out.append(CHUNK_USAGE.sub(b"", event) + EVENT_END)
-        else:
-            out.append(event + EVENT_END)
-    return b"".join(out)
+    include_usage, usage on content chunks with continuous_usage_stats.
+    The block's events are edited in place, not split apart: a stream's
+    blocks pass here chunk after chunk (the hot path)."""
+    final = USAGE_ONLY.search(block)
+    if final is None:  # content chunks only (all but the stream's end)
+        return block if keep_chunks else CHUNK_USAGE.sub(b"", block)
+    start = block.rfind(EVENT_END, 0, final.start())
+    start = 0 if start < 0 else start + len(EVENT_END)
+    end = block.find(EVENT_END, final.end())
+    end = len(block) if end < 0 else end + len(EVENT_END)
+    head, tail = block[:start], block[end:]
+    if not keep_chunks:
+        head, tail = CHUNK_USAGE.sub(b"", head), CHUNK_USAGE.sub(b"", tail)
+    return head + (block[start:end] if keep_final else b"") + tail
 
 
 def _describe(exc: BaseException) -> str:

@@ -52,3 +52,46 @@ class StallClock:
             "loop_runq_ms": round((loop_now[1] - loop_before[1]) / 1e6, 1),
             "threads_cpu_ms": {"other threads": round(others, 1)} if others >= 1 else {},
         }
+
+
+LAG_BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 250, 500, 1000, 5000)
+
+
+class LagRecord:
+    """How late each wake-up of the loop-lag watcher came, counted by
+    bounds (LAG_BOUNDS_MS, then one count over the last): a percentile
+    of the loop's lag over any stretch is read from two copies of the
+    counts (`percentile_ms`)."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LAG_BOUNDS_MS) + 1)
+        self.max_ms = 0.0  # ok-float: a health statistic
+
+    def add(self, lag_ms: float) -> None:  # ok-float
+        self.max_ms = max(self.max_ms, lag_ms)
+        for n, bound in enumerate(LAG_BOUNDS_MS):
+            if lag_ms <= bound:
+                self.counts[n] += 1
+                return
+        self.counts[-1] += 1
+
+    def as_dict(self) -> dict:
+        return {
+            "bounds_ms": list(LAG_BOUNDS_MS),
+            "counts": list(self.counts),
+            "p99_ms": percentile_ms(self.counts, 99),
+        }
+
+
+def percentile_ms(counts: list[int], q: float) -> float | None:  # ok-float
+    """The bound under which `q`% of the wake-ups counted came (None: none
+    counted; inf: past the last bound)."""
+    total = sum(counts)
+    if not total:
+        return None
+    seen = 0
+    for n, count in enumerate(counts):
+        seen += count
+        if seen >= total * q / 100:
+            return float(LAG_BOUNDS_MS[n]) if n < len(LAG_BOUNDS_MS) else float("inf")
+    return float("inf")

@@ -58,6 +58,13 @@ DEAD_LETTERED = Counter(
 BACKLOG = Gauge(
     "gateway_record_backlog", "Records waiting in memory for the sink.", registry=REGISTRY
 )
+LOOP_LAG_SECONDS = Histogram(
+    "gateway_event_loop_lag_seconds",
+    "How late the event loop woke up, sampled every 10 ms: what every request in "
+    "flight waited behind other work in the gateway process.",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5),
+    registry=REGISTRY,
+)
 QUEUE_DEPTH = Gauge(
     "gateway_queue_depth",
     "Requests waiting in the gateway's fair queue, by priority class.",
@@ -81,13 +88,26 @@ OUTSTANDING = Gauge(
 CLASS_BY_PRIORITY = {number: str(name) for name, number in VLLM_PRIORITY.items()}
 
 
+_CHILDREN: dict[tuple, object] = {}
+
+
+def labeled(metric, *labels: str):
+    """`metric.labels(*labels)`, kept: prometheus_client checks and locks on
+    every `labels` call, and a request touches six of them (the hot path)."""
+    key = (id(metric), *labels)
+    child = _CHILDREN.get(key)
+    if child is None:
+        child = _CHILDREN[key] = metric.labels(*labels)
+    return child
+
+
 def priority_label(priority: int) -> str:
     """The class name of a vLLM priority (bounded: unknown numbers are 'other')."""
     return CLASS_BY_PRIORITY.get(priority, "other")
 
 
 def queue_wait_observe(priority: int, seconds: float) -> None:  # ok-float
-    QUEUE_SECONDS.labels(priority_label(priority)).observe(seconds)
+    labeled(QUEUE_SECONDS, priority_label(priority)).observe(seconds)
 
 
 def depth_by_class(depth_by_priority: dict[int, int]) -> dict[str, int]:
@@ -116,17 +136,17 @@ def request_observe(
     """Count a finished request; `model_label` replaces the record's model
     where that is not a bounded label (a name the client made up)."""
     model = model_label or record.model or "unknown"
-    REQUESTS.labels(tenant, model, record.status).inc()
+    labeled(REQUESTS, tenant, model, record.status).inc()
     if record.prompt_tokens or record.completion_tokens:
-        TOKENS.labels(tenant, model, "prompt").inc(record.prompt_tokens)
-        TOKENS.labels(tenant, model, "cached").inc(record.cached_tokens)
-        TOKENS.labels(tenant, model, "completion").inc(record.completion_tokens)
+        labeled(TOKENS, tenant, model, "prompt").inc(record.prompt_tokens)
+        labeled(TOKENS, tenant, model, "cached").inc(record.cached_tokens)
+        labeled(TOKENS, tenant, model, "completion").inc(record.completion_tokens)
     if record.sent_at is not None:  # it reached a replica
-        REQUEST_SECONDS.labels(model).observe(
+        labeled(REQUEST_SECONDS, model).observe(
             (record.ended_at - record.received_at).total_seconds()
         )
         if record.first_token_at is not None:
-            TTFT_SECONDS.labels(model).observe(
+            labeled(TTFT_SECONDS, model).observe(
                 (record.first_token_at - record.received_at).total_seconds()
             )
 

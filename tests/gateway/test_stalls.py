@@ -45,3 +45,23 @@ def test_another_thread_running_meanwhile_is_named_with_its_cpu_time():
     spinner.join()
     assert why["loop_cpu_ms"] < 50
     assert sum(why["threads_cpu_ms"].values()) >= 200
+
+
+def test_the_loop_lag_percentile_is_read_from_counts_by_bound():
+    from gateway.stalls import LagRecord, percentile_ms
+
+    record = LagRecord()
+    for _ in range(98):
+        record.add(0.4)  # ms
+    record.add(3.0)
+    record.add(60.0)
+    assert record.counts[:7] == [98, 0, 1, 0, 0, 0, 1]
+    assert record.as_dict()["p99_ms"] == 5  # the 99th of 100 came within 5 ms
+    assert percentile_ms(record.counts, 100) == 100  # the worst within 100 ms
+    assert record.max_ms == 60.0
+    # Over a stretch: two copies of the counts, subtracted.
+    before = list(record.counts)
+    record.add(7000.0)
+    stretch = [a - b for a, b in zip(record.counts, before, strict=True)]
+    assert percentile_ms(stretch, 99) == float("inf")
+    assert percentile_ms([0] * len(stretch), 99) is None

@@ -1,0 +1,73 @@
+"""The gateway asks vLLM for usage on every chunk and gives the client only
+the usage it asked for (gateway.proxy._usage_as_requested), editing a
+relayed block of events in place: every combination, compact JSON as vLLM
+writes it and spaced JSON as other servers may."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.proxy import EVENT_END, _usage_as_requested
+
+USAGE = {
+    "prompt_tokens": 7,
+    "completion_tokens": 2,
+    "total_tokens": 9,
+    "prompt_tokens_details": {"cached_tokens": 3},
+}
+
+
+def chunk(n: int, *, text: str) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+        "usage": {**USAGE, "completion_tokens": n},
+    }
+
+
+def block(*, final: bool, spaced: bool) -> bytes:
+    separators = (", ", ": ") if spaced else (",", ":")
+    # Text that looks like usage JSON stays the client's text.
+    events = [chunk(1, text='{"usage": {"x": 1}}'), chunk(2, text="b")]
+    if final:
+        events.append({"id": "chatcmpl-1", "choices": [], "usage": USAGE})
+    out = b"".join(
+        b"data: " + json.dumps(e, separators=separators).encode() + EVENT_END for e in events
+    )
+    return out + (b"data: [DONE]" + EVENT_END if final else b"")
+
+
+def events_of(raw: bytes) -> list[dict | str]:
+    out = []
+    for event in raw.split(EVENT_END)[:-1]:
+        data = event.removeprefix(b"data: ")
+        out.append("[DONE]" if data == b"[DONE]" else json.loads(data))
+    return out
+
+
+@pytest.mark.parametrize("spaced", [False, True], ids=["compact", "spaced"])
+@pytest.mark.parametrize("final", [False, True], ids=["content-block", "stream-end"])
+@pytest.mark.parametrize(
+    "keep_final,keep_chunks", [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_the_client_gets_the_usage_it_asked_for(spaced, final, keep_final, keep_chunks):
+    raw = block(final=final, spaced=spaced)
+    out = events_of(_usage_as_requested(raw, keep_final=keep_final, keep_chunks=keep_chunks))
+    given = events_of(raw)
+
+    content = [e for e in out if isinstance(e, dict) and e["choices"]]
+    assert [e["choices"] for e in content] == [e["choices"] for e in given[:2]]
+    assert content[0]["choices"][0]["delta"]["content"] == '{"usage": {"x": 1}}'
+    if keep_chunks:
+        assert [e["usage"]["completion_tokens"] for e in content] == [1, 2]
+    else:
+        assert all("usage" not in e for e in content)
+        assert content[0] == {k: v for k, v in given[0].items() if k != "usage"}
+    finals = [e for e in out if isinstance(e, dict) and not e["choices"]]
+    assert finals == (
+        [{"id": "chatcmpl-1", "choices": [], "usage": USAGE}] if final and keep_final else []
+    )
+    assert ("[DONE]" in out) == final
