@@ -501,7 +501,7 @@ def main() -> None:
         "concurrent; the load generator, the gateway and the fake share the machine's "
         "cores). Gateway CPU: user + system seconds of every thread of the gateway "
         "process per request. Loop lag: how late its event loop woke up (sampled every "
-        "10 ms, bounds of gateway.stalls). RSS: the gateway's resident memory after the row.",
+        "20 ms, bounds of gateway.stalls). RSS: the gateway's resident memory after the row.",
         "",
         "| path | gateway req/s | floor req/s | ratio | target | gateway µs CPU / req | "
         "loop lag p99 / max ms | RSS MiB |",

@@ -23,13 +23,11 @@ says why. The prefill is never run twice for one request."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from django.utils import timezone
 
 from gateway.errors import Refused
 from gateway.fairness import Slot
@@ -42,9 +40,10 @@ from gateway.proxy import (
     UpstreamUnavailable,
     call_unary,
     cut_outcome,
+    now,
     respond_refused,
 )
-from gateway.queueing import ClientGone, QueueWait
+from gateway.queueing import ClientGone, ClientWatch, QueueWait
 from metering.choices import Phase
 from serving.engines import engine_spec
 from serving.records import CompletedRequest
@@ -72,7 +71,7 @@ async def disaggregated(
     hop: Hop,
     prefill: ReplicaInfo,
     *,
-    disconnected: asyncio.Event,
+    disconnected: ClientWatch,
     cut: Cut | None,
 ) -> Outcome:
     """Prefill on `prefill`, then decode on its pool's decode replicas.
@@ -109,7 +108,7 @@ async def disaggregated(
             raise
         # Its spend ran out during the prefill (we closed it): the client's
         # 402, recorded as the prefill's, as any request cut while it runs.
-        first = Outcome(http_status=200, status="ok", sent_at=timezone.now())
+        first = Outcome(http_status=200, status="ok", sent_at=now())
         first.upstream_ended_at = cut.fired_at
         await respond_refused(hop.send, cut_outcome(first, cut), [hop.rid_header])
         return first
@@ -165,7 +164,7 @@ async def disaggregated(
 
 
 async def _decode_slot(
-    gw: Gateway, hop: Hop, decoders: list[ReplicaInfo], disconnected: asyncio.Event
+    gw: Gateway, hop: Hop, decoders: list[ReplicaInfo], disconnected: ClientWatch
 ) -> Slot | Outcome:
     """A fair-queue slot on one of the decode replicas (its prompt already
     charged by the prefill), or the outcome of waiting in vain."""
@@ -183,7 +182,7 @@ async def _decode_slot(
         return Outcome(
             http_status=499,
             status="error",
-            sent_at=timezone.now(),
+            sent_at=now(),
             error="client disconnected while its decode was queued",
         )
     if isinstance(slot, Refused):
@@ -197,7 +196,7 @@ async def _refused(hop: Hop, first: Outcome | None, refused: Refused) -> Outcome
     return Outcome(
         http_status=refused.status,
         status="error",
-        sent_at=(first.upstream_ended_at if first else None) or timezone.now(),
+        sent_at=(first.upstream_ended_at if first else None) or now(),
         error=f"{refused.code}: {refused.message}"[:300],
     )
 

@@ -20,9 +20,9 @@ import logging
 import time
 from typing import Any
 
-import aiohttp
 import orjson
 
+from gateway.upstream_http import UpstreamClient, UpstreamError
 from serving.engines import NO_TIMINGS, Timings, perf_metrics_timings
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def engine_request_id(answer_id: str) -> str:
 class PerfMetrics:
     def __init__(
         self,
-        session: aiohttp.ClientSession,
+        session: UpstreamClient,
         *,
         wait_seconds: float = WAIT_SECONDS,
         keep_seconds: float = KEEP_SECONDS,
@@ -92,13 +92,19 @@ class PerfMetrics:
         lock = self._locks.setdefault(url, asyncio.Lock())
         async with lock:
             try:
-                async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
-                    if resp.status == 404:  # not served: return_perf_metrics is off
-                        self._absent_until[url] = time.monotonic() + ABSENT_SECONDS
-                    if resp.status != 200:
-                        return
-                    entries = orjson.loads(await resp.read())
-            except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+                async with asyncio.timeout(2):
+                    resp = await self._session.request(
+                        "GET", url, connect_timeout=2, read_timeout=2
+                    )
+                    try:
+                        if resp.status == 404:  # not served: return_perf_metrics is off
+                            self._absent_until[url] = time.monotonic() + ABSENT_SECONDS
+                        if resp.status != 200:
+                            return
+                        entries = orjson.loads(await resp.read())
+                    finally:
+                        resp.release()
+            except (UpstreamError, TimeoutError, orjson.JSONDecodeError) as exc:
                 logger.warning("could not read %s: %s", url, exc)
                 return
             now = time.monotonic()

@@ -12,17 +12,22 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
-import aiohttp
 import orjson
-from django.utils import timezone
 
 from gateway.errors import Refused, error_body
 from gateway.payload import responses_messages
 from gateway.unstream import unstreamed, usage_normalized
+from gateway.upstream_http import (
+    ConnectFailed,
+    Dropped,
+    UpstreamClient,
+    UpstreamError,
+    UpstreamResponse,
+)
 from serving.choices import Engine
 from serving.engines import ENGINES, NO_TIMINGS, EngineSpec, Timings
 
@@ -53,6 +58,19 @@ COUNTED_OUTPUT = (
 )
 
 
+class Gone(Protocol):
+    """Whether the client went away (gateway.queueing.ClientWatch, or an
+    asyncio.Event)."""
+
+    def is_set(self) -> bool: ...
+
+
+def now() -> datetime:
+    """django.utils.timezone.now() without its settings look-up on every
+    call (USE_TZ is on): the hot path asks the time several times a request."""
+    return datetime.now(UTC)
+
+
 class Cut:
     """Stops a running request (its GPU-second grant was not renewed,
     gateway.spend): the refusal its client gets, and the upstream
@@ -69,7 +87,7 @@ class Cut:
 
     def fire(self, refused: Refused) -> None:
         self.refused = refused
-        self.fired_at = timezone.now()
+        self.fired_at = now()
         for close in self._closers:
             close()
 
@@ -124,7 +142,7 @@ class UpstreamTimeouts:
 class UpstreamCall:
     """One attempt at one replica."""
 
-    session: aiohttp.ClientSession
+    session: UpstreamClient
     url: str
     body: bytes
     request_id: str
@@ -150,22 +168,25 @@ class UpstreamCall:
         return None if self.engine.continuous_usage else CONTENT_DELTA
 
 
-async def _open(call: UpstreamCall) -> tuple[aiohttp.ClientResponse, datetime]:
+async def _open(call: UpstreamCall) -> tuple[UpstreamResponse, datetime]:
     """POST to the replica; a refused connection or a silent replica (no
-    first byte in time) is UpstreamUnavailable."""
-    sent_at = timezone.now()
-    timeout = aiohttp.ClientTimeout(
-        total=None, connect=call.timeouts.connect, sock_read=call.timeouts.first_byte
-    )
-    headers = {"Content-Type": "application/json", "X-Request-Id": call.request_id}
+    first byte in time) is UpstreamUnavailable. The read timeout bounds
+    every wait for data, the first byte's and each one after it."""
+    sent_at = now()
+    headers = [(b"content-type", b"application/json"), (b"x-request-id", call.request_id.encode())]
     for attempt in (1, 2):
         try:
-            resp = await call.session.post(
-                call.url, data=call.body, headers=headers, timeout=timeout
+            resp = await call.session.request(
+                "POST",
+                call.url,
+                call.body,
+                headers,
+                connect_timeout=call.timeouts.connect,
+                read_timeout=call.timeouts.first_byte,
             )
-        except (aiohttp.ClientConnectorError, TimeoutError) as exc:  # no connection, or silence
+        except (ConnectFailed, TimeoutError) as exc:  # no connection, or silence
             raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
-        except aiohttp.ClientConnectionError as exc:
+        except Dropped as exc:
             # Dropped before any answer: most often a pooled connection the
             # replica closed as it was reused. Once more, on another.
             if attempt == 2:
@@ -177,10 +198,10 @@ async def _open(call: UpstreamCall) -> tuple[aiohttp.ClientResponse, datetime]:
     raise AssertionError("unreachable")
 
 
-async def _read(resp: aiohttp.ClientResponse) -> bytes:
+async def _read(resp: UpstreamResponse) -> bytes:
     try:
         return await resp.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:  # nothing was sent to the client yet
+    except (UpstreamError, TimeoutError) as exc:  # nothing was sent to the client yet
         raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
 
 
@@ -203,7 +224,7 @@ async def respond_refused(send: Send, refused: Refused, headers: list | None = N
 
 
 async def _answer_whole(
-    call: UpstreamCall, resp: aiohttp.ClientResponse, raw: bytes, *, status: int | None = None
+    call: UpstreamCall, resp: UpstreamResponse, raw: bytes, *, status: int | None = None
 ) -> None:
     content_type = b"application/json"
     if status is None:
@@ -211,9 +232,7 @@ async def _answer_whole(
     await respond(call.send, status or resp.status, raw, call.extra_headers, content_type)
 
 
-async def _relay_refusal(
-    call: UpstreamCall, resp: aiohttp.ClientResponse, sent_at: datetime
-) -> Outcome:
+async def _relay_refusal(call: UpstreamCall, resp: UpstreamResponse, sent_at: datetime) -> Outcome:
     """A non-200 answer: 5xx may be retried elsewhere; 4xx is the client's."""
     raw = await _read(resp)
     if resp.status >= 500:
@@ -247,7 +266,7 @@ async def call_unary(call: UpstreamCall) -> Outcome:
         queued = timings.queue_ms or 0
         outcome.first_token_at = min(
             sent_at + timedelta(milliseconds=float(queued + timings.ttft_ms)),  # ok-float: a clock
-            timezone.now(),
+            now(),
         )
     return outcome
 
@@ -257,7 +276,7 @@ async def call_stream(
     *,
     client_wants_usage: bool,
     client_wants_continuous_usage: bool,
-    disconnected: asyncio.Event,
+    disconnected: Gone,
 ) -> Outcome:
     resp, sent_at = await _open(call)
     try:
@@ -272,7 +291,9 @@ async def call_stream(
             disconnected=disconnected,
         )
     finally:
-        resp.close()  # on abort this closes the connection: the engine aborts the request
+        # Kept alive if it ended; on an abort the connection is closed, and
+        # the engine aborts the request.
+        resp.release()
     return _prompt_to_count(call, outcome)
 
 
@@ -325,24 +346,33 @@ async def _responses_prompt_tokens(call: UpstreamCall) -> int | None:
         "add_generation_prompt": True,
     }
     try:
-        async with call.session.post(
-            f"{base}/tokenize", json=ask, timeout=aiohttp.ClientTimeout(total=10)
-        ) as resp:
-            if resp.status == 200:
-                return int((await resp.json())["count"])
-    except (aiohttp.ClientError, TimeoutError, KeyError, ValueError):
+        async with asyncio.timeout(10):
+            resp = await call.session.request(
+                "POST",
+                f"{base}/tokenize",
+                orjson.dumps(ask),
+                [(b"content-type", b"application/json")],
+                connect_timeout=10,
+                read_timeout=10,
+            )
+            try:
+                if resp.status == 200:
+                    return int(orjson.loads(await resp.read())["count"])
+            finally:
+                resp.release()
+    except (UpstreamError, TimeoutError, KeyError, ValueError, TypeError):
         pass
     return None
 
 
 async def _relay(
-    resp: aiohttp.ClientResponse,
+    resp: UpstreamResponse,
     call: UpstreamCall,
     sent_at: datetime,
     *,
     keep_final_usage: bool,
     keep_chunk_usage: bool,
-    disconnected: asyncio.Event,
+    disconnected: Gone,
 ) -> Outcome:
     """Relay a stream as it comes. Where its usage comes only at its end
     (the Responses API, an engine without usage on every chunk), its output
@@ -356,9 +386,9 @@ async def _relay(
     started = False
     pending = b""
     try:
-        async for chunk in resp.content.iter_any():
+        async for chunk in resp.chunks():
             if outcome.first_token_at is None:
-                outcome.first_token_at = timezone.now()
+                outcome.first_token_at = now()
             pending += chunk
             complete, sep, pending = pending.rpartition(EVENT_END)
             if not sep:
@@ -407,7 +437,7 @@ async def _relay(
             if disconnected.is_set():
                 outcome.status, outcome.http_status = "aborted", 499
                 break
-    except (aiohttp.ClientError, TimeoutError) as exc:
+    except (UpstreamError, TimeoutError) as exc:
         if cut is not None and cut.fired:
             pass  # we closed it
         elif not started:
@@ -448,13 +478,13 @@ async def _send_error_event(send: Send, status: int, message: str, code: str) ->
 
 
 def _upstream_ended(outcome: Outcome, cut: Cut | None) -> None:
-    ended = cut.fired_at if cut is not None and cut.fired_at is not None else timezone.now()
+    ended = cut.fired_at if cut is not None and cut.fired_at is not None else now()
     # Never before what the record already says happened.
     outcome.upstream_ended_at = max(ended, outcome.first_token_at or ended, outcome.sent_at)
 
 
 def _usage_of(
-    outcome: Outcome, usage_event: bytes, call: UpstreamCall, resp: aiohttp.ClientResponse
+    outcome: Outcome, usage_event: bytes, call: UpstreamCall, resp: UpstreamResponse
 ) -> None:
     """The stream's usage and the engine's timings, from the last event
     that carried usage (vLLM's metrics and NIM's stats ride on it)."""
@@ -499,9 +529,9 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
         counted_by = call.counted_by
         deltas = 0  # text events: its output until its usage comes
         try:
-            async for chunk in resp.content.iter_any():
+            async for chunk in resp.chunks():
                 if outcome.first_token_at is None:
-                    outcome.first_token_at = timezone.now()
+                    outcome.first_token_at = now()
                 complete, sep, pending = (pending + chunk).rpartition(EVENT_END)
                 if not sep:
                     pending = complete
@@ -523,7 +553,7 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
                         call.on_output(answer.usage.get("completion_tokens") or 0)
                     elif counted_by is not None:
                         call.on_output(deltas)
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (UpstreamError, TimeoutError) as exc:
             if call.cut is None or not call.cut.fired:
                 raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
         _upstream_ended(outcome, call.cut)

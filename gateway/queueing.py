@@ -86,8 +86,43 @@ class QueueWait:
             self.waited += self._clock() - started
 
 
+class ClientWatch:
+    """Whether the client went away, as an asyncio.Event is asked (`is_set`,
+    `wait`), but watched only from the moment something needs to know: a
+    request that waits in the queue, or a stream (`start`). Most requests
+    are admitted and placed at once, and a watcher task per request cost
+    3% of the gateway's CPU (issue 21)."""
+
+    def __init__(self, receive) -> None:
+        self._receive = receive
+        self._gone = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self._gone.set()
+                return
+
+    def is_set(self) -> bool:
+        return self._gone.is_set()
+
+    async def wait(self) -> None:
+        self.start()
+        await self._gone.wait()
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
 async def unless_gone(
-    awaitable: Awaitable[T], disconnected: asyncio.Event, *, undo: Callable[[T], None]
+    awaitable: Awaitable[T], disconnected: ClientWatch, *, undo: Callable[[T], None]
 ) -> T:
     """The awaitable's result, or ClientGone as soon as `disconnected` is set
     (the awaitable cancelled; a result it produced anyway is undone)."""
@@ -135,7 +170,7 @@ class GatewayQueue:
         tokens: int,
         *,
         wait: QueueWait,
-        disconnected: asyncio.Event,
+        disconnected: ClientWatch,
     ) -> Refused | None:
         """Admit the request (None: admitted, release it with the admission),
         waiting while only the tenant's concurrency or in-flight token limit
@@ -179,7 +214,7 @@ class GatewayQueue:
         own: Collection[int],
         prompt_tokens: int,
         wait: QueueWait,
-        disconnected: asyncio.Event,
+        disconnected: ClientWatch,
     ) -> Slot | Refused:
         """A slot on one of `candidates` (replica ids, preference order), or
         why not (queue timeout, queue full). Raises ClientGone."""

@@ -15,15 +15,19 @@ Linux only: elsewhere every figure is None and a stall is just its length."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
 
 
-def _loop_times(path: Path) -> tuple[int, int] | None:
-    """(ns on a CPU, ns waiting for one) of the thread `path` is of."""
+def _loop_times(fd: int | None) -> tuple[int, int] | None:
+    """(ns on a CPU, ns waiting for one) of the thread whose schedstat `fd`
+    is open on (read again from its start: no open and close per tick)."""
+    if fd is None:
+        return None
     try:
-        cpu, runq, _ = path.read_text().split()
+        cpu, runq, _ = os.pread(fd, 128, 0).split()
     except (OSError, ValueError):
         return None
     return int(cpu), int(runq)
@@ -34,11 +38,15 @@ class StallClock:
     `explain()` right after a late one."""
 
     def __init__(self) -> None:
-        self._path = Path(f"/proc/self/task/{threading.get_native_id()}/schedstat")
-        self.last = (_loop_times(self._path), time.process_time_ns())
+        path = Path(f"/proc/self/task/{threading.get_native_id()}/schedstat")
+        try:
+            self._fd: int | None = os.open(path, os.O_RDONLY)
+        except OSError:  # not Linux
+            self._fd = None
+        self.last = (_loop_times(self._fd), time.process_time_ns())
 
     def tick(self) -> tuple:
-        before, self.last = self.last, (_loop_times(self._path), time.process_time_ns())
+        before, self.last = self.last, (_loop_times(self._fd), time.process_time_ns())
         return before
 
     def explain(self, before: tuple) -> dict:

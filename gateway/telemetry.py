@@ -60,7 +60,7 @@ BACKLOG = Gauge(
 )
 LOOP_LAG_SECONDS = Histogram(
     "gateway_event_loop_lag_seconds",
-    "How late the event loop woke up, sampled every 10 ms: what every request in "
+    "How late the event loop woke up, sampled every 20 ms: what every request in "
     "flight waited behind other work in the gateway process.",
     buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5),
     registry=REGISTRY,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 
-import aiohttp
 import pytest
 
 from gateway.errors import Refused
 from gateway.proxy import Cut, UpstreamCall, UpstreamTimeouts, call_stream
+from gateway.upstream_http import UpstreamClient
 from tests.gateway.fake_upstream import FakeUpstream
 
 
@@ -35,7 +35,7 @@ def relay(fake: FakeUpstream, *, cut: Cut | None = None) -> tuple[list[int], lis
         sent.append(message)
 
     async def go():
-        async with aiohttp.ClientSession() as session:
+        async with UpstreamClient(keepalive_seconds=4) as session:
             call = UpstreamCall(
                 session=session,
                 url=f"{fake.base_url}/v1/chat/completions",
@@ -109,7 +109,7 @@ def test_an_aborted_response_whose_prompt_the_replica_cannot_count_bills_the_est
     from gateway.proxy import Outcome, prompt_counted
 
     async def go():
-        async with aiohttp.ClientSession() as session:
+        async with UpstreamClient(keepalive_seconds=4) as session:
             call = UpstreamCall(
                 session=session,
                 url=f"http://127.0.0.1:{free_port()}/v1/responses",
