@@ -49,6 +49,14 @@ class StallClock:
         before, self.last = self.last, (_loop_times(self._fd), time.process_time_ns())
         return before
 
+    def waited_for_cpu_ms(self, before: tuple) -> float:  # ok-float
+        """How long the loop thread was runnable without a CPU since
+        `before` (0 where the kernel does not say)."""
+        loop_before, loop_now = before[0], self.last[0]
+        if loop_before is None or loop_now is None:
+            return 0.0
+        return (loop_now[1] - loop_before[1]) / 1e6
+
     def explain(self, before: tuple) -> dict:
         (loop_before, process_before), (loop_now, process_now) = before, self.last
         if loop_before is None or loop_now is None:

@@ -10,12 +10,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 from django.core.exceptions import ValidationError
 
 from billing.choices import RunStatus
 from billing.costs.cost_model import HOUR
 from billing.costs.period import allocation_book, allocation_stretch
-from billing.costs.store import allocation_day_replace, allocation_table, pool_hour_table
+from billing.costs.store import (
+    allocation_day_replace,
+    allocation_days,
+    allocation_hours_held,
+    allocation_table,
+    pool_hour_table,
+)
 from billing.models import AllocationRun, CostScenario
 from billing.runs import run_finish, run_progress, run_start, runs_fail
 from core.locks import advisory_lock
@@ -83,27 +90,28 @@ def _execute(run: AllocationRun, *, progress: Progress | None) -> list[str]:
         (first, min(first + STRETCH_HOURS, hours_total))
         for first in range(0, hours_total, STRETCH_HOURS)
     ]
+    # Days the book already holds rows for (a re-run): only they are deleted
+    # before being written (the book's lock keeps other writers out).
+    held = allocation_hours_held(scenario_id=run.scenario_id, start=run.start, end=run.end)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="allocation") as worker:
 
         def prepare(first: int, stop: int):
             rollups = usage_device_frame(
                 start=_at(book.hours[first]), end=_at(book.hours[stop - 1] + HOUR)
             )
-            return worker.submit(_tables, book, first, stop, rollups, run.scenario_id)
+            return worker.submit(_days, book, first, stop, rollups, run.scenario_id)
 
         pending = prepare(*stretches[0])
-        for n, (first, stop) in enumerate(stretches):
-            pool_hours, rows = pending.result()
+        for n in range(len(stretches)):
+            days = pending.result()
             if n + 1 < len(stretches):
                 pending = prepare(*stretches[n + 1])
-            for day in range(first, stop, 24):
-                done = min(day + 24, stop)
+            for day in days:
+                done = int(np.searchsorted(book.hours, day.last_hour)) + 1
                 allocation_day_replace(
                     scenario_id=run.scenario_id,
-                    first_hour=int(book.hours[day]),
-                    last_hour=int(book.hours[done - 1]),
-                    pool_hours=pool_hours,
-                    rows=rows,
+                    day=day,
+                    replace=any(day.first_hour <= h <= day.last_hour for h in held),
                     then=lambda done=done: run_progress(run, hours_done=done),
                 )
                 if progress is not None:
@@ -111,12 +119,15 @@ def _execute(run: AllocationRun, *, progress: Progress | None) -> list[str]:
     return book.warnings
 
 
-def _tables(book, first: int, stop: int, rollups, scenario_id):
-    """Compute a stretch and shape its rows for COPY (pure: no database)."""
+def _days(book, first: int, stop: int, rollups, scenario_id):
+    """Compute a stretch and shape its rows for COPY, a day at a time (pure:
+    no database; on the worker thread, so that the writing thread only
+    writes)."""
     result = allocation_stretch(book, first, stop, rollups)
-    return (
+    return allocation_days(
         pool_hour_table(result.pool_hours, scenario_id=scenario_id),
         allocation_table(result.rows, scenario_id=scenario_id),
+        hours=book.hours[first:stop],
     )
 
 

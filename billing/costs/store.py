@@ -5,7 +5,8 @@ epoch seconds): exact decimal text, and no Python object per row."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -70,45 +71,92 @@ def allocation_table(frame: pd.DataFrame, *, scenario_id: int | None) -> pa.Tabl
     return pa.table(columns)
 
 
+@dataclass(frozen=True)
+class DayRows:
+    """One day of a book, ready to COPY: its pool-hours' and its rows' CSV
+    (formatted where it was computed, off the thread that writes)."""
+
+    first_hour: int  # epoch seconds
+    last_hour: int
+    pool_hours_csv: bytes
+    rows_csv: bytes
+    columns: tuple[tuple[str, ...], tuple[str, ...]]
+
+
+def allocation_days(pool_hours: pa.Table, rows: pa.Table, *, hours: Sequence[int]) -> list[DayRows]:
+    """`hours` (epoch seconds, a whole number of days but the last) cut
+    into days, each day's rows of the two tables as CSV."""
+    days = []
+    for first in range(0, len(hours), 24):
+        first_hour, last_hour = int(hours[first]), int(hours[min(first + 24, len(hours)) - 1])
+        start = pa.scalar(datetime.fromtimestamp(first_hour, UTC))
+        end = pa.scalar(datetime.fromtimestamp(last_hour + HOUR, UTC))
+        csvs = []
+        for table in (pool_hours, rows):
+            hour = table["hour"]
+            day = table.filter(pc.and_(pc.greater_equal(hour, start), pc.less(hour, end)))
+            csvs.append(_csv(day))
+        days.append(
+            DayRows(
+                first_hour,
+                last_hour,
+                *csvs,
+                columns=(tuple(pool_hours.column_names), tuple(rows.column_names)),
+            )
+        )
+    return days
+
+
+def allocation_hours_held(*, scenario_id: int | None, start: datetime, end: datetime) -> set[int]:
+    """The hours (epoch seconds) of [start, end) for which the book already
+    holds rows in either table: only their days have rows to delete before
+    they are written again. (A DELETE of a day that holds none still reads
+    every row written since the hour index's BRIN ranges were summarized:
+    on a first run, each day re-read all the days before it.)"""
+    book = {"scenario_id": scenario_id, "hour__gte": start, "hour__lt": end}
+    held = set()
+    for model in (PoolHourCost, CostAllocation):
+        held.update(model.objects.filter(**book).values_list("hour", flat=True).distinct())
+    return {int(hour.timestamp()) for hour in held}
+
+
 def allocation_day_replace(
     *,
     scenario_id: int | None,
-    first_hour: int,
-    last_hour: int,
-    pool_hours: pa.Table,
-    rows: pa.Table,
+    day: DayRows,
+    replace: bool = True,
     then: Callable[[], object] = lambda: None,
 ) -> None:
-    """Replace one day of a book (booked: scenario None) with the day's rows
-    of `pool_hours` and `rows` (tables from the two functions above), all
-    or nothing; `then` runs in the same transaction (the run's progress)."""
-    start = datetime.fromtimestamp(first_hour, UTC)
-    end = datetime.fromtimestamp(last_hour + HOUR, UTC)
+    """Replace one day of a book (booked: scenario None) with `day`'s rows,
+    all or nothing; `then` runs in the same transaction (the run's
+    progress). `replace` False: the book holds nothing that day (the caller
+    checked, holding the book's lock), so nothing is deleted first."""
+    start = datetime.fromtimestamp(day.first_hour, UTC)
+    end = datetime.fromtimestamp(day.last_hour + HOUR, UTC)
     book = {"scenario_id": scenario_id}
     with transaction.atomic(), connection.cursor() as cursor:
         # Not flushed at commit: the run's final status commit is synchronous
         # and flushes every day before it (the WAL is one sequence); a crash
         # before then leaves the run unfinished, to re-run.
         cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        PoolHourCost.objects.filter(**book, hour__gte=start, hour__lt=end).delete()
-        CostAllocation.objects.filter(**book, hour__gte=start, hour__lt=end).delete()
-        for model, table in ((PoolHourCost, pool_hours), (CostAllocation, rows)):
-            hours = table["hour"]
-            day = table.filter(
-                pc.and_(
-                    pc.greater_equal(hours, pa.scalar(start)),
-                    pc.less(hours, pa.scalar(end)),
-                )
-            )
-            _copy_csv(cursor.cursor, model._meta.db_table, day)
+        if replace:
+            PoolHourCost.objects.filter(**book, hour__gte=start, hour__lt=end).delete()
+            CostAllocation.objects.filter(**book, hour__gte=start, hour__lt=end).delete()
+        tables = (PoolHourCost._meta.db_table, CostAllocation._meta.db_table)
+        for table, csv, columns in zip(
+            tables, (day.pool_hours_csv, day.rows_csv), day.columns, strict=True
+        ):
+            if csv:
+                with cursor.cursor.copy(
+                    f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT csv)"
+                ) as copy:
+                    copy.write(csv)
         then()
 
 
-def _copy_csv(raw, table: str, rows: pa.Table) -> None:
+def _csv(rows: pa.Table) -> bytes:
     if rows.num_rows == 0:
-        return
+        return b""
     sink = pa.BufferOutputStream()
     pa_csv.write_csv(rows, sink, pa_csv.WriteOptions(include_header=False))
-    columns = ", ".join(rows.column_names)
-    with raw.copy(f"COPY {table} ({columns}) FROM STDIN WITH (FORMAT csv)") as copy:
-        copy.write(sink.getvalue().to_pybytes())
+    return sink.getvalue().to_pybytes()

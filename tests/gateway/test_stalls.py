@@ -65,3 +65,29 @@ def test_the_loop_lag_percentile_is_read_from_counts_by_bound():
     stretch = [a - b for a, b in zip(record.counts, before, strict=True)]
     assert percentile_ms(stretch, 99) == float("inf")
     assert percentile_ms([0] * len(stretch), 99) is None
+
+
+def test_a_loop_thread_sharing_its_core_with_another_process_shows_its_wait_for_a_cpu():
+    """The part of a late wake-up the machine caused, not the gateway (the
+    loop lag's 'own' part leaves it out)."""
+    import os
+    import subprocess
+    import sys
+
+    core = {min(os.sched_getaffinity(0))}
+    spinner = subprocess.Popen(
+        [sys.executable, "-c", "while True: pass"],
+        preexec_fn=lambda: os.sched_setaffinity(0, core),
+    )
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, core)
+    try:
+        time.sleep(0.2)  # the spinner runs
+        clock = StallClock()
+        _spin(0.4)  # wall time: about half of it on the core
+        waited = clock.waited_for_cpu_ms(clock.tick())
+    finally:
+        os.sched_setaffinity(0, mine)
+        spinner.kill()
+        spinner.wait()
+    assert waited >= 100
