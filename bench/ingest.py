@@ -34,13 +34,16 @@ django.setup()
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench.common import PeakRss, report_write  # noqa: E402
+from core.db_copy import copy_to_staging  # noqa: E402
 from core.processes import ManagedProcess, uvicorn_argv  # noqa: E402
 from metering.choices import EventSource  # noqa: E402
 from metering.ledger import usage_record_batch, usage_rows_record, usage_rows_validate  # noqa: E402
+from metering.partitions import LEDGER_TABLE  # noqa: E402
+from metering.validation import LEDGER_COLUMNS, LEDGER_TYPES  # noqa: E402
 from serving.models import Pool, Replica  # noqa: E402
 from serving.services import (  # noqa: E402
     local_gpu_ensure,
@@ -183,6 +186,27 @@ def rows_only(batch_events, *, batch: int) -> tuple[float, float]:
     return validate, record
 
 
+def raw_copy(batch_events, *, batch: int) -> float:
+    """The floor of the service's own path: the same rows, validated
+    beforehand (not timed), COPYed as the service COPYs them (binary, in
+    batches, a transaction each) into a temporary table shaped like the
+    ledger, and nothing else: no claim, no move into the ledger, no marks."""
+    rows = usage_rows_validate(events=batch_events, source=EventSource.API)
+    seconds = 0.0
+    for chunk in in_batches(rows, batch):
+        started = time.perf_counter()
+        with transaction.atomic(), connection.cursor() as cursor:
+            copy_to_staging(
+                cursor.cursor,
+                table=LEDGER_TABLE,
+                columns=LEDGER_COLUMNS,
+                rows=chunk,
+                types=LEDGER_TYPES,
+            )
+        seconds += time.perf_counter() - started
+    return seconds
+
+
 async def post_all(url: str, secret: str, bodies: list[bytes], concurrency: int) -> float:
     queue: asyncio.Queue[bytes] = asyncio.Queue()
     for body in bodies:
@@ -323,6 +347,8 @@ def main() -> None:
     validate, record = rows_only(pre, batch=args.batch)
     rows.append(("  of which validation", args.events, validate, peak_rss_mib()))
     rows.append(("  of which COPY + claim + marks", args.events, record, peak_rss_mib()))
+    floor = raw_copy(pre, batch=args.batch)
+    rows.append(("floor: raw COPY of the same rows, nothing else", args.events, floor, None))
     del pre
 
     say(f"API: {args.api_events:,} events in 1,000-event batches …")
@@ -382,6 +408,28 @@ def main() -> None:
     cleanup()
     fleet_remove()
 
+    by_label = {label: count / secs for label, count, secs, _ in rows}
+    one = by_label["service: usage_record_batch, 1 writer"]
+    two = by_label[f"service: usage_record_batch, {args.writers} writer processes"]
+    raw = by_label["floor: raw COPY of the same rows, nothing else"]
+    api = next(v for k, v in by_label.items() if k.startswith("REST API"))
+    attribution = next(secs for label, _, secs, _ in rows if label.startswith("attribution"))
+    targets = [
+        "",
+        "Issue 21's targets, each beside its floor in this run:",
+        "",
+        "| path | figure | floor | ratio | target |",
+        "|---|---|---|---|---|",
+        f"| service, 1 writer | {one:,.0f} events/s | raw COPY {raw:,.0f} events/s | "
+        f"x {one / raw:.2f} | ≥ 100,000 events/s and ≥ x 0.7 "
+        f"({'met' if one >= 100_000 and one >= 0.7 * raw else 'not met'}) |",
+        f"| service, {args.writers} writers | {two:,.0f} events/s | 1 writer {one:,.0f} events/s | "
+        f"x {two / one:.2f} | ≥ x 1 ({'met' if two >= one else 'not met'}) |",
+        f"| REST API | {api:,.0f} events/s | (none) | | ≥ 40,000 events/s "
+        f"({'met' if api >= 40_000 else 'not met'}) |",
+        f"| attribution + rollups, {args.attribute_events:,} events | {attribution:.2f} s "
+        f"| (none) | | ≤ 5 s ({'met' if attribution <= 5 else 'not met'}) |",
+    ]
     table = [
         "| step | events | seconds | events/s | peak RSS MiB |",
         "|---|---|---|---|---|",
@@ -389,7 +437,7 @@ def main() -> None:
     for label, count, secs, rss in rows:
         rss_text = f"{rss:.0f}" if rss is not None else "(server)"
         table.append(f"| {label} | {count:,} | {secs:.2f} | {count / secs:,.0f} | {rss_text} |")
-    body = "\n".join(table) + (
+    body = "\n".join(table + targets) + (
         f"\n\nPostgreSQL: {connection.settings_dict['ENGINE'].rsplit('.', 1)[-1]} "
         f"({'DATABASE_URL' if os.environ.get('DATABASE_URL') else 'embedded'}); events carry "
         f"realistic timings (20-2,000 prompt tokens, 1-400 completion tokens); "

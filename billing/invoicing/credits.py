@@ -31,8 +31,15 @@ class Balance:
 
 def wallet_balances(*, tenant: Tenant, lock: bool = False) -> list[Balance]:
     """Every grant of the tenant with what is left of it, in the order of use."""
-    grants = CreditGrant.objects.filter(tenant=tenant).order_by(
-        F("expires_at").asc(nulls_last=True), "priority", "granted_at", "pk"
+    return wallet_balances_many(tenant_ids=[tenant.pk], lock=lock).get(tenant.pk, [])
+
+
+def wallet_balances_many(*, tenant_ids: list[int], lock: bool = False) -> dict[int, list[Balance]]:
+    """wallet_balances of many tenants in two queries (a run finalizes a
+    thousand invoices at once): by tenant id, grants in the order of use,
+    locked in tenant order with `lock`."""
+    grants = CreditGrant.objects.filter(tenant_id__in=tenant_ids).order_by(
+        "tenant_id", F("expires_at").asc(nulls_last=True), "priority", "granted_at", "pk"
     )
     if lock:
         grants = grants.select_for_update()
@@ -44,11 +51,13 @@ def wallet_balances(*, tenant: Tenant, lock: bool = False) -> list[Balance]:
         .annotate(spent=Sum("amount_minor"))
         .values_list("grant_id", "spent")
     )
-    return [
-        Balance(g, to_minor(g.amount, g.currency) - spent.get(g.pk, 0))
-        for g in grants
-        if to_minor(g.amount, g.currency) > spent.get(g.pk, 0)
-    ]
+    balances: dict[int, list[Balance]] = {}
+    for g in grants:
+        if to_minor(g.amount, g.currency) > spent.get(g.pk, 0):
+            balances.setdefault(g.tenant_id, []).append(
+                Balance(g, to_minor(g.amount, g.currency) - spent.get(g.pk, 0))
+            )
+    return balances
 
 
 def credits_plan(*, invoice: Invoice, balances: list[Balance], due_minor: int):

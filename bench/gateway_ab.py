@@ -1,0 +1,233 @@
+"""bench/gateway_ab: what a change to the gateway bought. Two gateways in
+one run, one from a git revision (`--base`, checked out into a temporary
+worktree) and one from the working tree, in front of the same instant fake
+upstream; the arms take turns in rounds, so the machine's noise falls on
+both alike.
+
+    ./dev bench gateway_ab --base HEAD~1 [--rounds 6] [--rate 400] [--seconds 4]
+
+Measured per arm: the gateway's CPU per request at a fixed offered load
+(`--rate` requests a second, open loop: comparable between arms, unlike a
+closed loop's CPU per request, which moves with how many requests each
+wake-up of the event loop finds), and the throughput, CPU per request and
+latency at the ceiling (64 in flight) and one request at a time. Prints a
+table and writes it to docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+django.setup()
+
+import aiohttp  # noqa: E402
+import psutil  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+
+from bench.common import LoadResult, report_write  # noqa: E402
+from bench.gateway import FAKE_MODEL, bench_tenant, body, cpu_seconds, run  # noqa: E402
+from core.processes import ManagedProcess  # noqa: E402
+from serving.services import (  # noqa: E402
+    local_gpu_ensure,
+    pool_ensure,
+    replica_register,
+    served_model_ensure,
+)
+from tests.services import free_port  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def paced(url: str, payload: bytes, headers: dict, *, rate: float, seconds: float) -> int:
+    """Open loop: a request every 1/rate s for `seconds`, each read to its
+    end; the number of failures."""
+    failures = 0
+    async with aiohttp.ClientSession(headers={"Content-Type": "application/json", **headers}) as s:
+
+        async def one() -> None:
+            nonlocal failures
+            try:
+                async with s.post(url, data=payload) as response:
+                    async for _chunk in response.content.iter_any():
+                        pass
+                    failures += response.status != 200
+            except aiohttp.ClientError:
+                failures += 1
+
+        tasks, began = [], time.perf_counter()
+        for n in range(int(rate * seconds)):
+            delay = began + n / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one()))
+        await asyncio.gather(*tasks)
+    return failures
+
+
+def gateway_start(name: str, cwd: Path) -> tuple[ManagedProcess, str]:
+    """A gateway run from `cwd`'s code (uvicorn imports the app from the
+    directory it starts in)."""
+    port = free_port()
+    process = ManagedProcess(
+        name,
+        ["sh", "-c", f'cd "{cwd}" && exec "{sys.executable}" manage.py gateway --port {port}'],
+        env={"REDIS_URL": ""},
+        log_path=Path(settings.VAR_DIR) / "log" / f"bench-{name}.log",
+        ready_url=f"http://127.0.0.1:{port}/healthz",
+    )
+    process.start()
+    process.wait_ready(timeout=60)
+    return process, f"http://127.0.0.1:{port}/v1/chat/completions"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--base", required=True, help="the git revision to compare against")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rate", type=float, default=400)
+    parser.add_argument("--seconds", type=float, default=4)
+    parser.add_argument("--requests", type=int, default=6000, help="per arm, at the ceiling")
+    parser.add_argument("--tokens", type=int, default=32)
+    args = parser.parse_args()
+    say = lambda msg: print(msg, flush=True)  # noqa: E731
+    base_rev = subprocess.run(
+        ["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
+        capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+
+    call_command("migrate", verbosity=0)
+    _tenant, secret = bench_tenant()
+    auth = {"Authorization": f"Bearer {secret}"}
+    fake_port = free_port()
+    fake = ManagedProcess(
+        "fake",
+        [sys.executable, "-m", "bench.fake_upstream", "--port", str(fake_port),
+         "--tokens", str(args.tokens)],
+        ready_url=f"http://127.0.0.1:{fake_port}/health",
+    )  # fmt: skip
+    worktree = Path(tempfile.mkdtemp(prefix="gateway-ab-")) / "base"
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "-q", str(worktree), base_rev], cwd=ROOT, check=True
+    )
+    processes = [fake]
+    try:
+        fake.start()
+        fake.wait_ready(timeout=30)
+        replica_register(
+            name="bench-fake",
+            base_url=f"http://127.0.0.1:{fake_port}",
+            model=served_model_ensure(name=FAKE_MODEL),
+            pool=pool_ensure(name="bench-shared"),
+            gpus=[local_gpu_ensure(serial="bench-fake")],
+            max_inflight=100000,
+        )
+        arms = {}
+        for name, cwd in ((f"base {base_rev}", worktree), ("working tree", ROOT)):
+            say(f"starting the gateway of {name} …")
+            process, url = gateway_start(f"gateway-ab-{len(arms)}", cwd)
+            processes.append(process)
+            arms[name] = (url, psutil.Process(process.pid))
+        time.sleep(3)  # the fleet refresh picks up the fake replica
+        for url, _ in arms.values():
+            run("warm", url, model=FAKE_MODEL, tokens=args.tokens, stream=False,
+                requests=300, concurrency=32, headers=auth)  # fmt: skip
+        direct = f"http://127.0.0.1:{fake_port}/v1/chat/completions"
+        rows = []
+        for stream in (False, True):
+            kind = "stream" if stream else "non-stream"
+            say(f"{kind} at {args.rate:.0f} requests/s, arms taking turns …")
+            paced_cpu = {name: [] for name in arms}
+            for n in range(args.rounds):
+                for name in list(arms)[n % 2 :] + list(arms)[: n % 2]:
+                    url, process = arms[name]
+                    before = cpu_seconds(process)
+                    failures = asyncio.run(
+                        paced(url, body(FAKE_MODEL, args.tokens, stream), auth,
+                              rate=args.rate, seconds=args.seconds)
+                    )  # fmt: skip
+                    if failures:
+                        raise RuntimeError(f"{name}: {failures} requests failed")
+                    sent = int(args.rate * args.seconds)
+                    paced_cpu[name].append((cpu_seconds(process) - before) / sent * 1e6)
+            for concurrency, label in ((64, "ceiling, 64 in flight"), (1, "one at a time")):
+                say(f"{kind}, {label}, arms taking turns …")
+                requests = args.requests if concurrency > 1 else args.requests // 10
+                parts = {name: [] for name in ["direct", *arms]}
+                for n in range(args.rounds):
+                    order = list(arms)[n % 2 :] + list(arms)[: n % 2]
+                    for name in ["direct", *order]:
+                        url, process = (direct, None) if name == "direct" else arms[name]
+                        before = cpu_seconds(process) if process else 0
+                        result = run(name, url, model=FAKE_MODEL, tokens=args.tokens,
+                                     stream=stream, requests=requests // args.rounds,
+                                     concurrency=concurrency, headers=auth)  # fmt: skip
+                        if process:
+                            result.server_cpu_seconds = cpu_seconds(process) - before
+                        parts[name].append(result)
+                merged = {name: LoadResult.merged(p) for name, p in parts.items()}
+                rows.append((kind, label, merged, paced_cpu))
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        subprocess.run(
+            ["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False
+        )
+
+    base, new = list(arms)
+    lines = [
+        f"`{base}` against the working tree, the same instant fake upstream, "
+        f"{args.rounds} rounds with the arms taking turns. CPU: user + system seconds of "
+        "every thread of the gateway process per request; at a fixed offered load "
+        f"({args.rate:.0f} requests/s, open loop) it compares the arms' own costs. "
+        "Throughput and hop: the fake upstream called straight is the floor.",
+        "",
+        f"| requests | load | {base}: µs CPU / req | working tree: µs CPU / req | "
+        f"ratio | {base}: req/s (x floor) | working tree: req/s (x floor) | "
+        f"{base}: added p50 / p99 ms | working tree: added p50 / p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    seen_paced = set()
+    for kind, label, merged, paced_cpu in rows:
+        if kind not in seen_paced:
+            seen_paced.add(kind)
+            a = sum(paced_cpu[base]) / len(paced_cpu[base])
+            b = sum(paced_cpu[new]) / len(paced_cpu[new])
+            lines.append(
+                f"| {kind} | {args.rate:.0f} req/s | {a:.0f} | {b:.0f} | x {b / a:.2f} | | | | |"
+            )
+        d, a, b = merged["direct"], merged[base], merged[new]
+
+        def added(r: LoadResult, d: LoadResult = d) -> str:
+            return (
+                f"+{r.p('e2e_ms', 50) - d.p('e2e_ms', 50):.2f} / "
+                f"+{r.p('e2e_ms', 99) - d.p('e2e_ms', 99):.2f}"
+            )
+
+        lines.append(
+            f"| {kind} | {label} | {a.server_cpu_us_per_request:.0f} | "
+            f"{b.server_cpu_us_per_request:.0f} | "
+            f"x {b.server_cpu_us_per_request / a.server_cpu_us_per_request:.2f} | "
+            f"{a.throughput:,.0f} (x {a.throughput / d.throughput:.2f}) | "
+            f"{b.throughput:,.0f} (x {b.throughput / d.throughput:.2f}) | "
+            f"{added(a)} | {added(b)} |"
+        )
+    report_write(
+        name="gateway_ab",
+        title="What the gateway's last changes bought (bench/gateway_ab.py)",
+        command=f"./dev bench gateway_ab --base {args.base}",
+        body="\n".join(lines),
+    )
+
+
+if __name__ == "__main__":
+    main()
