@@ -259,8 +259,10 @@ class Books:
             for b in self.books
             if b.effective_from <= moment and (b.effective_to is None or moment < b.effective_to)
         ]
-        # A tier's own book over an all-tiers one; the newest version first.
-        live.sort(key=lambda b: (b.tier != "", b.version), reverse=True)
+        # A tier's own book over an all-tiers one; then the one in force
+        # since the latest moment (a new list replaces the one before it, even
+        # when that one was left open); then the newest version.
+        live.sort(key=lambda b: (b.tier != "", b.effective_from, b.version), reverse=True)
         return live[0] if live else None
 
     def price(self, book: PriceBook, model_id: int) -> ModelPrice | None:

@@ -142,6 +142,33 @@ def test_a_price_change_mid_month_prices_each_hour_by_its_book(world):
     assert sorted((c.book, c.amount) for c in output) == [("list v1", D(4)), ("list v2", D(2))]
 
 
+def test_of_two_books_left_in_force_together_the_later_one_prices(world):
+    """A new list put in force without closing the one before: from its
+    first moment it prices, not whichever book was loaded first."""
+    from billing.models import ModelPrice, PriceBook
+
+    world.price(version=1)  # "list", in force since October 1st, open-ended
+    autumn = PriceBook.objects.create(
+        name="autumn list", tier="", effective_from=datetime(2026, 10, 15, tzinfo=UTC)
+    )
+    ModelPrice.objects.create(
+        book=autumn,
+        served_model=world.model,
+        input_per_mtok=D(1),
+        cached_input_per_mtok=D("0.25"),
+        output_per_mtok=D(2),
+    )
+    world.tokens(world.a, hour=datetime(2026, 10, 10, tzinfo=UTC), completion=1_000_000)
+    world.tokens(world.a, hour=datetime(2026, 10, 20, tzinfo=UTC), completion=1_000_000)
+
+    output = [
+        c for c in charges_rate(tenant=world.a, start=OCT, end=NOV) if c.token_kind == "output"
+    ]
+
+    priced = sorted((c.book, c.amount) for c in output)
+    assert priced == [("autumn list v1", D(2)), ("list v1", D(4))]
+
+
 def test_gpu_seconds_reservations_and_dedicated_gpus(world):
     world.price(per_gpu_second=D("0.0002"), reservation=D("1.5"), dedicated=D("720"))
     world.tokens(world.a, hour=OCT + timedelta(hours=2), seconds=1800)
