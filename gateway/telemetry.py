@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gateway.stalls import LAG_BOUNDS_MS
 from serving.records import CompletedRequest
 from tenants.choices import VLLM_PRIORITY
 
@@ -62,7 +63,7 @@ LOOP_LAG_SECONDS = Histogram(
     "gateway_event_loop_lag_seconds",
     "How late the event loop woke up, sampled every 20 ms: what every request in "
     "flight waited behind other work in the gateway process.",
-    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5),
+    buckets=tuple(bound / 1000 for bound in LAG_BOUNDS_MS),  # as /healthz counts them
     registry=REGISTRY,
 )
 QUEUE_DEPTH = Gauge(
