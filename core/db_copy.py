@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 
 from psycopg import sql
 
@@ -61,13 +62,28 @@ def model_copy_columns(model, connection) -> tuple[list[str], list[str]]:
     )
 
 
-def _copy(raw, target: sql.Composable, columns: Sequence[str], rows, types) -> int:
+@contextmanager
+def copy_writer(raw, *, table: str, columns: Sequence[str], types: Sequence[str]):
+    """A binary COPY into `table` open for rows as they come (`write_row`):
+    PostgreSQL takes in each buffer while the caller makes the next rows.
+    An exception inside the block aborts the COPY."""
+    with _copy_open(raw, sql.Identifier(table), columns, types) as copy:
+        yield copy
+
+
+@contextmanager
+def _copy_open(raw, target: sql.Composable, columns: Sequence[str], types):
     cols = sql.SQL(", ").join(map(sql.Identifier, columns))
     binary = sql.SQL(" (FORMAT BINARY)" if types else "")
-    count = 0
     with raw.copy(sql.SQL("COPY {} ({}) FROM STDIN{}").format(target, cols, binary)) as copy:
         if types:
             copy.set_types(list(types))
+        yield copy
+
+
+def _copy(raw, target: sql.Composable, columns: Sequence[str], rows, types) -> int:
+    count = 0
+    with _copy_open(raw, target, columns, types) as copy:
         for row in rows:
             copy.write_row(row)
             count += 1

@@ -2,29 +2,54 @@
 batch, idempotent by (request id, phase): a whole request is one row, a
 disaggregated one a row per phase.
 
-The fast path: rows are COPYed into a temporary staging table; one INSERT
-claims the request ids that are new (metering_usagekey, ON CONFLICT DO
-NOTHING), one moves those events into the partitioned ledger, and two more
-mark what the new usage invalidates: each (replica, hour) window the
-requests were resident in, and each hour whose rollups change. All in one
-transaction, so a batch is either wholly recorded or not at all."""
+The fast path, for a batch of new usage (what a gateway's flush or a
+client's first POST is): each event is validated and at once streamed,
+by binary COPY, into the partitioned ledger, so PostgreSQL takes in the
+rows while Python checks the next ones; then the batch's keys are COPYed
+into metering_usagekey, whose unique index makes a key recorded before
+fail the COPY; then the (replica, hour) windows and the hours the new
+usage changes are marked stale. One transaction: a batch is wholly
+recorded or not at all.
+
+When the fast path fails on a key recorded before (a replay, a retried
+flush), a key another writer holds, or a month with no partition yet, its
+transaction is rolled back and the batch, already validated, takes the
+careful path: partitions ensured, the keys claimed in key order by
+INSERT ... ON CONFLICT DO NOTHING, and only the rows whose key was claimed
+COPYed into the ledger."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+import psycopg
+from django.db import DatabaseError, connection, transaction
+from psycopg import sql
 
-from core.db_copy import copy_to_staging
+from core.db_copy import copy_into, copy_to_staging, copy_writer
 from metering.partitions import LEDGER_TABLE, usage_partitions_ensure
-from metering.validation import LEDGER_COLUMNS, LEDGER_TYPES, EventInvalid, EventValidator
+from metering.validation import (
+    LEDGER_COLUMNS,
+    LEDGER_TYPES,
+    DirectoryStale,
+    EventInvalid,
+    EventValidator,
+)
+from serving.choices import RequestStatus
 
 RECEIVED_AT = LEDGER_COLUMNS.index("received_at")
+SENT_AT = LEDGER_COLUMNS.index("sent_at")
+ENDED_AT = LEDGER_COLUMNS.index("ended_at")
+REPLICA = LEDGER_COLUMNS.index("replica_id")
+STATUS = LEDGER_COLUMNS.index("status")
 PHASE = LEDGER_COLUMNS.index("phase")
 ACCEPTED, DUPLICATE = "accepted", "duplicate"
+KEY_TABLE = "metering_usagekey"
+KEY_COLUMNS = ("request_id", "phase", "received_at")
+KEY_TYPES = ("varchar", "varchar", "timestamptz")
 
 
 @dataclass(frozen=True)
@@ -72,18 +97,43 @@ class BatchResult:
         return self.statuses.count(DUPLICATE)
 
 
-def usage_rows_validate(
-    *, events: Iterable[Mapping[str, Any]], source: str, now: datetime | None = None
-) -> list[tuple]:
-    """Ledger rows for `events`, or BatchRejected listing every bad one."""
-    validator = EventValidator(source=source, now=now)
-    rows, errors = [], []
-    for index, event in enumerate(events):
+class _Batch:
+    """Validated rows of one batch: each event's row in order, the first
+    row of each key (the one that counts), and every bad event."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+        self.first: dict[tuple[str, str], tuple] = {}
+        self.errors: list[ItemError] = []
+        self.stale = False  # an offline validator met a name it does not know
+        self.complete = False  # every event was looked at
+
+    def validate(self, events: Iterable, validator: EventValidator, *, write=None) -> None:
+        """Check every event; hand each first row of a key to `write` (a
+        COPY's write_row) while the batch is still good. A write that fails
+        (the server refused an earlier row) stops the writing, not the
+        checking: the caller decides from the whole batch."""
+        for index, event in enumerate(events):
+            try:
+                row = self.add(index, event, validator)
+            except DirectoryStale:
+                self.stale = True
+                return
+            if row is None or write is None or self.errors:
+                continue
+            try:
+                write(row)
+            except psycopg.Error:
+                write = None  # the COPY's end reports the server's error
+        self.complete = True
+
+    def add(self, index: int, event: Any, validator: EventValidator) -> tuple | None:
+        """The event's row if it is the first of its key, else None."""
         try:
-            rows.append(validator.row(event))
+            row = validator.row(event)
         except EventInvalid as bad:
             request_id = event.get("request_id") if isinstance(event, Mapping) else None
-            errors.append(
+            self.errors.append(
                 ItemError(
                     index=index,
                     request_id=request_id if isinstance(request_id, str) else None,
@@ -91,9 +141,42 @@ def usage_rows_validate(
                     message=bad.message,
                 )
             )
-    if errors:
-        raise BatchRejected(errors, total=len(rows) + len(errors))
-    return rows
+            return None
+        self.rows.append(row)
+        key = (row[0], row[PHASE])
+        if key in self.first:
+            return None
+        self.first[key] = row
+        return row
+
+    def check(self) -> None:
+        """Raise what makes the batch unrecordable: a name to look up
+        (DirectoryStale), or invalid events (BatchRejected)."""
+        if self.stale:
+            raise DirectoryStale("an event names what the directory does not know")
+        if self.errors:
+            raise BatchRejected(self.errors, total=len(self.rows) + len(self.errors))
+
+    def result(self, fresh: set[tuple[str, str]]) -> BatchResult:
+        """Only the first row of a key claimed by this batch is accepted."""
+        result = BatchResult()
+        fresh = set(fresh)
+        for row in self.rows:
+            key = (row[0], row[PHASE])
+            result.request_ids.append(row[0])
+            result.statuses.append(ACCEPTED if key in fresh else DUPLICATE)
+            fresh.discard(key)
+        return result
+
+
+def usage_rows_validate(
+    *, events: Iterable[Mapping[str, Any]], source: str, now: datetime | None = None
+) -> list[tuple]:
+    """Ledger rows for `events`, or BatchRejected listing every bad one."""
+    batch = _Batch()
+    batch.validate(events, EventValidator(source=source, now=now))
+    batch.check()
+    return batch.rows
 
 
 def usage_record_batch(
@@ -102,102 +185,153 @@ def usage_record_batch(
     """Validate and record `events`. A request id recorded before (or twice
     in the batch) is a duplicate: skipped and counted, not an error. Any
     invalid event rejects the whole batch (BatchRejected, nothing written)."""
-    rows = usage_rows_validate(events=events, source=source, now=now)
-    return usage_rows_record(rows=rows)
+    events = events if isinstance(events, Sequence) else list(events)
+    validator = EventValidator(source=source, now=now, offline=True)
+    try:
+        return _record_fast(events, validator)
+    except DirectoryStale:
+        # A name met while the COPY held the connection: once more, with
+        # the directory reloaded first.
+        return _record_fast(events, validator.refreshed())
 
 
-def usage_rows_record(*, rows: Sequence[tuple]) -> BatchResult:
-    """Record already validated rows (tuples in LEDGER_COLUMNS order)."""
-    result = BatchResult()
-    # A row key twice in the batch: the first one counts (no sort needed in SQL).
-    unique: dict[tuple[str, str], tuple] = {}
-    for row in rows:
-        unique.setdefault((row[0], row[PHASE]), row)
-    if not unique:
-        return result
-    usage_partitions_ensure(months={row[RECEIVED_AT] for row in unique.values()})
+FAST_PATH_LOCK_WAIT_MS = 50
+
+
+def _record_fast(events: Sequence[Mapping[str, Any]], validator: EventValidator) -> BatchResult:
+    batch = _Batch()
+    try:
+        with transaction.atomic(), connection.cursor() as cursor, connection.wrap_database_errors:
+            raw = cursor.cursor
+            # The rows and keys of new usage wait for no one; a wait means a
+            # writer holds a key of ours, and then the careful path is quicker
+            # than a deadlock's detection (a second).
+            raw.execute(f"SET LOCAL lock_timeout = '{FAST_PATH_LOCK_WAIT_MS}ms'")
+            with _ledger_copy(raw) as copy:
+                batch.validate(events, validator, write=copy.write_row)
+            batch.check()  # a bad batch rolls back what it streamed
+            if batch.first:
+                _keys_copy(raw, batch.first)
+                raw.execute("SET LOCAL lock_timeout TO DEFAULT")  # windows are shared
+                _mark_stale(raw, batch.first.values())
+    except DatabaseError:
+        batch.check()  # the batch's own fault first, whatever the server said
+        if not batch.complete:
+            raise
+        # A key recorded before, a month without its partition yet, a
+        # deadlock with a writer sharing keys: the fast path was rolled back
+        # whole, every row is valid, and the careful path sorts it out (or
+        # raises what is really wrong).
+        return batch.result(_record_careful(batch.first))
+    return batch.result(set(batch.first))
+
+
+def _record_careful(first: dict[tuple[str, str], tuple]) -> set[tuple[str, str]]:
+    """Claim each key not recorded before and write only those rows;
+    returns the keys claimed. Claims go in key order, so careful writers
+    never deadlock with each other; one that meets a fast-path writer
+    holding a ledger row of a key claimed here may, until the fast path's
+    lock timeout sends it away. If PostgreSQL picks this one, it starts
+    again (and then finds the key taken or free)."""
+    usage_partitions_ensure(months={row[RECEIVED_AT] for row in first.values()})
+    attempts = 1
+    while True:
+        try:
+            return _claim_and_write(first)
+        except DatabaseError as error:
+            deadlock = isinstance(error.__cause__, psycopg.errors.DeadlockDetected)
+            if not deadlock or attempts == DEADLOCK_ATTEMPTS:
+                raise
+            attempts += 1
+
+
+DEADLOCK_ATTEMPTS = 3
+
+
+def _claim_and_write(first: dict[tuple[str, str], tuple]) -> set[tuple[str, str]]:
     with transaction.atomic(), connection.cursor() as cursor, connection.wrap_database_errors:
         raw = cursor.cursor
         staging = copy_to_staging(
-            raw,
-            table=LEDGER_TABLE,
-            columns=LEDGER_COLUMNS,
-            rows=unique.values(),
-            types=LEDGER_TYPES,
+            raw, table=KEY_TABLE, columns=KEY_COLUMNS, rows=_key_rows(first), types=KEY_TYPES
         )
         raw.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS _usage_fresh (request_id varchar(128), "
-            "phase varchar(8), replica_id bigint, status varchar(16), began timestamptz, "
-            "received_at timestamptz, ended_at timestamptz) ON COMMIT DELETE ROWS"
-        )
-        raw.execute("TRUNCATE _usage_fresh")
-        cols = ", ".join(LEDGER_COLUMNS)
-        # Each (request id, phase) not seen before is claimed (metering_usagekey);
-        # only claimed rows enter the ledger. What they need for the stale
-        # marks lands in _usage_fresh.
-        raw.execute(
-            f"""
-            WITH claimed AS (
-                INSERT INTO metering_usagekey (request_id, phase, received_at)
-                SELECT request_id, phase, received_at FROM {staging}
-                ON CONFLICT (request_id, phase) DO NOTHING
-                RETURNING request_id, phase
-            ), inserted AS (
-                INSERT INTO {LEDGER_TABLE} ({cols}, ingested_at)
-                SELECT {", ".join("s." + c for c in LEDGER_COLUMNS)}, now()
-                FROM {staging} s JOIN claimed USING (request_id, phase)
-                RETURNING request_id, phase, replica_id, status,
-                          coalesce(sent_at, received_at), received_at, ended_at
+            sql.SQL(
+                "INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY request_id, phase "
+                "ON CONFLICT (request_id, phase) DO NOTHING RETURNING request_id, phase"
+            ).format(
+                sql.Identifier(KEY_TABLE),
+                sql.SQL(", ").join(map(sql.Identifier, KEY_COLUMNS)),
+                sql.SQL(", ").join(map(sql.Identifier, KEY_COLUMNS)),
+                sql.SQL(staging),
             )
-            INSERT INTO _usage_fresh SELECT * FROM inserted
-            """
         )
-        _mark_stale(raw)
-        raw.execute("SELECT request_id, phase FROM _usage_fresh")
         fresh = set(raw.fetchall())
+        rows = [row for key, row in first.items() if key in fresh]
+        copy_into(raw, table=LEDGER_TABLE, columns=LEDGER_COLUMNS, rows=rows, types=LEDGER_TYPES)
+        _mark_stale(raw, rows)
+    return fresh
+
+
+def _ledger_copy(raw):
+    return copy_writer(raw, table=LEDGER_TABLE, columns=LEDGER_COLUMNS, types=LEDGER_TYPES)
+
+
+def _key_rows(first: dict[tuple[str, str], tuple]) -> list[tuple]:
+    return [(request_id, phase, row[RECEIVED_AT]) for (request_id, phase), row in first.items()]
+
+
+def _keys_copy(raw, first: dict[tuple[str, str], tuple]) -> None:
+    """Claim every key of the batch at once: a key recorded before fails
+    the COPY (UniqueViolation), a key another writer holds makes it wait
+    (until the fast path's lock timeout)."""
+    copy_into(raw, table=KEY_TABLE, columns=KEY_COLUMNS, rows=_key_rows(first), types=KEY_TYPES)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _hour(moment: datetime) -> int:
+    """Hours since the epoch, floored. Exact for this ledger's dates: a
+    float holds their seconds to well under a microsecond."""
+    return int(moment.timestamp() // 3600)
+
+
+def _mark_stale(raw, rows: Iterable[tuple]) -> None:
+    """New usage re-opens the attribution windows it falls in (each
+    (replica, hour) a served request was resident in, from being sent, or
+    received, to its end; a rejected request ran nowhere) and the hours
+    whose rollups it changes (those, and the hours it was received in)."""
+    spans: set[tuple[int, int, int]] = set()
+    hours: set[int] = set()
     for row in rows:
-        key = (row[0], row[PHASE])
-        result.request_ids.append(row[0])
-        # Only the first row of a key claimed in this batch is the accepted one.
-        result.statuses.append(ACCEPTED if key in fresh else DUPLICATE)
-        fresh.discard(key)
-    return result
-
-
-# Each (replica, hour) a new request was resident in, from being sent (or
-# received) to its end; rejected requests ran nowhere.
-_RESIDENT_HOURS = """
-    SELECT replica_id, hour FROM (
-        SELECT DISTINCT replica_id, date_trunc('hour', began) AS first_hour,
-               date_trunc('hour', ended_at) AS last_hour
-        FROM _usage_fresh WHERE replica_id IS NOT NULL AND status <> 'rejected'
-    ) spans, LATERAL generate_series(first_hour, last_hour, interval '1 hour') AS hour
-    GROUP BY replica_id, hour
-"""
-
-
-def _mark_stale(raw) -> None:
-    """New usage re-opens the attribution windows it falls in and the
-    hours whose rollups it changes."""
+        received = row[RECEIVED_AT]
+        hours.add(_hour(received))
+        replica = row[REPLICA]
+        if replica is not None and row[STATUS] != RequestStatus.REJECTED:
+            spans.add((replica, _hour(row[SENT_AT] or received), _hour(row[ENDED_AT])))
+    windows = {(replica, hour) for replica, a, b in spans for hour in range(a, b + 1)}
+    if not hours:
+        return
+    hours.update(hour for _, hour in windows)
+    # Sorted: concurrent writers touch shared rows in one order.
+    resident = sorted(windows)
     raw.execute(
-        f"""
+        """
         INSERT INTO metering_attributionwindow
             (replica_id, start, "end", status, policy, gpu_units, capacity_ns,
              attributed_ns, idle_ns, requests, marked_at)
         SELECT replica_id, hour, hour + interval '1 hour', 'pending', '', 0, 0, 0, 0, 0, now()
-        FROM ({_RESIDENT_HOURS}) resident
+        FROM unnest(%s::bigint[], %s::timestamptz[]) AS resident (replica_id, hour)
         ON CONFLICT (replica_id, start)
         DO UPDATE SET status = 'pending', marked_at = EXCLUDED.marked_at
-        """
+        """,
+        [[r for r, _ in resident], [_EPOCH + timedelta(hours=h) for _, h in resident]],
     )
     raw.execute(
-        f"""
-        INSERT INTO metering_dirtyhour (hour, marked_at)
-        SELECT hour, now() FROM (
-            SELECT hour FROM ({_RESIDENT_HOURS}) resident
-            UNION
-            SELECT DISTINCT date_trunc('hour', received_at) FROM _usage_fresh
-        ) hours
-        ON CONFLICT (hour) DO UPDATE SET marked_at = EXCLUDED.marked_at
         """
+        INSERT INTO metering_dirtyhour (hour, marked_at)
+        SELECT hour, now() FROM unnest(%s::timestamptz[]) AS hours (hour)
+        ON CONFLICT (hour) DO UPDATE SET marked_at = EXCLUDED.marked_at
+        """,
+        [[_EPOCH + timedelta(hours=h) for h in sorted(hours)]],
     )

@@ -73,6 +73,10 @@ class EventInvalid(Exception):
         self.message = message
 
 
+class DirectoryStale(Exception):
+    """An offline validator met a name its directory does not know."""
+
+
 @dataclass
 class Directory:
     """What events may refer to, loaded from the database and kept a few
@@ -125,17 +129,29 @@ class EventValidator:
     """Turns one event mapping into a ledger row (a tuple in LEDGER_COLUMNS
     order), or raises EventInvalid naming the field."""
 
-    def __init__(self, *, source: str, now: datetime | None = None) -> None:
+    def __init__(self, *, source: str, now: datetime | None = None, offline: bool = False) -> None:
+        """`offline`: never query the database (a COPY holds the connection);
+        a name the directory does not know raises DirectoryStale instead of
+        reloading it."""
         self.source = source
         self.latest = (now or timezone.now()) + CLOCK_SKEW
         self.max_duration = timedelta(seconds=settings.METERING["MAX_REQUEST_SECONDS"])
         self.directory = directory()
         self._refreshed = False
+        self._offline = offline
+
+    def refreshed(self) -> EventValidator:
+        """This validator with the directory just reloaded: an unknown name
+        is now an error."""
+        self.directory, self._refreshed = directory(refresh=True), True
+        return self
 
     def _lookup(self, table: str, key: Any) -> Any:
         found = getattr(self.directory, table).get(key)
         if found is None and not self._refreshed:
-            self.directory, self._refreshed = directory(refresh=True), True
+            if self._offline:
+                raise DirectoryStale(table)
+            self.refreshed()
             found = getattr(self.directory, table).get(key)
         return found
 
@@ -334,7 +350,8 @@ def _timing(get, engine_timings: list[Decimal | None]) -> str:
     """Whose clock the row's timeline is. Omitted: the engine's when the
     event carries any engine timing, else the gateway's window. Named, it
     must agree with what the event carries."""
-    timed = any(value is not None for value in engine_timings)
+    queue, ttft, generation = engine_timings
+    timed = queue is not None or ttft is not None or generation is not None
     timing = get("timing")
     if timing is None:
         return Timing.ENGINE if timed else Timing.GATEWAY

@@ -11,7 +11,7 @@ from tenants.choices import Role
 from tenants.models import Membership, Tenant
 from tests.factories import make_key, make_member, make_tenant
 from tests.fleet import fleet, gateway, vllm, vllm_embed  # noqa: F401 (fixtures for every test package)
-from tests.ledger import ledger  # noqa: F401 (fixture for every test package)
+from tests.ledger import ledger, ledger_committed  # noqa: F401 (fixtures for every test package)
 
 
 @receiver(connection_created)

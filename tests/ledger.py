@@ -3,11 +3,13 @@ usage events shaped as a serving tier sends them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 
 from serving.models import Pool, Replica, ServedModel
 from serving.services import local_gpu_ensure, pool_ensure, replica_register, served_model_ensure
@@ -55,6 +57,20 @@ class Ledger:
 
 @pytest.fixture
 def ledger(db) -> Ledger:
+    return _ledger_make()
+
+
+@pytest.fixture
+def ledger_committed(transactional_db) -> Iterator[Ledger]:
+    """The same, committed: for tests whose writers run on connections of
+    their own (threads). The ledger is emptied afterwards: the flush after
+    a transactional test leaves it (Django does not manage its table)."""
+    yield _ledger_make()
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE metering_usageevent")
+
+
+def _ledger_make() -> Ledger:
     model = served_model_ensure(name=MODEL_NAME, config=model_config())
     pool = pool_ensure(name="shared")
     replicas = [

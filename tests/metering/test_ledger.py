@@ -13,6 +13,7 @@ from metering.choices import EventSource
 from metering.ledger import BatchRejected, usage_record_batch
 from metering.models import AttributionWindow, DirtyHour, UsageEvent, UsageKey
 from metering.partitions import partition_name, usage_partitions_list
+from tests.factories import make_tenant
 from tests.metering.conftest import T0
 
 API = EventSource.API
@@ -177,3 +178,79 @@ def test_two_writers_creating_the_same_month_both_succeed(transactional_db):
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"DROP TABLE IF EXISTS {partition_name(month)}")
+
+
+def test_a_batch_partly_recorded_before_adds_only_its_new_rows(ledger):
+    """A replayed flush that carries new requests too: the recorded ones
+    are duplicates and left as they were, the new ones land, and only the
+    new ones re-open their windows."""
+    usage_record_batch(events=[ledger.event("old")], source=API)
+    AttributionWindow.objects.update(status="done")
+    later = T0 + timedelta(hours=2)
+    batch = [
+        ledger.event("old", completion_tokens=99),
+        ledger.event("new", at=later),
+        ledger.event("new", at=later, completion_tokens=77),
+    ]
+    result = usage_record_batch(events=batch, source=API)
+    assert result.statuses == ["duplicate", "accepted", "duplicate"]
+    assert dict(UsageEvent.objects.values_list("request_id", "completion_tokens")) == {
+        "old": 10,
+        "new": 10,
+    }
+    assert UsageKey.objects.count() == 2
+    pending = AttributionWindow.objects.filter(status="pending")
+    assert [(w.replica_id, w.start) for w in pending] == [(ledger.replica.pk, later)]
+
+
+def test_a_tenant_created_after_the_names_were_loaded_is_known(ledger):
+    """Events are checked while they stream into the ledger, when the
+    connection cannot look a name up: an unknown one restarts the batch
+    with the names reloaded, so a new tenant's first usage is not refused."""
+    usage_record_batch(events=[ledger.event("warm")], source=API)  # names loaded
+    newcomer = make_tenant(name="Newcomer")
+    event = ledger.event("first", tenant_id=None)
+    event["tenant"] = newcomer.slug
+    result = usage_record_batch(events=[ledger.event("before"), event], source=API)
+    assert result.accepted == ["before", "first"]
+    assert UsageEvent.objects.get(request_id="first").tenant_id == newcomer.pk
+
+
+@pytest.mark.parametrize("orders", ["overlapping, in one order", "the same, in opposite orders"])
+def test_writers_racing_with_the_same_requests_record_each_once(ledger_committed, orders):
+    """Writers on connections of their own send batches that share
+    requests, at once: every request lands once, is accepted by exactly one
+    writer, and no writer fails. A key another writer holds sends a batch
+    down the careful path; in opposite orders two writers deadlock, and the
+    one PostgreSQL aborts takes the careful path too."""
+    import threading
+
+    from django.db import connection
+
+    events = [ledger_committed.event(f"race-{n:03d}") for n in range(300)]
+    if orders == "overlapping, in one order":
+        shares = [events[0:200], events[100:300], events[50:250]]
+    else:
+        shares = [events, events[::-1]]
+    accepted, errors, barrier = [], [], threading.Barrier(len(shares))
+
+    def write(mine: list[dict]) -> None:
+        try:
+            barrier.wait()
+            for start in range(0, len(mine), 100):
+                result = usage_record_batch(events=mine[start : start + 100], source=API)
+                accepted.extend(result.accepted)
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=write, args=(share,)) for share in shares]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    recorded = list(UsageEvent.objects.values_list("request_id", flat=True))
+    assert sorted(recorded) == sorted(accepted) == [e["request_id"] for e in events]
+    assert UsageKey.objects.count() == len(events)
