@@ -58,11 +58,11 @@ LEDGER_COLUMNS = tuple(name for name, _ in LEDGER_COLUMN_TYPES)
 LEDGER_TYPES = tuple(kind for _, kind in LEDGER_COLUMN_TYPES)
 MAX_TOKENS = 2**31 - 1
 MAX_MS = Decimal("99999999999.999")
+MILLISECOND = Decimal("0.001")
 CLOCK_SKEW = timedelta(minutes=5)  # how far in the future an event may claim to end
 SKEW_TOLERANCE = timedelta(seconds=1)  # between the gateway's clock and vLLM's timings
 SERVED_STATUSES = frozenset({RequestStatus.OK, RequestStatus.ABORTED})
 STATUSES = frozenset(RequestStatus.values)
-ENGINE_TIMINGS = ("queue_ms", "ttft_ms", "generation_ms")
 PHASES = frozenset(Phase.values)
 
 
@@ -156,7 +156,7 @@ class EventValidator:
         return found
 
     def row(self, event: Mapping[str, Any]) -> tuple:
-        if not isinstance(event, Mapping):
+        if type(event) is not dict and not isinstance(event, Mapping):
             raise EventInvalid("event", "must be an object")
         get = event.get
         request_id = get("request_id")
@@ -209,7 +209,11 @@ class EventValidator:
         error = get("error") or ""
         if not isinstance(error, str):
             raise EventInvalid("error", "must be a string")
-        engine_timings = [_millis(get, name) for name in ENGINE_TIMINGS]
+        engine_timings = (
+            _millis(get, "queue_ms"),
+            _millis(get, "ttft_ms"),
+            _millis(get, "generation_ms"),
+        )
         return (
             request_id,
             tenant_id,
@@ -317,6 +321,8 @@ def _count(get, name: str) -> int:
 
 def _time(get, name: str, *, required: bool = False) -> datetime | None:
     value = get(name)
+    if type(value) is datetime and value.tzinfo is not None:
+        return value
     if value is None:
         if required:
             raise EventInvalid(name, "required")
@@ -346,7 +352,7 @@ def _within(
     raise EventInvalid(name, "must lie between received_at and ended_at")
 
 
-def _timing(get, engine_timings: list[Decimal | None]) -> str:
+def _timing(get, engine_timings: tuple[Decimal | None, ...]) -> str:
     """Whose clock the row's timeline is. Omitted: the engine's when the
     event carries any engine timing, else the gateway's window. Named, it
     must agree with what the event carries."""
@@ -374,12 +380,15 @@ def _millis(get, name: str) -> Decimal | None:
     value = get(name)
     if value is None:
         return None
-    if isinstance(value, bool):
+    if type(value) is Decimal:
+        ms = value
+    elif isinstance(value, bool):
         raise EventInvalid(name, "must be a number of milliseconds")
-    try:
-        ms = value if isinstance(value, Decimal) else Decimal(str(value))
-    except (InvalidOperation, ValueError):
-        raise EventInvalid(name, "must be a number of milliseconds") from None
+    else:
+        try:
+            ms = value if isinstance(value, Decimal) else Decimal(str(value))
+        except (InvalidOperation, ValueError):
+            raise EventInvalid(name, "must be a number of milliseconds") from None
     if not ms.is_finite() or ms < 0 or ms > MAX_MS:
         raise EventInvalid(name, "must be between 0 and 99999999999.999")
-    return ms.quantize(Decimal("0.001"))
+    return ms.quantize(MILLISECOND)
