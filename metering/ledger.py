@@ -212,7 +212,10 @@ def _record_fast(events: Sequence[Mapping[str, Any]], validator: EventValidator)
             batch.check()  # a bad batch rolls back what it streamed
             if batch.first:
                 _keys_copy(raw, batch.first)
-                raw.execute("SET LOCAL lock_timeout TO DEFAULT")  # windows are shared
+            # Windows are shared: their marks wait their turn. (Also what a
+            # caller's own transaction goes on with.)
+            raw.execute("SET LOCAL lock_timeout TO DEFAULT")
+            if batch.first:
                 _mark_stale(raw, batch.first.values())
     except DatabaseError:
         batch.check()  # the batch's own fault first, whatever the server said

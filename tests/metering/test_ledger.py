@@ -254,3 +254,16 @@ def test_writers_racing_with_the_same_requests_record_each_once(ledger_committed
     recorded = list(UsageEvent.objects.values_list("request_id", flat=True))
     assert sorted(recorded) == sorted(accepted) == [e["request_id"] for e in events]
     assert UsageKey.objects.count() == len(events)
+
+
+@pytest.mark.parametrize("events", ["one new", "none"])
+def test_the_callers_transaction_keeps_its_lock_timeout(ledger, events):
+    """The fast path waits at most 50 ms for a lock; the caller's own
+    transaction (this test's) goes on with its usual setting."""
+    from django.db import connection
+
+    batch = [ledger.event("a")] if events == "one new" else []
+    usage_record_batch(events=batch, source=API)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "0"
