@@ -87,6 +87,19 @@ else:
     }
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# The web app under ASGI (config/asgi.py turns this on): each request's
+# synchronous code runs in a thread of its own, so a persistent connection
+# (one per thread) was opened for every request and left open until
+# collected. Its connections come from a pool instead, handed back at the
+# end of each request. Processes with threads of their own (workers, the
+# gateway's recorder, commands) keep their persistent connection.
+if env.bool("DATABASE_POOL", default=False):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": env.int("DATABASE_POOL_MAX", default=16),
+        "timeout": 30,
+    }
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

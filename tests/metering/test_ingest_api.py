@@ -141,3 +141,41 @@ def test_a_timing_that_contradicts_the_event_is_a_400_naming_it(ledger, reporter
     assert body["error"]["field"] == "events.0.timing"
     assert reason in body["results"][0]["reason"]
     assert not UsageEvent.objects.exists()
+
+
+def test_the_web_app_reuses_its_database_connections(ledger_committed):
+    """The web app under ASGI runs each request in a thread of its own: it
+    takes its connection from a pool and hands it back, so twenty POSTs in
+    a row leave a connection or two open, not one per request."""
+    import httpx
+    from django.db import connection
+
+    from core.processes import ManagedProcess, database_url_for_subprocess, uvicorn_argv
+    from tests.services import free_port
+
+    _key, secret = service_key_create(name="pooled")
+    port = free_port()
+    web = ManagedProcess(
+        name="web-pool",
+        argv=uvicorn_argv("config.asgi:application", host="127.0.0.1", port=port),
+        env={"DATABASE_URL": database_url_for_subprocess()},
+        ready_url=f"http://127.0.0.1:{port}/healthz",
+    )
+    web.start()
+    try:
+        web.wait_ready(timeout=60)
+        headers = {"Authorization": f"Bearer {secret}"}
+        for n in range(20):
+            body = {"events": [as_json(ledger_committed.event(f"pooled-{n}"))]}
+            answer = httpx.post(f"http://127.0.0.1:{port}{URL}", json=body, headers=headers)
+            assert answer.status_code == 200, answer.text
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )
+            (others,) = cursor.fetchone()
+    finally:
+        web.stop()
+    assert UsageEvent.objects.filter(request_id__startswith="pooled-").count() == 20
+    assert others <= 2, f"{others} connections left open by 20 requests"
