@@ -47,8 +47,8 @@ from metering.ledger import (  # noqa: E402
     KEY_COLUMNS,
     KEY_TABLE,
     KEY_TYPES,
-    PHASE,
     RECEIVED_AT,
+    key_rows,
     usage_record_batch,
     usage_rows_validate,
 )
@@ -201,28 +201,14 @@ def durable_copy(batch_events, *, batch: int) -> float:
     (its partition's indexes, checks and WAL) and their keys into the key
     table, a transaction a batch, and nothing else: no validation, no
     stale marks, no look-ups."""
+
+    def write(raw, chunk) -> None:
+        copy_into(raw, table=LEDGER_TABLE, columns=LEDGER_COLUMNS, rows=chunk, types=LEDGER_TYPES)
+        copy_into(raw, table=KEY_TABLE, columns=KEY_COLUMNS, rows=key_rows(chunk), types=KEY_TYPES)
+
     rows = usage_rows_validate(events=batch_events, source=EventSource.API)
     usage_partitions_ensure(months={row[RECEIVED_AT] for row in rows})
-    seconds = 0.0
-    for chunk in in_batches(rows, batch):
-        started = time.perf_counter()
-        with transaction.atomic(), connection.cursor() as cursor:
-            copy_into(
-                cursor.cursor,
-                table=LEDGER_TABLE,
-                columns=LEDGER_COLUMNS,
-                rows=chunk,
-                types=LEDGER_TYPES,
-            )
-            copy_into(
-                cursor.cursor,
-                table=KEY_TABLE,
-                columns=KEY_COLUMNS,
-                rows=[(row[0], row[PHASE], row[RECEIVED_AT]) for row in chunk],
-                types=KEY_TYPES,
-            )
-        seconds += time.perf_counter() - started
-    return seconds
+    return _copies_timed(rows, batch=batch, write=write)
 
 
 def raw_copy(batch_events, *, batch: int) -> float:
@@ -230,18 +216,24 @@ def raw_copy(batch_events, *, batch: int) -> float:
     beforehand (not timed), COPYed as the service COPYs them (binary, in
     batches, a transaction each) into a temporary table shaped like the
     ledger, and nothing else: no claim, no move into the ledger, no marks."""
+
+    def write(raw, chunk) -> None:
+        copy_to_staging(
+            raw, table=LEDGER_TABLE, columns=LEDGER_COLUMNS, rows=chunk, types=LEDGER_TYPES
+        )
+
     rows = usage_rows_validate(events=batch_events, source=EventSource.API)
+    return _copies_timed(rows, batch=batch, write=write)
+
+
+def _copies_timed(rows, *, batch: int, write) -> float:
+    """Seconds `write(raw cursor, chunk)` took over `rows` in batches, a
+    transaction each."""
     seconds = 0.0
     for chunk in in_batches(rows, batch):
         started = time.perf_counter()
         with transaction.atomic(), connection.cursor() as cursor:
-            copy_to_staging(
-                cursor.cursor,
-                table=LEDGER_TABLE,
-                columns=LEDGER_COLUMNS,
-                rows=chunk,
-                types=LEDGER_TYPES,
-            )
+            write(cursor.cursor, chunk)
         seconds += time.perf_counter() - started
     return seconds
 

@@ -49,7 +49,7 @@ def copy_into(raw, *, table: str, columns: Sequence[str], rows: Iterable[Sequenc
     how many. For rows that need no conflict handling: each is inserted, its
     table's constraints and triggers checked as for an INSERT. Far cheaper
     than bulk_create, which prepares every field of every row in Python."""
-    return _copy(raw, sql.Identifier(table), columns, list(rows), types)
+    return _copy(raw, sql.Identifier(table), columns, rows, types)
 
 
 def model_copy_columns(model, connection) -> tuple[list[str], list[str]]:

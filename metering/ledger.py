@@ -255,18 +255,18 @@ def _claim_and_write(first: dict[tuple[str, str], tuple]) -> set[tuple[str, str]
     with transaction.atomic(), connection.cursor() as cursor, connection.wrap_database_errors:
         raw = cursor.cursor
         staging = copy_to_staging(
-            raw, table=KEY_TABLE, columns=KEY_COLUMNS, rows=_key_rows(first), types=KEY_TYPES
+            raw,
+            table=KEY_TABLE,
+            columns=KEY_COLUMNS,
+            rows=key_rows(first.values()),
+            types=KEY_TYPES,
         )
+        cols = sql.SQL(", ").join(map(sql.Identifier, KEY_COLUMNS))
         raw.execute(
             sql.SQL(
                 "INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY request_id, phase "
                 "ON CONFLICT (request_id, phase) DO NOTHING RETURNING request_id, phase"
-            ).format(
-                sql.Identifier(KEY_TABLE),
-                sql.SQL(", ").join(map(sql.Identifier, KEY_COLUMNS)),
-                sql.SQL(", ").join(map(sql.Identifier, KEY_COLUMNS)),
-                sql.SQL(staging),
-            )
+            ).format(sql.Identifier(KEY_TABLE), cols, cols, sql.SQL(staging))
         )
         fresh = set(raw.fetchall())
         rows = [row for key, row in first.items() if key in fresh]
@@ -279,15 +279,18 @@ def _ledger_copy(raw):
     return copy_writer(raw, table=LEDGER_TABLE, columns=LEDGER_COLUMNS, types=LEDGER_TYPES)
 
 
-def _key_rows(first: dict[tuple[str, str], tuple]) -> list[tuple]:
-    return [(request_id, phase, row[RECEIVED_AT]) for (request_id, phase), row in first.items()]
+def key_rows(rows: Iterable[tuple]) -> list[tuple]:
+    """The key table's rows (KEY_COLUMNS) of ledger rows."""
+    return [(row[0], row[PHASE], row[RECEIVED_AT]) for row in rows]
 
 
 def _keys_copy(raw, first: dict[tuple[str, str], tuple]) -> None:
     """Claim every key of the batch at once: a key recorded before fails
     the COPY (UniqueViolation), a key another writer holds makes it wait
     (until the fast path's lock timeout)."""
-    copy_into(raw, table=KEY_TABLE, columns=KEY_COLUMNS, rows=_key_rows(first), types=KEY_TYPES)
+    copy_into(
+        raw, table=KEY_TABLE, columns=KEY_COLUMNS, rows=key_rows(first.values()), types=KEY_TYPES
+    )
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
