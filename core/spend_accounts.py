@@ -41,10 +41,11 @@ the nearest. Redis's scripts compute in doubles, exact to 2**53 nano-units
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from functools import cached_property
 
 from core.redis_mux import MuxRedis, Script
@@ -57,8 +58,8 @@ KEY_DAYS = 40  # an account outlives its period by this, for the correction job
 def nanos(amount: Decimal, *, up: bool = False) -> int:
     """`amount` in whole nano-units (at most MAX_UNITS either way): rounded
     up for a reservation (`up`), to the nearest otherwise."""
-    rounding = ROUND_CEILING if up else ROUND_HALF_EVEN
-    units = int((amount / NANO).to_integral_value(rounding=rounding))
+    scaled = amount.scaleb(9)  # exact: the point moved
+    units = math.ceil(scaled) if up else round(scaled)  # round(): half to even
     return max(-MAX_UNITS, min(MAX_UNITS, units))
 
 

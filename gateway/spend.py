@@ -46,6 +46,7 @@ from gateway.proxy import Cut
 
 logger = logging.getLogger(__name__)
 HUNDRED = Decimal(100)
+ZERO = Decimal(0)
 MICRO = Decimal("0.000001")
 NO_CUT = nullcontext(None)  # a request with nothing to renew
 
@@ -180,7 +181,7 @@ class SpendGuard:
                 retry_after=1,
             )
         if refused is None:
-            return Hold(terms=terms, lease_id=request_id, card=card, done=done, gpu=gpu)
+            return Hold(terms, request_id, card, done, gpu)  # positional: quicker
         gpu_text = f", and its first {_seconds(gpu.granted)} GPU-seconds" if gpu else ""
         return _refusal(
             terms,
@@ -278,7 +279,7 @@ class SpendGuard:
     ) -> None:
         """Settle to what the request cost, for a request received at epoch
         seconds `received_at` (the hour the ledger files it under)."""
-        gpu_seconds = Decimal(0)
+        gpu_seconds = ZERO
         if hold.gpu is not None:
             gpu_seconds = Decimal(repr(hold.gpu.share)).quantize(MICRO, ROUND_CEILING)
         actual = usage_amount(

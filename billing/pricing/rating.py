@@ -109,13 +109,19 @@ def usage_amount(
 ) -> Decimal:
     """What this much usage costs after `done` tokens by kind of the same
     model in the period, exact and unrounded (as rating's lines are)."""
-    amount = Decimal(0)
     flat = card.flat
     if flat is not None:  # card_pieces' one step per kind, without walking it
-        for tokens, per_mtok in zip((prompt - cached, cached, completion), flat, strict=True):
-            if tokens > 0:
-                amount += Decimal(tokens) * per_mtok / MILLION
+        # Decimal times int is exact, and so is moving the point: the same
+        # amount as the pieces summed one by one, for a third of the time
+        # (the gateway prices every held request twice).
+        per_input, per_cached, per_output = flat
+        amount = (
+            max(prompt - cached, 0) * per_input
+            + max(cached, 0) * per_cached
+            + max(completion, 0) * per_output
+        ).scaleb(-6)
     else:
+        amount = Decimal(0)
         counts = usage_counts(prompt=prompt, cached=cached, completion=completion)
         for kind, tokens in counts.items():
             if not tokens:
