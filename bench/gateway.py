@@ -156,16 +156,17 @@ def lag_text(counts: list[int]) -> str:
     )
 
 
-def ceiling_row(direct: LoadResult, via: LoadResult, *, target: float) -> str:
+def ceiling_row(direct: LoadResult, via: LoadResult, *, target: float | None) -> str:
     """A gateway's ceiling beside its floor (the fake upstream straight, in
     the same rounds): the ratio against its target, the gateway's CPU per
-    request, its loop lag over the load and its memory after it."""
+    request, its loop lag over the load and its memory after it (the bare
+    relay: no target, no lag counted)."""
     ratio = via.throughput / direct.throughput
+    aim = f"x {target} ({'met' if ratio >= target else 'not met'})" if target else "-"
+    lag = lag_text(via.lag_counts) if via.lag_counts else "-"
     return (
         f"| {via.label} | {via.throughput:,.0f} | {direct.throughput:,.0f} | x {ratio:.3f} | "
-        f"x {target} ({'met' if ratio >= target else 'not met'}) | "
-        f"{via.server_cpu_us_per_request:.0f} | {lag_text(via.lag_counts)} | "
-        f"{via.server_rss_mib:.0f} |"
+        f"{aim} | {via.server_cpu_us_per_request:.0f} | {lag} | {via.server_rss_mib:.0f} |"
     )
 
 
@@ -298,6 +299,16 @@ def main() -> None:
             shared.start()
             shared.wait_ready(timeout=60)
             shared_url = f"http://127.0.0.1:{shared_port}/v1/chat/completions"
+        relay_port = free_port()
+        relay = ManagedProcess(
+            "bare-relay",
+            [sys.executable, "-m", "bench.bare_relay", "--port", str(relay_port),
+             "--upstream", f"http://127.0.0.1:{fake_port}"],
+            ready_url=f"http://127.0.0.1:{relay_port}/",
+        )  # fmt: skip
+        processes.append(relay)
+        relay.start()
+        relay.wait_ready(timeout=30)
         time.sleep(3)  # the gateways' fleet refresh picks up the bench replicas
 
         direct_url = f"{vllm.base_url}/v1/chat/completions"
@@ -417,7 +428,12 @@ def main() -> None:
             ]
         # The server under test behind each URL (the fake upstream's own
         # CPU where it is called straight).
-        gateway_of = {gw_url: psutil.Process(gateway.pid), fake_direct: psutil.Process(fake.pid)}
+        relay_url = f"http://127.0.0.1:{relay_port}/v1/chat/completions"
+        gateway_of = {
+            gw_url: psutil.Process(gateway.pid),
+            fake_direct: psutil.Process(fake.pid),
+            relay_url: psutil.Process(relay.pid),
+        }
         if shared_url:
             gateway_of[shared_url] = psutil.Process(shared.pid)
 
@@ -429,7 +445,7 @@ def main() -> None:
             requests = args.serial_requests if one_at_a_time else args.ceiling_requests
             kind = "stream" if stream else "non-stream"
             before = cpu_seconds(gateway_of[url])
-            lag_before = loop_lag_counts(url) if url != fake_direct else None
+            lag_before = loop_lag_counts(url) if url not in (fake_direct, relay_url) else None
             result = run(
                 f"{label}, {kind}, 1 at a time" if one_at_a_time else label,
                 url,
@@ -462,13 +478,17 @@ def main() -> None:
                     parts[arm[0]].append(result)
             return [LoadResult.merged(results) for results in parts.values()]
 
-        # The ceiling: the fake upstream straight (the floor) and through
-        # the gateway, taking turns in rounds.
+        # The ceiling: the fake upstream straight (the floor), through the
+        # gateway, and through a relay built as the gateway is with nothing
+        # in between (bench.bare_relay: the floor of any proxy so built),
+        # taking turns in rounds.
         for stream in (False, True):
             kind = "stream" if stream else "non-stream"
             say(f"gateway ceiling, {kind} …")
+            relay_arm = ("bare relay → fake upstream", relay_url, None)
             arms = [
-                (f"{label}, {kind}", url, headers, FAKE_MODEL) for label, url, headers in plain_arms
+                (f"{label}, {kind}", url, headers, FAKE_MODEL)
+                for label, url, headers in (*plain_arms, relay_arm)
             ]
             ceiling += interleaved(arms, one_at_a_time=False, stream=stream)
 
@@ -503,7 +523,12 @@ def main() -> None:
     hop = serial[2:4]  # the fake upstream straight, and through the gateway
     hop_p50 = hop[1].p("e2e_ms", 50) - hop[0].p("e2e_ms", 50)
     hop_p99 = hop[1].p("e2e_ms", 99) - hop[0].p("e2e_ms", 99)
-    ceiling_lag = [sum(c) for c in zip(ceiling[1].lag_counts, ceiling[3].lag_counts, strict=True)]
+    # Per kind (non-stream, stream): the fake straight, the gateway, the bare relay.
+    (plain_direct, plain_gw, plain_relay), (stream_direct, stream_gw, stream_relay) = (
+        ceiling[:3],
+        ceiling[3:],
+    )
+    ceiling_lag = [sum(c) for c in zip(plain_gw.lag_counts, stream_gw.lag_counts, strict=True)]
     lines = [
         "Issue 21's gateway targets, each beside its floor in the same run: the "
         "instant fake upstream called straight, taking turns with the gateway in "
@@ -516,8 +541,20 @@ def main() -> None:
         "| path | gateway req/s | floor req/s | ratio | target | gateway µs CPU / req | "
         "loop lag p99 / max ms (own part) | RSS MiB |",
         "|---|---|---|---|---|---|---|---|",
-        ceiling_row(ceiling[0], ceiling[1], target=0.8),
-        ceiling_row(ceiling[2], ceiling[3], target=0.5),
+        ceiling_row(plain_direct, plain_gw, target=0.8),
+        ceiling_row(stream_direct, stream_gw, target=0.5),
+        ceiling_row(plain_direct, plain_relay, target=None),
+        ceiling_row(stream_direct, stream_relay, target=None),
+        "",
+        "The bare relay (bench/bare_relay.py) is the gateway's own server and its own "
+        "client to replicas with nothing between them: no key, admission, queue, "
+        "metering or usage edited out of a stream. It is the most a proxy built as the "
+        "gateway is can reach on these cores: the gateway against it, "
+        f"x {plain_gw.throughput / plain_relay.throughput:.3f} plain and "
+        f"x {stream_gw.throughput / stream_relay.throughput:.3f} streamed, is what the "
+        "gateway's own work costs; the relay against the fake straight is what a second "
+        "HTTP hop costs when the load generator, the proxy and the upstream share two "
+        "cores.",
         "",
         f"The gateway's own hop, one request at a time against the fake upstream: "
         f"+{hop_p50:.2f} ms p50 / +{hop_p99:.2f} ms p99 over calling it straight "

@@ -45,6 +45,9 @@ OUTPUT_DELTA = re.compile(rb'"type"\s*:\s*"response\.[a-z_.]*delta"')
 # written as an unrolled loop: about five times faster than an alternation
 # tried at every byte (measured on vLLM's chunks, bench/gateway.py).
 CHUNK_USAGE = re.compile(rb',\s*"usage"\s*:\s*\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}')
+# The same written compactly, as vLLM writes it: a pattern that starts with
+# a long literal is looked for by a quick search, not tried at every comma.
+COMPACT_CHUNK_USAGE = re.compile(rb',"usage":\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}')
 # A chat or completion chunk carrying generated text: one per token as the
 # engines stream them. How a stream is counted when its engine gives no
 # usage on every chunk (its usage comes only at the end).
@@ -580,10 +583,23 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
 
 
 def _last_usage_event(block: bytes) -> bytes | None:
-    for event in reversed(block.split(EVENT_END)):
+    """The block's last event carrying a usage object, looked for from the
+    end (most often its last event): the block is not split apart."""
+    end = len(block)
+    while (at := block.rfind(b'"usage"', 0, end)) >= 0:
+        before = block.rfind(EVENT_END, 0, at)
+        start = 0 if before < 0 else before + len(EVENT_END)
+        stop = block.find(EVENT_END, at)
+        event = block[start : len(block) if stop < 0 else stop]
         if _event_data(event) is not None and USAGE_OBJECT.search(event):
             return event
+        end = start
     return None
+
+
+def _chunk_usage_removed(block: bytes) -> bytes:
+    block = COMPACT_CHUNK_USAGE.sub(b"", block)
+    return CHUNK_USAGE.sub(b"", block) if b'"usage"' in block else block
 
 
 def _usage_as_requested(block: bytes, *, keep_final: bool, keep_chunks: bool) -> bytes:
@@ -592,16 +608,19 @@ def _usage_as_requested(block: bytes, *, keep_final: bool, keep_chunks: bool) ->
     include_usage, usage on content chunks with continuous_usage_stats.
     The block's events are edited in place, not split apart: a stream's
     blocks pass here chunk after chunk (the hot path)."""
-    final = USAGE_ONLY.search(block)
+    # The usage-only chunk is the stream's last before [DONE] (OpenAI's
+    # stream_options): the block's last "choices", if anywhere.
+    at = block.rfind(b'"choices"')
+    final = USAGE_ONLY.match(block, at) if at >= 0 else None
     if final is None:  # content chunks only (all but the stream's end)
-        return block if keep_chunks else CHUNK_USAGE.sub(b"", block)
+        return block if keep_chunks else _chunk_usage_removed(block)
     start = block.rfind(EVENT_END, 0, final.start())
     start = 0 if start < 0 else start + len(EVENT_END)
     end = block.find(EVENT_END, final.end())
     end = len(block) if end < 0 else end + len(EVENT_END)
     head, tail = block[:start], block[end:]
     if not keep_chunks:
-        head, tail = CHUNK_USAGE.sub(b"", head), CHUNK_USAGE.sub(b"", tail)
+        head, tail = _chunk_usage_removed(head), _chunk_usage_removed(tail)
     return head + (block[start:end] if keep_final else b"") + tail
 
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from gateway.proxy import EVENT_END, _usage_as_requested
+from gateway.proxy import EVENT_END, _last_usage_event, _usage_as_requested
 
 USAGE = {
     "prompt_tokens": 7,
@@ -71,3 +71,24 @@ def test_the_client_gets_the_usage_it_asked_for(spaced, final, keep_final, keep_
         [{"id": "chatcmpl-1", "choices": [], "usage": USAGE}] if final and keep_final else []
     )
     assert ("[DONE]" in out) == final
+
+
+@pytest.mark.parametrize("spaced", [False, True], ids=["compact", "spaced"])
+def test_a_blocks_usage_is_read_from_its_last_event_that_carries_one(spaced):
+    """Usage is looked for from the block's end: an event after it whose
+    usage is null (as servers without continuous usage write), [DONE], or
+    usage-like text in the content does not hide it."""
+    separators = (", ", ": ") if spaced else (",", ":")
+    with_usage = b"data: " + json.dumps(chunk(2, text="a"), separators=separators).encode()
+    null_usage = {**chunk(3, text='"usage": {"x": 1}'), "usage": None}
+    raw = (
+        with_usage
+        + EVENT_END
+        + b"data: "
+        + json.dumps(null_usage, separators=separators).encode()
+        + EVENT_END
+        + b"data: [DONE]"
+        + EVENT_END
+    )
+    assert _last_usage_event(raw) == with_usage
+    assert _last_usage_event(raw[len(with_usage) + len(EVENT_END) :]) is None
