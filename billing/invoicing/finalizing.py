@@ -32,7 +32,7 @@ from billing.invoicing.lines import LineDraft, credit_line
 from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
 from billing.queueing import invoice_sync_enqueue
 from core.changes import terms_changed_of
-from core.db_copy import copy_into, model_copy_columns
+from core.db_copy import copy_into, instances_create, model_copy_columns
 
 # What finalizing sets on an invoice (credits_apply, number_assign); its
 # status moves on apart (drafts_save).
@@ -224,9 +224,7 @@ def drafts_save(
     all as drafts (lines may only be added to a draft); then move the
     finalized on in one statement per status and queue their Stripe sync."""
     kept = [d.invoice for d in drafts if d.invoice.pk is not None]
-    Invoice.objects.bulk_create(
-        [d.invoice for d in drafts if d.invoice.pk is None], batch_size=1000
-    )
+    instances_create(Invoice, [d.invoice for d in drafts if d.invoice.pk is None], connection)
     if kept:
         Invoice.objects.bulk_update(kept, sorted(set(columns)), batch_size=1000)
     lines_write(drafts)
