@@ -16,6 +16,7 @@ import argparse
 
 import uvicorn
 
+from gateway.management.commands.gateway import SERVER_OPTIONS
 from gateway.upstream_http import UpstreamClient
 
 CONTENT_TYPE = b"content-type"
@@ -76,12 +77,7 @@ def main() -> None:
         relay_app(args.upstream.rstrip("/")),
         host="127.0.0.1",
         port=args.port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        access_log=False,
-        log_level="warning",
-        timeout_keep_alive=75,
+        **SERVER_OPTIONS,
     )
 
 

@@ -20,6 +20,21 @@ _DAY = timedelta(days=1)
 Day = TypeVar("Day", bound=date)  # a date or a datetime, returned as given
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_hour(seconds: float) -> int:  # ok-float: epoch seconds
+    """Whole hours since the epoch, floored: an hour as an integer (exact
+    for any moment this project stores: a float holds its seconds to well
+    under a microsecond)."""
+    return int(seconds // 3600)
+
+
+def epoch_hour_start(hour: int) -> datetime:
+    """The moment (UTC) epoch hour `hour` starts."""
+    return _EPOCH + timedelta(hours=hour)
+
+
 def _in_utc(moment: datetime) -> datetime:
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)

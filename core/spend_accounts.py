@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 
+from core.calendar import epoch_hour
 from core.redis_mux import MuxRedis, Script
 
 NANO = Decimal("1e-9")
@@ -65,10 +66,6 @@ def nanos(amount: Decimal, *, up: bool = False) -> int:
 
 def amount_of(units: int) -> Decimal:
     return Decimal(units) * NANO
-
-
-def epoch_hour(seconds: float) -> int:  # ok-float: epoch seconds
-    return int(seconds // 3600)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,8 @@ from billing.pricing.spend_corrections import (  # noqa: E402
     spend_correction_applied,
     spend_corrections_pending,
 )
-from core.spend_accounts import LocalSpend, RedisSpend, epoch_hour  # noqa: E402
+from core.calendar import epoch_hour  # noqa: E402
+from core.spend_accounts import LocalSpend, RedisSpend  # noqa: E402
 from core.spend_slices import SlicedSpend  # noqa: E402
 from gateway.admission import LocalAdmission, RedisAdmission  # noqa: E402
 from gateway.callers import Caller, CallerCache, CallerRefused, TermsCache  # noqa: E402

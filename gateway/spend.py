@@ -40,7 +40,8 @@ from decimal import ROUND_CEILING, Decimal
 
 from billing.pricing.rating import RateCard, usage_amount
 from billing.pricing.spend_terms import PREPAID, SpendTerms
-from core.spend_accounts import LocalSpend, RedisSpend, SpendRefused, epoch_hour
+from core.calendar import epoch_hour
+from core.spend_accounts import LocalSpend, RedisSpend, SpendRefused
 from gateway.errors import Refused
 from gateway.proxy import Cut
 

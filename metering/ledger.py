@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import psycopg
 from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
+from core.calendar import epoch_hour, epoch_hour_start
 from core.db_copy import copy_into, copy_to_staging, copy_writer
 from metering.partitions import LEDGER_TABLE, usage_partitions_ensure
 from metering.validation import (
@@ -50,6 +51,8 @@ ACCEPTED, DUPLICATE = "accepted", "duplicate"
 KEY_TABLE = "metering_usagekey"
 KEY_COLUMNS = ("request_id", "phase", "received_at")
 KEY_TYPES = ("varchar", "varchar", "timestamptz")
+FAST_PATH_LOCK_WAIT_MS = 50  # then the careful path (see _record_fast)
+DEADLOCK_ATTEMPTS = 3  # of the careful path, when PostgreSQL picks it
 
 
 @dataclass(frozen=True)
@@ -195,9 +198,6 @@ def usage_record_batch(
         return _record_fast(events, validator.refreshed())
 
 
-FAST_PATH_LOCK_WAIT_MS = 50
-
-
 def _record_fast(events: Sequence[Mapping[str, Any]], validator: EventValidator) -> BatchResult:
     batch = _Batch()
     try:
@@ -248,9 +248,6 @@ def _record_careful(first: dict[tuple[str, str], tuple]) -> set[tuple[str, str]]
             attempts += 1
 
 
-DEADLOCK_ATTEMPTS = 3
-
-
 def _claim_and_write(first: dict[tuple[str, str], tuple]) -> set[tuple[str, str]]:
     with transaction.atomic(), connection.cursor() as cursor, connection.wrap_database_errors:
         raw = cursor.cursor
@@ -293,15 +290,6 @@ def _keys_copy(raw, first: dict[tuple[str, str], tuple]) -> None:
     )
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _hour(moment: datetime) -> int:
-    """Hours since the epoch, floored. Exact for this ledger's dates: a
-    float holds their seconds to well under a microsecond."""
-    return int(moment.timestamp() // 3600)
-
-
 def _mark_stale(raw, rows: Iterable[tuple]) -> None:
     """New usage re-opens the attribution windows it falls in (each
     (replica, hour) a served request was resident in, from being sent, or
@@ -311,10 +299,11 @@ def _mark_stale(raw, rows: Iterable[tuple]) -> None:
     hours: set[int] = set()
     for row in rows:
         received = row[RECEIVED_AT]
-        hours.add(_hour(received))
+        hours.add(epoch_hour(received.timestamp()))
         replica = row[REPLICA]
         if replica is not None and row[STATUS] != RequestStatus.REJECTED:
-            spans.add((replica, _hour(row[SENT_AT] or received), _hour(row[ENDED_AT])))
+            began = (row[SENT_AT] or received).timestamp()
+            spans.add((replica, epoch_hour(began), epoch_hour(row[ENDED_AT].timestamp())))
     windows = {(replica, hour) for replica, a, b in spans for hour in range(a, b + 1)}
     if not hours:
         return
@@ -331,7 +320,7 @@ def _mark_stale(raw, rows: Iterable[tuple]) -> None:
         ON CONFLICT (replica_id, start)
         DO UPDATE SET status = 'pending', marked_at = EXCLUDED.marked_at
         """,
-        [[r for r, _ in resident], [_EPOCH + timedelta(hours=h) for _, h in resident]],
+        [[r for r, _ in resident], [epoch_hour_start(h) for _, h in resident]],
     )
     raw.execute(
         """
@@ -339,5 +328,5 @@ def _mark_stale(raw, rows: Iterable[tuple]) -> None:
         SELECT hour, now() FROM unnest(%s::timestamptz[]) AS hours (hour)
         ON CONFLICT (hour) DO UPDATE SET marked_at = EXCLUDED.marked_at
         """,
-        [[_EPOCH + timedelta(hours=h) for h in sorted(hours)]],
+        [[epoch_hour_start(h) for h in sorted(hours)]],
     )

@@ -14,12 +14,12 @@ from decimal import Decimal
 
 import pytest
 
+from core.calendar import epoch_hour
 from core.spend_accounts import (
     Limit,
     LocalSpend,
     RedisSpend,
     SpendRefused,
-    epoch_hour,
     nanos,
     redis_spend_state,
 )

@@ -16,7 +16,8 @@ from decimal import Decimal
 import pytest
 
 import core.spend_slices
-from core.spend_accounts import Limit, RedisSpend, SpendRefused, epoch_hour
+from core.calendar import epoch_hour
+from core.spend_accounts import Limit, RedisSpend, SpendRefused
 from core.spend_slices import SlicedSpend
 from tests.services import redis_url, require
 

@@ -1,6 +1,18 @@
 import uvicorn
 from django.core.management.base import BaseCommand
 
+# How the gateway's server runs (bench/bare_relay.py runs the same).
+SERVER_OPTIONS = {
+    "loop": "uvloop",
+    "http": "httptools",
+    "lifespan": "on",
+    "access_log": False,
+    "log_level": "warning",
+    # Longer than clients' idle-connection expiry (httpx: 5 s), so a client
+    # never sends on a connection the gateway is closing.
+    "timeout_keep_alive": 75,
+}
+
 
 class Command(BaseCommand):
     help = "Run the OpenAI-compatible gateway (uvicorn, uvloop, httptools)."
@@ -16,13 +28,6 @@ class Command(BaseCommand):
             host=host,
             port=port,
             workers=workers,
-            loop="uvloop",
-            http="httptools",
-            lifespan="on",
-            access_log=False,
-            log_level="warning",
             timeout_graceful_shutdown=30,
-            # Longer than clients' idle-connection expiry (httpx: 5 s), so a
-            # client never sends on a connection the gateway is closing.
-            timeout_keep_alive=75,
+            **SERVER_OPTIONS,
         )
