@@ -1,6 +1,7 @@
 """The gateway's spend hold alone (issue 18): SpendGuard.reserve and
 settle on in-process accounts, a flat card and a tiered one, in a loop,
-side by side with the pricing it calls (`usage_amount`) on its own. No
+side by side with the pricing it calls (`usage_nanos` for a flat card of
+whole nano-unit prices, `usage_amount` otherwise) on its own. No
 database, no network: what one held request costs the gateway's CPU
 before any of its other work. Writes its table to docs/benchmarks.md.
 
@@ -22,7 +23,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 django.setup()
 
 from bench.common import report_write  # noqa: E402
-from billing.pricing.rating import RateCard, usage_amount  # noqa: E402
+from billing.pricing.rating import RateCard, usage_amount, usage_nanos  # noqa: E402
 from billing.pricing.spend_terms import SpendAccount, SpendTerms  # noqa: E402
 from core.spend_accounts import LocalSpend  # noqa: E402
 from gateway.spend import SpendGuard  # noqa: E402
@@ -82,11 +83,16 @@ async def hold_loop(card: RateCard, n: int) -> float:
 
 
 def pricing_loop(card: RateCard, n: int) -> float:
-    """µs per call of usage_amount, as reserve and settle each call it."""
+    """µs per call of the pricing reserve and settle each call: usage_nanos
+    for a flat card of whole nano-unit prices, usage_amount otherwise."""
     done = {"input": 999_000, "output": 999_900}
     started = time.perf_counter()
-    for _ in range(n):
-        usage_amount(card, done=done, prompt=600, cached=100, completion=200)
+    if card.flat_nanos is not None:
+        for _ in range(n):
+            usage_nanos(card, prompt=600, cached=100, completion=200)
+    else:
+        for _ in range(n):
+            usage_amount(card, done=done, prompt=600, cached=100, completion=200)
     return (time.perf_counter() - started) / n * 1e6
 
 
@@ -95,14 +101,19 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=50_000)
     args = parser.parse_args()
     rows = []
-    for label, card in (("flat card", FLAT), ("tiered card (a boundary crossed)", TIERED)):
+    cards = (
+        ("flat card (usage_nanos)", FLAT),
+        ("tiered card, a boundary crossed (usage_amount)", TIERED),
+    )
+    for label, card in cards:
         hold = asyncio.run(hold_loop(card, args.requests))
         price = pricing_loop(card, args.requests)
         rows.append(f"| {label} | {hold:.2f} | {price:.2f} | {2 * price / hold:.0%} |")
     body = (
         f"{args.requests:,} held requests in a loop, one process, accounts in memory "
         "(no gateway around them: the bench gateway row measures that).\n\n"
-        "| card | reserve + settle µs / request | usage_amount µs / call | pricing's share |\n"
+        "| card (its pricing) | reserve + settle µs / request | pricing µs / call "
+        "| pricing's share |\n"
         "|---|---|---|---|\n" + "\n".join(rows)
     )
     report_write(

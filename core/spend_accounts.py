@@ -34,10 +34,11 @@ gateway, or twice, changes nothing. A request received before the cut and
 settled after it is added to the corrected base, since the ledger had not
 seen it. What the correction replaced less the ledger is the drift.
 
-Amounts are whole nano-units of the currency (1e-9): a reservation rounds
-up, so rounding never lets spend past the limit; a settlement rounds to
-the nearest. Redis's scripts compute in doubles, exact to 2**53 nano-units
-(about 9 million in the currency); a larger limit counts as that much."""
+Amounts are whole nano-units of the currency (1e-9), asked as ints
+(`nanos`): a reservation's rounded up, so rounding never lets spend past
+the limit, and a settlement's to the nearest. Redis's scripts compute in
+doubles, exact to 2**53 nano-units (about 9 million in the currency); a
+larger limit counts as that much."""
 
 from __future__ import annotations
 
@@ -92,11 +93,10 @@ class SpendState:
 @dataclass(frozen=True)
 class SpendRefused:
     """The reservation does not fit account `index` of those asked: what is
-    left there (limit - spent - reserved, never below zero) and what was asked."""
+    left there (limit - spent - reserved, never below zero)."""
 
     index: int
     left: Decimal
-    asked: Decimal
 
 
 @dataclass
@@ -151,20 +151,20 @@ class LocalSpend:
         self,
         limits: Sequence[Limit],
         lease_id: str,
-        amount: Decimal,
+        want: int,
         *,
         ttl: float,  # ok-float: seconds
     ) -> SpendRefused | None:
-        """Hold `amount` on every account of `limits` if it fits under each,
-        under `lease_id`: a lease already held grows by it (a running
-        request's renewed GPU-second grant) and expires `ttl` from now."""
-        want = nanos(amount, up=True)
+        """Hold `want` nano-units (a worst case rounded up: `nanos(..., up=True)`)
+        on every account of `limits` if it fits under each, under
+        `lease_id`: a lease already held grows by it (a running request's
+        renewed GPU-second grant) and expires `ttl` from now."""
         accounts = []
         for index, limit in enumerate(limits):
             account = self._account(limit.key, limit.seed)
             left = limit.units - account.spent - account.reserved
             if want > left:
-                return SpendRefused(index=index, left=amount_of(max(0, left)), asked=amount)
+                return SpendRefused(index, amount_of(max(0, left)))
             accounts.append(account)
         expiry = self._clock() + ttl
         for account in accounts:
@@ -173,12 +173,10 @@ class LocalSpend:
             account.reserved += want
         return None
 
-    async def settle(
-        self, keys: Sequence[str], lease_id: str, actual: Decimal, *, hour: int
-    ) -> None:
-        """End the reservation (if it has not expired) and count `actual`
-        for a request received in epoch `hour`, on each account that exists."""
-        units = nanos(actual)
+    async def settle(self, keys: Sequence[str], lease_id: str, units: int, *, hour: int) -> None:
+        """End the reservation (if it has not expired) and count `units`
+        (the actual charge to the nearest nano-unit: `nanos(...)`) for a
+        request received in epoch `hour`, on each account that exists."""
         for key in keys:
             account = self._account(key)
             if account is None:
@@ -427,28 +425,25 @@ class RedisSpend:
         self,
         limits: Sequence[Limit],
         lease_id: str,
-        amount: Decimal,
+        want: int,
         *,
         ttl: float,  # ok-float: seconds
-        spare: Decimal = Decimal(0),
+        spare: int = 0,
     ) -> SpendRefused | None:
-        """As LocalSpend.reserve; `spare`: what must stay left on each
-        account besides (a slice is taken only far from the limit)."""
+        """As LocalSpend.reserve; `spare`: the nano-units that must stay
+        left on each account besides (a slice is taken only far from the limit)."""
         keys, per_account = self._limits(limits)
-        args = [nanos(amount, up=True), ttl, lease_id, self._key_seconds, nanos(spare, up=True)]
-        args += per_account
+        args = [want, ttl, lease_id, self._key_seconds, spare, *per_account]
         admitted, index, left = await self._redis.run_script(_RESERVE, keys, args)
         if admitted:
             return None
-        return SpendRefused(index=int(index), left=amount_of(max(0, int(left))), asked=amount)
+        return SpendRefused(int(index), amount_of(max(0, int(left))))
 
-    async def settle(
-        self, keys: Sequence[str], lease_id: str, actual: Decimal, *, hour: int
-    ) -> None:
+    async def settle(self, keys: Sequence[str], lease_id: str, units: int, *, hour: int) -> None:
         await self._redis.run_script(
             _SETTLE,
             [k for key in keys for k in self._keys(key)],
-            [lease_id, nanos(actual), hour, self._key_seconds],
+            [lease_id, units, hour, self._key_seconds],
         )
 
     async def slice_draw(

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from core.spend_accounts import Limit, RedisSpend, SpendRefused, SpendState, amount_of, nanos
+from core.spend_accounts import Limit, RedisSpend, SpendRefused, SpendState
 
 logger = logging.getLogger(__name__)
 SLICE_REQUESTS = 16  # a slice is granted for this many requests like the one asking
@@ -100,12 +100,11 @@ class SlicedSpend:
         self,
         limits: Sequence[Limit],
         lease_id: str,
-        amount: Decimal,
+        want: int,
         *,
         ttl: float,  # ok-float: seconds
     ) -> SpendRefused | None:
         limits = limits if isinstance(limits, tuple) else tuple(limits)
-        want = nanos(amount, up=True)
         key = tuple((limit.key, limit.limit) for limit in limits)
         piece = self._slices.get(key)
         if piece is None:
@@ -122,15 +121,12 @@ class SlicedSpend:
                     self._top_up_later(piece, want)
                 return None
         self.redis_calls += 1
-        refused = await self.inner.reserve(limits, lease_id, amount, ttl=ttl)
+        refused = await self.inner.reserve(limits, lease_id, want, ttl=ttl)
         if refused is None:
             self._direct.add(lease_id)
         return refused
 
-    async def settle(
-        self, keys: Sequence[str], lease_id: str, actual: Decimal, *, hour: int
-    ) -> None:
-        units = nanos(actual)
+    async def settle(self, keys: Sequence[str], lease_id: str, units: int, *, hour: int) -> None:
         piece = self._held_in.pop(lease_id, None)
         if piece is not None:
             piece.holding -= piece.held.pop(lease_id)
@@ -140,9 +136,7 @@ class SlicedSpend:
             self._direct.discard(lease_id)
             self.redis_calls += 1
             # Charged on the slice already, or here: once either way.
-            await self.inner.settle(
-                keys, lease_id, Decimal(0) if piece is not None else actual, hour=hour
-            )
+            await self.inner.settle(keys, lease_id, 0 if piece is not None else units, hour=hour)
 
     async def correct(self, key: str, *, cut: int, ledger: Decimal) -> Decimal | None:
         return await self.inner.correct(key, cut=cut, ledger=ledger)
@@ -186,9 +180,9 @@ class SlicedSpend:
             refused = await self.inner.reserve(
                 piece.limits,
                 piece.lease_id,
-                amount_of(grow),
+                grow,
                 ttl=self._ttl,
-                spare=amount_of(grow * SPARE),
+                spare=grow * SPARE,
             )
             if refused is None:
                 piece.granted += grow

@@ -8,7 +8,10 @@ cost when it ends.
 the context) and the choices (n, best_of), priced by billing's rating code
 where the period's volume tiers stand. The settlement prices the tokens
 the request used with the same card, less the plan's discount, as budgets
-count it.
+count it. Both are asked of the accounts in nano-units: a flat card whose
+prices are whole nano-units per token (the common card) is priced in
+integers (`usage_nanos`, the same figure as `usage_amount`'s, with no
+Decimal made per request), any other by `usage_amount`, rounded.
 
 **GPU-seconds**, where the tenant's price book charges them. Metering
 attributes a replica's GPU time among the requests resident on it, so a
@@ -38,10 +41,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcon
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
-from billing.pricing.rating import RateCard, usage_amount
+from billing.pricing.rating import RateCard, usage_amount, usage_nanos
 from billing.pricing.spend_terms import PREPAID, SpendTerms
 from core.calendar import epoch_hour
-from core.spend_accounts import LocalSpend, RedisSpend, SpendRefused
+from core.spend_accounts import MAX_UNITS, LocalSpend, RedisSpend, SpendRefused, nanos
 from gateway.errors import Refused
 from gateway.proxy import Cut
 
@@ -160,18 +163,23 @@ class SpendGuard:
                 param="model",
             )
         done = terms.volume.get(model, {})
-        worst = usage_amount(
-            card, done=done, prompt=prompt_tokens_max, completion=output_tokens_max * choices
-        )
+        output_max = output_tokens_max * choices
+        # In integers where the card allows (the common card), else by the
+        # Decimal amount: the same figure, rounded up to a nano-unit.
+        want = usage_nanos(card, prompt=prompt_tokens_max, completion=output_max)
+        if want is None:
+            worst = usage_amount(card, done=done, prompt=prompt_tokens_max, completion=output_max)
+            want = nanos(worst, up=True)
         gpu = None
         if card.per_gpu_second is not None and callable(gpus):
             gpus = gpus()
         if card.per_gpu_second is not None and gpus:
             gpu = GpuGrant(price=card.per_gpu_second, granted=self._grant * gpus)
-            worst += _gpu_amount(gpu.price, gpu.granted)
-        limits = terms.limits
+            want += nanos(_gpu_amount(gpu.price, gpu.granted), up=True)
         try:
-            refused = await self.store.reserve(limits, request_id, worst, ttl=self._ttl)
+            refused = await self.store.reserve(
+                terms.limits, request_id, min(want, MAX_UNITS), ttl=self._ttl
+            )
         except Exception as exc:  # Redis unreachable: fail closed
             logger.warning("request %s: spend accounts unreachable: %s", request_id, exc)
             return Refused(
@@ -184,11 +192,14 @@ class SpendGuard:
         if refused is None:
             return Hold(terms, request_id, card, done, gpu)  # positional: quicker
         gpu_text = f", and its first {_seconds(gpu.granted)} GPU-seconds" if gpu else ""
+        worst = usage_amount(card, done=done, prompt=prompt_tokens_max, completion=output_max)
+        if gpu is not None:
+            worst += _gpu_amount(gpu.price, gpu.granted)
         return _refusal(
             terms,
             refused,
             f"this request may cost up to {_money(worst)} {terms.currency} "
-            f"({prompt_tokens_max:,} prompt tokens and {output_tokens_max * choices:,} output "
+            f"({prompt_tokens_max:,} prompt tokens and {output_max:,} output "
             f"tokens at most{gpu_text}): "
             + (f"lower {output_field}, or " if output_field else "send less input, or "),
             param=output_field or "input",
@@ -241,7 +252,7 @@ class SpendGuard:
                     refused = await self.store.reserve(
                         hold.terms.limits,
                         hold.lease_id,
-                        _gpu_amount(grant.price, more),
+                        nanos(_gpu_amount(grant.price, more), up=True),
                         ttl=self._ttl,
                     )
                 except Exception as exc:  # Redis unreachable: not renewed, asked again
@@ -280,25 +291,31 @@ class SpendGuard:
     ) -> None:
         """Settle to what the request cost, for a request received at epoch
         seconds `received_at` (the hour the ledger files it under)."""
-        gpu_seconds = ZERO
-        if hold.gpu is not None:
-            gpu_seconds = Decimal(repr(hold.gpu.share)).quantize(MICRO, ROUND_CEILING)
-        actual = usage_amount(
-            hold.card,
-            done=hold.done,
-            prompt=prompt,
-            cached=cached,
-            completion=completion,
-            gpu_seconds=gpu_seconds,
-        )
         discount = hold.terms.discount_percent
-        if discount:
-            actual -= actual * discount / HUNDRED
+        units = None
+        if hold.gpu is None and not discount:  # in integers where the card allows
+            units = usage_nanos(hold.card, prompt=prompt, cached=cached, completion=completion)
+        if units is None:
+            gpu_seconds = ZERO
+            if hold.gpu is not None:
+                gpu_seconds = Decimal(repr(hold.gpu.share)).quantize(MICRO, ROUND_CEILING)
+            actual = usage_amount(
+                hold.card,
+                done=hold.done,
+                prompt=prompt,
+                cached=cached,
+                completion=completion,
+                gpu_seconds=gpu_seconds,
+            )
+            if discount:
+                actual -= actual * discount / HUNDRED
+            units = nanos(actual)
         try:
             keys = hold.terms.account_keys
-            await self.store.settle(keys, hold.lease_id, actual, hour=epoch_hour(received_at))
+            hour = epoch_hour(received_at)
+            await self.store.settle(keys, hold.lease_id, min(units, MAX_UNITS), hour=hour)
         except Exception as exc:  # its lease expires; the ledger's correction counts it
-            logger.warning("request %s: not settled (%s): %s", hold.lease_id, actual, exc)
+            logger.warning("request %s: not settled (%s nano-units): %s", hold.lease_id, units, exc)
 
 
 def _refusal(

@@ -66,6 +66,18 @@ class RateCard:
             return None
         return tuple(s[0][1] for s in steps)
 
+    @cached_property
+    def flat_nanos(self) -> tuple[int, ...] | None:
+        """`flat` per token in whole nano-units of the currency (1e-9), where
+        every price is a whole number of them (a per-million price of at
+        most three decimal places), else None."""
+        if self.flat is None:
+            return None
+        per_token = [price.scaleb(3) for price in self.flat]  # per million -> nanos per token
+        if any(price != price.to_integral_value() for price in per_token):
+            return None
+        return tuple(int(price) for price in per_token)
+
 
 def card_pieces(card: RateCard, kind: str, done: int, tokens: int):
     """(tokens, price per million) pieces of `tokens` more of `kind`, after
@@ -114,12 +126,7 @@ def usage_amount(
         # Decimal times int is exact, and so is moving the point: the same
         # amount as the pieces summed one by one, for a third of the time
         # (the gateway prices every held request twice).
-        per_input, per_cached, per_output = flat
-        amount = (
-            max(prompt - cached, 0) * per_input
-            + max(cached, 0) * per_cached
-            + max(completion, 0) * per_output
-        ).scaleb(-6)
+        amount = _flat_sum(flat, prompt, cached, completion).scaleb(-6)
     else:
         amount = Decimal(0)
         counts = usage_counts(prompt=prompt, cached=cached, completion=completion)
@@ -131,6 +138,28 @@ def usage_amount(
     if card.per_gpu_second is not None and gpu_seconds:
         amount += gpu_seconds * card.per_gpu_second
     return amount
+
+
+def usage_nanos(card: RateCard, *, prompt: int, cached: int = 0, completion: int = 0) -> int | None:
+    """`usage_amount` of this usage (no GPU-seconds) in whole nano-units of
+    the currency, as an int, where it is one: a flat card whose prices are
+    whole nano-units per token (`flat_nanos`); None otherwise. The same
+    sum in integers, exact: the gateway's hold on the common card, with no
+    Decimal to make (a flat price does not depend on the volume so far)."""
+    per_token = card.flat_nanos
+    if per_token is None:
+        return None
+    return _flat_sum(per_token, prompt, cached, completion)
+
+
+def _flat_sum(prices, prompt: int, cached: int, completion: int):
+    """Tokens by kind (usage_counts) times a flat card's prices, summed."""
+    per_input, per_cached, per_output = prices
+    return (
+        max(prompt - cached, 0) * per_input
+        + max(cached, 0) * per_cached
+        + max(completion, 0) * per_output
+    )
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import pytest
 
 import core.spend_slices
 from core.calendar import epoch_hour
-from core.spend_accounts import Limit, RedisSpend, SpendRefused
+from core.spend_accounts import Limit, RedisSpend, SpendRefused, nanos
 from core.spend_slices import SlicedSpend
 from tests.services import redis_url, require
 
@@ -29,6 +29,15 @@ KEY = "t9:budget:20261101T000000"
 def prefix():
     require(redis_url() is not None, "no Redis for spend slices")
     return f"test-{uuid.uuid4().hex}"
+
+
+def up(amount: str) -> int:
+    """A reservation's nano-units (rounded up, as the gateway asks them)."""
+    return nanos(D(amount), up=True)
+
+
+def units(amount: str) -> int:
+    return nanos(D(amount))
 
 
 def sliced(prefix: str) -> SlicedSpend:
@@ -46,8 +55,8 @@ def test_one_request_at_a_time_is_served_from_the_slice_and_every_charge_counts(
     async def scenario():
         spend = sliced(prefix)
         for n in range(200):
-            assert await spend.reserve(limits, f"r{n}", D("0.05"), ttl=60) is None
-            await spend.settle([KEY], f"r{n}", D("0.01"), hour=hour)
+            assert await spend.reserve(limits, f"r{n}", up("0.05"), ttl=60) is None
+            await spend.settle([KEY], f"r{n}", units("0.01"), hour=hour)
         assert spend.redis_calls < 40  # top-ups and draws, not 400 calls
         await spend.close()
         check = RedisSpend(redis_url(), prefix=prefix)
@@ -68,8 +77,8 @@ def test_terms_read_again_with_a_new_ledger_seed_keep_the_same_slice(prefix):
         spend = sliced(prefix)
         for n in range(100):
             limits = (Limit(KEY, D(1000), seed=D(n) / 1000),)
-            assert await spend.reserve(limits, f"r{n}", D("0.05"), ttl=60) is None
-            await spend.settle([KEY], f"r{n}", D("0.01"), hour=hour)
+            assert await spend.reserve(limits, f"r{n}", up("0.05"), ttl=60) is None
+            await spend.settle([KEY], f"r{n}", units("0.01"), hour=hour)
         assert spend.redis_calls < 25  # as with unchanging terms, not 100+ top-ups
         await spend.close()
 
@@ -94,7 +103,7 @@ def test_two_gateways_slicing_one_budget_never_pass_it(prefix):
         async def one(n):
             async with gate:
                 spend = gateways[n % 2]
-                result = await spend.reserve(limits, f"r{n}", D("0.05"), ttl=60)
+                result = await spend.reserve(limits, f"r{n}", up("0.05"), ttl=60)
                 if isinstance(result, SpendRefused):
                     refused.append(result)
                     return
@@ -102,7 +111,7 @@ def test_two_gateways_slicing_one_budget_never_pass_it(prefix):
                 exposure["max"] = max(exposure["max"], exposure["now"])
                 await asyncio.sleep(rng.random() / 50)
                 actual = D(rng.randint(20, 50)) / 1000
-                await spend.settle([KEY], f"r{n}", actual, hour=hour)
+                await spend.settle([KEY], f"r{n}", nanos(actual), hour=hour)
                 exposure["now"] += actual - D("0.05")
                 exposure["charged"] += actual
 
@@ -133,8 +142,8 @@ def test_near_the_limit_requests_go_to_redis_and_are_refused_with_what_is_left(p
     async def scenario():
         spend = sliced(prefix)
         for n in range(3):
-            assert await spend.reserve(limits, f"r{n}", D("0.30"), ttl=60) is None
-        refused = await spend.reserve(limits, "r3", D("0.30"), ttl=60)
+            assert await spend.reserve(limits, f"r{n}", up("0.30"), ttl=60) is None
+        refused = await spend.reserve(limits, "r3", up("0.30"), ttl=60)
         assert isinstance(refused, SpendRefused) and refused.left == D("0.10")
         state = await spend.state(KEY)
         assert state.reserved == D("0.90")  # the three requests' worst cases, no slice
@@ -149,7 +158,7 @@ def test_a_dead_gateways_slice_expires(prefix, monkeypatch):
 
     async def scenario():
         spend = sliced(prefix)
-        assert await spend.reserve(limits, "r0", D("0.05"), ttl=60) is None
+        assert await spend.reserve(limits, "r0", up("0.05"), ttl=60) is None
         assert (await spend.state(KEY)).reserved == D("0.80")  # a slice of 16 requests
         spend._drawing.cancel()  # the gateway dies: nothing renews or draws
         await asyncio.sleep(0.8)

@@ -7,8 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from billing.models import Plan, Subscription, VolumeTier
-from billing.pricing.rating import RateCard, charges_rate, usage_amount
+from billing.pricing.rating import TOKEN_KINDS, RateCard, charges_rate, usage_amount, usage_nanos
 from tests.billing.conftest import NOV, OCT
 
 D = Decimal
@@ -127,6 +130,43 @@ def test_a_flat_cards_request_price_is_what_it_adds_to_the_periods_rating(world)
         "0.7"
     ) * D("0.000123")
     assert amount == by_hand == after - before
+
+
+def test_a_flat_cards_request_in_nano_units_is_what_it_adds_to_the_periods_rating(world):
+    """The gateway holds and settles a flat card of whole nano-unit prices
+    in integers (`usage_nanos`): the figure must be the period's rating's
+    difference exactly, in nano-units; a card with a finer price has none."""
+    price = world.price(
+        input_per_mtok=D("0.125"), cached_input_per_mtok=D("0.031"), output_per_mtok=D("2.5")
+    )
+    card = RateCard.of(price)
+    assert card.flat_nanos == (125, 31, 2500)
+    world.tokens(world.a, hour=OCT + timedelta(hours=1), prompt=7_777, completion=3)
+    before = _total(charges_rate(tenant=world.a, start=OCT, end=NOV))
+    units = usage_nanos(card, prompt=1_234, cached=321, completion=77)
+    world.tokens(world.a, hour=OCT + timedelta(hours=2), prompt=1_234, cached=321, completion=77)
+    after = _total(charges_rate(tenant=world.a, start=OCT, end=NOV))
+    assert units == 913 * 125 + 321 * 31 + 77 * 2500
+    assert D(units).scaleb(-9) == after - before
+    finer = RateCard(steps={**card.steps, "output": ((0, D("2.5001")),)})
+    assert finer.flat_nanos is None
+    assert usage_nanos(finer, prompt=1, completion=1) is None
+
+
+@given(
+    prices=st.tuples(*[st.decimals(0, 1000, places=3)] * 3),
+    prompt=st.integers(-5, 10**9),
+    cached=st.integers(-5, 10**9),
+    completion=st.integers(-5, 10**9),
+)
+def test_nano_units_and_the_decimal_amount_agree_to_the_last_digit(
+    prices, prompt, cached, completion
+):
+    steps = {kind: ((0, price),) for kind, price in zip(TOKEN_KINDS, prices, strict=True)}
+    card = RateCard(steps=steps)
+    units = usage_nanos(card, prompt=prompt, cached=cached, completion=completion)
+    amount = usage_amount(card, done={}, prompt=prompt, cached=cached, completion=completion)
+    assert D(units).scaleb(-9) == amount
 
 
 def test_a_price_change_mid_month_prices_each_hour_by_its_book(world):

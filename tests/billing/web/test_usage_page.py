@@ -80,7 +80,7 @@ def test_a_prepaid_member_sees_the_balance_and_what_requests_in_flight_hold(
 
     from billing.models import CreditGrant, Plan, Subscription
     from billing.pricing.spend_terms import spend_terms
-    from core.spend_accounts import Limit, RedisSpend
+    from core.spend_accounts import Limit, RedisSpend, nanos
     from tests.services import redis_url, require
 
     url = redis_url()
@@ -98,7 +98,7 @@ def test_a_prepaid_member_sees_the_balance_and_what_requests_in_flight_hold(
     async def gateway_holds():
         store = RedisSpend(url, prefix=settings.GATEWAY["REDIS_PREFIX"])
         limit = [Limit(account.key, account.limit, Decimal("1.25"))]
-        await store.reserve(limit, "in-flight", Decimal("0.5"), ttl=60)
+        await store.reserve(limit, "in-flight", nanos(Decimal("0.5")), ttl=60)
         await store.close()
 
     asyncio.run(gateway_holds())
