@@ -176,13 +176,13 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
-def ceiling_by_cpu(base: LoadResult, held: LoadResult) -> str:
+def ceiling_by_cpu(base: LoadResult, held: LoadResult, *, against: str) -> str:
     """A gateway's ceiling is one core over its CPU per request: the ratio
     of the two arms' CPU per request, measured on the gateway process itself
     (unlike the throughput, it does not move with the load generator and the
     fake upstream sharing the cores)."""
     return (
-        f"| {held.label} | {base.server_cpu_us_per_request:.0f} | "
+        f"| {held.label} vs {against} | {base.server_cpu_us_per_request:.0f} | "
         f"{held.server_cpu_us_per_request:.0f} | "
         f"{held.server_cpu_us_per_request - base.server_cpu_us_per_request:+.0f} | "
         f"x {base.server_cpu_us_per_request / held.server_cpu_us_per_request:.3f} | "
@@ -196,6 +196,18 @@ def row(r: LoadResult) -> str:
         f"{r.p('ttft_ms', 50):.2f} | {r.p('ttft_ms', 99):.2f} | "
         f"{r.p('e2e_ms', 50):.2f} | {r.p('e2e_ms', 99):.2f} |"
     )
+
+
+def held_compared(arm_results: list[LoadResult], compared) -> list[str]:
+    """`compared(base, arm)` rows of a held set: its two identical arms
+    without a budget against each other (the measurement's own noise),
+    then each held arm against those two together."""
+    first, again, *held = arm_results
+    both = LoadResult.merged([first, again])
+    return [
+        compared(first, again, against="no budget"),
+        *(compared(both, arm, against="no budget (both arms)") for arm in held),
+    ]
 
 
 def compare(direct: LoadResult, via: LoadResult, *, against: str = "direct") -> str:
@@ -469,9 +481,12 @@ def main() -> None:
             every arm alike."""
             parts: dict[str, list[LoadResult]] = {arm[0]: [] for arm in arms}
             for n in range(rounds):
-                # Each round starts with another arm: an arm's place in the
-                # turn (what ran just before it) falls on every arm alike.
-                for arm in arms[n % len(arms) :] + arms[: n % len(arms)]:
+                # Each round starts with another arm, and every other round
+                # goes the other way round: an arm's place in the turn, and
+                # which arm ran just before it (what that one left behind:
+                # garbage, a busy fake upstream), falls on every arm alike.
+                order = arms[n % len(arms) :] + arms[: n % len(arms)]
+                for arm in order[::-1] if n % 2 else order:
                     result = on_fake(
                         *arm, one_at_a_time=one_at_a_time, rounds=rounds, stream=stream
                     )
@@ -602,7 +617,8 @@ def main() -> None:
             "the other shares them (and its admission limits) through Redis, as "
             "gateways in production do, each admitting against its slice of a tenant's "
             "accounts far from the limit (core.spend_slices). The 'no budget, again' rows "
-            "run the first arm twice: how far apart identical arms come out."
+            "run the first arm twice: how far apart identical arms come out; each held "
+            "arm is compared with the two together."
             if "through Redis" in held_results
             else "no Redis answered, so the shared-accounts rows are missing."
         )
@@ -612,10 +628,10 @@ def main() -> None:
         "| comparison | throughput ratio | added TTFT p50 / p99 | added e2e p50 / p99 |",
         "|---|---|---|---|",
         *(
-            compare(arm_results[0], r, against="no budget")
+            line
             for one, many in held_results.values()
             for arm_results in (one, many)
-            for r in arm_results[1:]
+            for line in held_compared(arm_results, compare)
         ),
         "",
         "The gateway's ceiling measured by its own CPU: CPU seconds (user + system, "
@@ -628,7 +644,11 @@ def main() -> None:
         "| arm (ceiling load) | no budget µs CPU / req | held µs CPU / req | added µs | "
         "ceiling ratio by CPU | throughput ratio |",
         "|---|---|---|---|---|---|",
-        *(ceiling_by_cpu(many[0], r) for _one, many in held_results.values() for r in many[1:]),
+        *(
+            line
+            for _one, many in held_results.values()
+            for line in held_compared(many, ceiling_by_cpu)
+        ),
         "",
         header,
         *(
