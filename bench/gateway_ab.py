@@ -43,7 +43,7 @@ from serving.services import (  # noqa: E402
     replica_register,
     served_model_ensure,
 )
-from tests.services import free_port  # noqa: E402
+from tests.services import free_port, redis_url  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,14 +74,15 @@ async def paced(url: str, payload: bytes, headers: dict, *, rate: float, seconds
     return failures
 
 
-def gateway_start(name: str, cwd: Path) -> tuple[ManagedProcess, str]:
+def gateway_start(name: str, cwd: Path, *, redis: str = "") -> tuple[ManagedProcess, str]:
     """A gateway run from `cwd`'s code (uvicorn imports the app from the
-    directory it starts in)."""
+    directory it starts in); `redis`: the Redis it shares its admission
+    limits and spend accounts through (under keys of its own), or none."""
     port = free_port()
     process = ManagedProcess(
         name,
         ["sh", "-c", f'cd "{cwd}" && exec "{sys.executable}" manage.py gateway --port {port}'],
-        env={"REDIS_URL": ""},
+        env={"REDIS_URL": redis, "GATEWAY_REDIS_PREFIX": f"bench-{name}"},
         log_path=Path(settings.VAR_DIR) / "log" / f"bench-{name}.log",
         ready_url=f"http://127.0.0.1:{port}/healthz",
     )
@@ -98,7 +99,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4)
     parser.add_argument("--requests", type=int, default=6000, help="per arm, at the ceiling")
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument(
+        "--redis",
+        action="store_true",
+        help="both gateways share admission limits and spend accounts through REDIS_URL's "
+        "Redis, as production gateways do (default: in memory)",
+    )
     args = parser.parse_args()
+    shared = redis_url() if args.redis else ""
+    if args.redis and not shared:
+        parser.error("--redis: no Redis answers at REDIS_URL")
     say = lambda msg: print(msg, flush=True)  # noqa: E731
     base_rev = subprocess.run(
         ["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
@@ -134,7 +144,7 @@ def main() -> None:
         arms = {}
         for name, cwd in ((f"base {base_rev}", worktree), ("working tree", ROOT)):
             say(f"starting the gateway of {name} …")
-            process, url = gateway_start(f"gateway-ab-{len(arms)}", cwd)
+            process, url = gateway_start(f"gateway-ab-{len(arms)}", cwd, redis=shared)
             processes.append(process)
             arms[name] = (url, psutil.Process(process.pid))
         time.sleep(3)  # the fleet refresh picks up the fake replica
@@ -185,7 +195,9 @@ def main() -> None:
 
     base, new = list(arms)
     lines = [
-        f"`{base}` against the working tree, the same instant fake upstream, "
+        f"`{base}` against the working tree"
+        + (", each sharing its limits through Redis" if shared else "")
+        + ", the same instant fake upstream, "
         f"{args.rounds} rounds with the arms taking turns. CPU: user + system seconds of "
         "every thread of the gateway process per request; at a fixed offered load "
         f"({args.rate:.0f} requests/s, open loop) it compares the arms' own costs. "
@@ -224,7 +236,7 @@ def main() -> None:
     report_write(
         name="gateway_ab",
         title="What the gateway's last changes bought (bench/gateway_ab.py)",
-        command=f"./dev bench gateway_ab --base {args.base}",
+        command=f"./dev bench gateway_ab --base {args.base}" + (" --redis" if shared else ""),
         body="\n".join(lines),
     )
 

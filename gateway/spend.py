@@ -167,15 +167,21 @@ class SpendGuard:
         # In integers where the card allows (the common card), else by the
         # Decimal amount: the same figure, rounded up to a nano-unit.
         want = usage_nanos(card, prompt=prompt_tokens_max, completion=output_max)
+        worst = None
         if want is None:
             worst = usage_amount(card, done=done, prompt=prompt_tokens_max, completion=output_max)
-            want = nanos(worst, up=True)
         gpu = None
         if card.per_gpu_second is not None and callable(gpus):
             gpus = gpus()
         if card.per_gpu_second is not None and gpus:
             gpu = GpuGrant(price=card.per_gpu_second, granted=self._grant * gpus)
-            want += nanos(_gpu_amount(gpu.price, gpu.granted), up=True)
+            granted = _gpu_amount(gpu.price, gpu.granted)
+            if worst is None:  # whole nano-units plus the grant's, rounded up: the sum's
+                want += nanos(granted, up=True)
+            else:
+                worst += granted
+        if worst is not None:
+            want = nanos(worst, up=True)  # rounded once, up
         try:
             refused = await self.store.reserve(
                 terms.limits, request_id, min(want, MAX_UNITS), ttl=self._ttl
