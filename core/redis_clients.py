@@ -1,4 +1,6 @@
-"""Redis clients for a process that serves many requests at once.
+"""Redis clients for a process that serves many requests at once, for the
+calls off a request's path (the fair queue's periodic sync; the calls on it
+share one connection, core.redis_mux).
 
 redis-py's default pool allows 100 connections and raises
 MaxConnectionsError past them: under load (64 clients through one gateway,

@@ -1,5 +1,6 @@
 """One Redis connection shared by every request of a process, for the calls
-on a request's hot path (the spend accounts' scripts, core.spend_accounts).
+on a request's hot path (the spend accounts' scripts, core.spend_accounts;
+the admission limits', gateway.admission).
 
 redis-py's asyncio client checks a connection out of its pool for each
 call, writes, awaits the reply and checks it back in: about 0.3 ms of this
