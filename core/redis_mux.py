@@ -94,6 +94,13 @@ class _Protocol(asyncio.Protocol):
                 future.set_exception(self.lost)
 
 
+async def _call(protocol: _Protocol, args: Sequence):
+    reply = await protocol.send(args)
+    if isinstance(reply, hiredis.ReplyError):
+        raise RedisReplyError(str(reply))
+    return reply
+
+
 class MuxRedis:
     def __init__(self, url: str) -> None:
         from redis.connection import parse_url
@@ -119,31 +126,36 @@ class MuxRedis:
     async def _connect(self) -> _Protocol:
         params = self._params
         loop = asyncio.get_running_loop()
-        _, protocol = await asyncio.wait_for(
-            loop.create_connection(
+        if params.get("path"):  # unix://
+            opening = loop.create_unix_connection(_Protocol, params["path"])
+        else:
+            opening = loop.create_connection(
                 _Protocol,
                 params.get("host", "localhost"),
                 params.get("port", 6379),
                 ssl=ssl.create_default_context() if self._tls else None,
-            ),
-            CONNECT_TIMEOUT,
-        )
+            )
+        _, protocol = await asyncio.wait_for(opening, CONNECT_TIMEOUT)
+        # Authenticated and its database selected before it is handed to
+        # any caller: a command written between AUTH and SELECT would run
+        # in database 0.
+        try:
+            if params.get("password"):
+                who = [params["username"]] if params.get("username") else []
+                await _call(protocol, ("AUTH", *who, params["password"]))
+            if params.get("db"):
+                await _call(protocol, ("SELECT", params["db"]))
+        except BaseException:
+            protocol.transport.close()  # refused: the next call connects again
+            raise
         self._protocol = protocol
-        if params.get("password"):
-            who = [params["username"]] if params.get("username") else []
-            await self.command("AUTH", *who, params["password"])
-        if params.get("db"):
-            await self.command("SELECT", params["db"])
         return protocol
 
     async def command(self, *args):
         protocol = self._protocol
         if protocol is None or protocol.lost is not None:
             protocol = await self._connection()
-        reply = await protocol.send(args)
-        if isinstance(reply, hiredis.ReplyError):
-            raise RedisReplyError(str(reply))
-        return reply
+        return await _call(protocol, args)
 
     async def run_script(self, script: Script, keys: Sequence, args: Sequence):
         if script.sha in self._loaded:

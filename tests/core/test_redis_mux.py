@@ -1,12 +1,17 @@
 """core.redis_mux against a real Redis: concurrent callers on one
 connection each get their own reply, a script survives Redis forgetting
 it, a killed connection fails only the calls on it and the next call
-connects again, and a Redis that is not there fails the call (which the
-spend guard turns into 503 spend_unavailable, failing closed)."""
+connects again, a new connection is authenticated and in its database
+before any caller's command goes on it, and a Redis that is not there
+fails the call (which the spend guard turns into 503 spend_unavailable,
+failing closed)."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
+import time
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -91,6 +96,66 @@ def test_a_killed_connection_fails_its_calls_and_the_next_call_reconnects(url):
             await mux.close()
 
     run(scenario)
+
+
+@pytest.fixture
+def password_redis():
+    """A Redis of the test's own that asks for a password: (port, password)."""
+    server = shutil.which("redis-server")
+    require(server is not None, "no redis-server to start one with a password")
+    port, password = free_port(), uuid.uuid4().hex
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--requirepass", password,
+         "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        client = redis.Redis(port=port, password=password)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        yield port, password
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_no_command_runs_before_the_connection_is_authenticated_and_in_its_database(
+    password_redis,
+):
+    """Calls made while a new connection is being set up (its AUTH sent, its
+    SELECT not yet) wait for it: every one lands in the URL's database."""
+    port, password = password_redis
+
+    async def scenario():
+        mux = MuxRedis(f"redis://:{password}@127.0.0.1:{port}/3")
+        calls = [asyncio.ensure_future(mux.command("INCR", "counted"))]
+        while not calls[0].done():  # a call at every turn of the loop while it connects
+            calls.append(asyncio.ensure_future(mux.command("INCR", "counted")))
+            await asyncio.sleep(0)
+        await asyncio.gather(*calls)
+        await mux.close()
+        return len(calls)
+
+    calls = asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert calls > 1
+    assert redis.Redis(port=port, password=password, db=0).get("counted") is None
+    assert int(redis.Redis(port=port, password=password, db=3).get("counted")) == calls
+
+    async def wrong_password():
+        mux = MuxRedis(f"redis://:wrong@127.0.0.1:{port}/3")
+        for _ in range(2):  # refused each time on a new connection, never left unauthenticated
+            with pytest.raises(RedisReplyError, match="WRONGPASS"):
+                await mux.command("PING")
+        await mux.close()
+
+    asyncio.run(asyncio.wait_for(wrong_password(), 20))
 
 
 def test_an_unreachable_redis_fails_the_call_and_the_guard_answers_503():
