@@ -8,13 +8,16 @@ client that asked for a plain answer gets this, what vLLM would have
 answered: per choice, the deltas' content, reasoning and tool calls
 joined (a tool call's arguments arrive in pieces, by index), log
 probabilities concatenated, the last finish and stop reasons, and the
-final usage."""
+final usage. Text is kept as its pieces and joined once, at the answer:
+adding each piece to the text so far would copy it again at every token."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 CHAT_LOGPROB_LISTS = ("content", "refusal")
+TEXT_FIELDS = ("content", "reasoning_content", "refusal")  # a chat delta's text
 TEXT_LOGPROB_LISTS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
 # Where engines put a request's timings in a chunk: vLLM's, NIM's.
 TIMING_FIELDS = ("metrics", "stats")
@@ -68,6 +71,9 @@ class Unstreamed:
         # (vLLM's metrics, NIM's stats), which the answer keeps.
         self.tail: dict[str, Any] = {}
         self.extras: dict[str, Any] = {}
+        # Text by where it goes: (choice, field) or (choice, call, "name" |
+        # "arguments") -> its pieces, joined by answer().
+        self.pieces: defaultdict[tuple, list[str]] = defaultdict(list)
 
     def add(self, chunk: dict[str, Any]) -> None:
         if not self.head:
@@ -93,15 +99,17 @@ class Unstreamed:
             else:
                 choice["text"] = ""
         if self.chat:
-            _merge_delta(choice["message"], piece.get("delta") or {})
-        else:
-            choice["text"] += piece.get("text") or ""
+            _merge_delta(choice["message"], piece.get("delta") or {}, self.pieces, index)
+        elif piece.get("text"):
+            self.pieces[index, "text"].append(piece["text"])
         if piece.get("logprobs"):
             lists = CHAT_LOGPROB_LISTS if self.chat else TEXT_LOGPROB_LISTS
             held = choice["logprobs"] = choice["logprobs"] or {}
             for name in lists:
                 if piece["logprobs"].get(name) is not None:
-                    held[name] = (held.get(name) or []) + piece["logprobs"][name]
+                    if held.get(name) is None:
+                        held[name] = []
+                    held[name].extend(piece["logprobs"][name])
         for name in ("finish_reason", "stop_reason"):
             if piece.get(name) is not None or name not in choice:
                 choice[name] = piece.get(name)
@@ -110,31 +118,52 @@ class Unstreamed:
         out: dict[str, Any] = {
             **self.head,
             "object": "chat.completion" if self.chat else "text_completion",
-            "choices": [self.choices[i] for i in sorted(self.choices)],
+            "choices": [self._joined(i) for i in sorted(self.choices)],
             "usage": self.usage,
         }
         return out | self.extras
 
+    def _joined(self, index: int) -> dict[str, Any]:
+        choice, pieces = self.choices[index], self.pieces
+        if not self.chat:
+            return {**choice, "text": "".join(pieces.get((index, "text"), ()))}
+        message = dict(choice["message"])
+        for name in TEXT_FIELDS:
+            if (index, name) in pieces:
+                message[name] = "".join(pieces[index, name])
+        message["tool_calls"] = [
+            {
+                **call,
+                "function": {
+                    part: "".join(pieces.get((index, n, part), ()))
+                    for part in ("name", "arguments")
+                },
+            }
+            for n, call in enumerate(message["tool_calls"])
+        ]
+        return {**choice, "message": message}
 
-def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
+
+def _merge_delta(
+    message: dict[str, Any], delta: dict[str, Any], pieces: dict[tuple, list[str]], index: int
+) -> None:
     if delta.get("role"):
         message["role"] = delta["role"]
-    for name in ("content", "reasoning_content", "refusal"):
+    for name in TEXT_FIELDS:
         if delta.get(name) is not None:
-            message[name] = (message.get(name) or "") + delta[name]
+            pieces[index, name].append(delta[name])
     for call in delta.get("tool_calls") or ():
         calls = message["tool_calls"]
-        index = call.get("index", len(calls))
-        while len(calls) <= index:
+        at = call.get("index", len(calls))
+        while len(calls) <= at:
             calls.append(
                 {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
             )
-        held = calls[index]
+        held = calls[at]
         for name in ("id", "type"):
             if call.get(name):
                 held[name] = call[name]
         function = call.get("function") or {}
-        if function.get("name"):
-            held["function"]["name"] += function["name"]
-        if function.get("arguments"):
-            held["function"]["arguments"] += function["arguments"]
+        for part in ("name", "arguments"):
+            if function.get(part):
+                pieces[index, at, part].append(function[part])

@@ -169,6 +169,33 @@ def test_a_plain_answer_is_put_together_from_the_chunks():
     ]
 
 
+def test_a_long_answer_is_joined_whole_with_its_reasoning_and_log_probabilities():
+    """Thousands of pieces (the answer's text is joined once, at the end):
+    every piece in order, the reasoning apart from the content, and the
+    chunks' own log-probability lists left as they came."""
+    chat = Unstreamed("chat")
+    chunks = [
+        {
+            "id": "c",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"reasoning_content": "r"} if n < 1_000 else {"content": f"{n} "},
+                    "logprobs": {"content": [{"token": str(n)}]},
+                }
+            ],
+        }
+        for n in range(6_000)
+    ]
+    for chunk in chunks:
+        chat.add(chunk)
+    (choice,) = chat.answer()["choices"]
+    assert choice["message"]["reasoning_content"] == "r" * 1_000
+    assert choice["message"]["content"] == "".join(f"{n} " for n in range(1_000, 6_000))
+    assert [p["token"] for p in choice["logprobs"]["content"]] == [str(n) for n in range(6_000)]
+    assert chunks[0]["choices"][0]["logprobs"]["content"] == [{"token": "0"}]
+
+
 def gpu_priced(fleet: Fleet) -> None:
     """Tokens free; a GPU-second 0.01."""
     price_book(fleet, per_gpu_second=D("0.01"))
