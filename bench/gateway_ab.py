@@ -35,14 +35,16 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from bench.common import LoadResult, report_write  # noqa: E402
-from bench.gateway import FAKE_MODEL, bench_tenant, body, cpu_seconds, run  # noqa: E402
-from core.processes import ManagedProcess  # noqa: E402
-from serving.services import (  # noqa: E402
-    local_gpu_ensure,
-    pool_ensure,
-    replica_register,
-    served_model_ensure,
+from bench.gateway import (  # noqa: E402
+    FAKE_MODEL,
+    bench_tenant,
+    body,
+    cpu_seconds,
+    fake_replica_register,
+    fake_upstream,
+    run,
 )
+from core.processes import ManagedProcess  # noqa: E402
 from tests.services import free_port, redis_url  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,13 +120,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     _tenant, secret = bench_tenant()
     auth = {"Authorization": f"Bearer {secret}"}
-    fake_port = free_port()
-    fake = ManagedProcess(
-        "fake",
-        [sys.executable, "-m", "bench.fake_upstream", "--port", str(fake_port),
-         "--tokens", str(args.tokens)],
-        ready_url=f"http://127.0.0.1:{fake_port}/health",
-    )  # fmt: skip
+    fake, fake_port = fake_upstream(args.tokens)
     worktree = Path(tempfile.mkdtemp(prefix="gateway-ab-")) / "base"
     subprocess.run(
         ["git", "worktree", "add", "--detach", "-q", str(worktree), base_rev], cwd=ROOT, check=True
@@ -133,14 +129,7 @@ def main() -> None:
     try:
         fake.start()
         fake.wait_ready(timeout=30)
-        replica_register(
-            name="bench-fake",
-            base_url=f"http://127.0.0.1:{fake_port}",
-            model=served_model_ensure(name=FAKE_MODEL),
-            pool=pool_ensure(name="bench-shared"),
-            gpus=[local_gpu_ensure(serial="bench-fake")],
-            max_inflight=100000,
-        )
+        fake_replica_register(fake_port)
         arms = {}
         for name, cwd in ((f"base {base_rev}", worktree), ("working tree", ROOT)):
             say(f"starting the gateway of {name} …")

@@ -41,16 +41,21 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from bench.common import report_write  # noqa: E402
-from bench.gateway import FAKE_MODEL, bench_tenant, cpu_seconds, held_tenant_secrets, run  # noqa: E402
+from bench.gateway import (  # noqa: E402
+    FAKE_MODEL,
+    bench_tenant,
+    cpu_seconds,
+    fake_replica_register,
+    fake_upstream,
+    held_tenant_secrets,
+    run,
+)
 from billing.pricing.rating import RateCard, usage_amount, usage_nanos  # noqa: E402
 from billing.pricing.spend_terms import SpendAccount, SpendTerms  # noqa: E402
 from core.processes import ManagedProcess  # noqa: E402
 from core.spend_accounts import LocalSpend  # noqa: E402
 from gateway.spend import SpendGuard  # noqa: E402
 from serving.services import (  # noqa: E402
-    local_gpu_ensure,
-    pool_ensure,
-    replica_register,
     served_model_ensure,
 )
 from tests.services import free_port  # noqa: E402
@@ -131,13 +136,9 @@ def in_gateway(requests: int) -> list[str]:
     call_command("migrate", verbosity=0)
     _tenant, secret = bench_tenant()
     arms = {"no budget": secret, **held_tenant_secrets(served_model_ensure(name=FAKE_MODEL))}
-    fake_port, port = free_port(), free_port()
+    fake, fake_port = fake_upstream(32)
+    port = free_port()
     out = Path(tempfile.mkdtemp(prefix="spend-hold-")) / "hold.json"
-    fake = ManagedProcess(
-        "fake",
-        [sys.executable, "-m", "bench.fake_upstream", "--port", str(fake_port), "--tokens", "32"],
-        ready_url=f"http://127.0.0.1:{fake_port}/health",
-    )
     gateway = ManagedProcess(
         "timed-gateway",
         [sys.executable, "-m", "bench.timed_gateway", "--port", str(port), "--out", str(out)],
@@ -150,14 +151,7 @@ def in_gateway(requests: int) -> list[str]:
     try:
         fake.start()
         fake.wait_ready(timeout=30)
-        replica_register(
-            name="bench-fake",
-            base_url=f"http://127.0.0.1:{fake_port}",
-            model=served_model_ensure(name=FAKE_MODEL),
-            pool=pool_ensure(name="bench-shared"),
-            gpus=[local_gpu_ensure(serial="bench-fake")],
-            max_inflight=100000,
-        )
+        fake_replica_register(fake_port)
         gateway.start()
         gateway.wait_ready(timeout=60)
         process = psutil.Process(gateway.pid)

@@ -164,24 +164,16 @@ class SpendGuard:
             )
         done = terms.volume.get(model, {})
         output_max = output_tokens_max * choices
-        # In integers where the card allows (the common card), else by the
-        # Decimal amount: the same figure, rounded up to a nano-unit.
-        want = usage_nanos(card, prompt=prompt_tokens_max, completion=output_max)
-        worst = None
-        if want is None:
-            worst = usage_amount(card, done=done, prompt=prompt_tokens_max, completion=output_max)
         gpu = None
         if card.per_gpu_second is not None and callable(gpus):
             gpus = gpus()
         if card.per_gpu_second is not None and gpus:
             gpu = GpuGrant(price=card.per_gpu_second, granted=self._grant * gpus)
-            granted = _gpu_amount(gpu.price, gpu.granted)
-            if worst is None:  # whole nano-units plus the grant's, rounded up: the sum's
-                want += nanos(granted, up=True)
-            else:
-                worst += granted
-        if worst is not None:
-            want = nanos(worst, up=True)  # rounded once, up
+        # In integers where the card allows (the common card, no GPU grant),
+        # else the exact Decimal worst case: the same figure, rounded up once.
+        want = None if gpu else usage_nanos(card, prompt=prompt_tokens_max, completion=output_max)
+        if want is None:
+            want = nanos(_worst(card, done, prompt_tokens_max, output_max, gpu), up=True)
         try:
             refused = await self.store.reserve(
                 terms.limits, request_id, min(want, MAX_UNITS), ttl=self._ttl
@@ -198,9 +190,7 @@ class SpendGuard:
         if refused is None:
             return Hold(terms, request_id, card, done, gpu)  # positional: quicker
         gpu_text = f", and its first {_seconds(gpu.granted)} GPU-seconds" if gpu else ""
-        worst = usage_amount(card, done=done, prompt=prompt_tokens_max, completion=output_max)
-        if gpu is not None:
-            worst += _gpu_amount(gpu.price, gpu.granted)
+        worst = _worst(card, done, prompt_tokens_max, output_max, gpu)
         return _refusal(
             terms,
             refused,
@@ -348,6 +338,15 @@ def _refusal(
         f"{_money(account.limit)} this period, and {why}raise the budget",
         param=param,
     )
+
+
+def _worst(
+    card: RateCard, done: dict[str, int], prompt: int, output: int, gpu: GpuGrant | None
+) -> Decimal:
+    """A request's worst case, exact: its most tokens priced where the
+    period's volume stands, and its first GPU grant."""
+    worst = usage_amount(card, done=done, prompt=prompt, completion=output)
+    return worst + _gpu_amount(gpu.price, gpu.granted) if gpu is not None else worst
 
 
 def _gpu_amount(price: Decimal, seconds: float) -> Decimal:
