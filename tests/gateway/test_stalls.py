@@ -91,3 +91,38 @@ def test_a_loop_thread_sharing_its_core_with_another_process_shows_its_wait_for_
         spinner.kill()
         spinner.wait()
     assert waited >= 100
+
+
+def test_the_loop_lag_is_sampled_while_requests_are_in_flight_and_never_while_idle():
+    """An idle gateway's watcher is parked (its wake-ups were half an idle
+    gateway's CPU); a request in flight wakes it, and it samples until the
+    last one ends."""
+    import asyncio
+
+    from gateway.app import Gateway
+
+    async def scenario():
+        gateway = Gateway()
+
+        async def completion(scope, receive, send, kind):
+            assert gateway.health()["requests_in_flight"] == 1
+            await asyncio.sleep(0.3)
+
+        gateway.completion = completion
+        watcher = asyncio.create_task(gateway._watch_loop_lag(period=0.01))
+        await asyncio.sleep(0.3)
+        idle = sum(gateway.loop_lag.counts)
+        scope = {"path": "/v1/chat/completions", "method": "POST"}
+        await gateway.handle(scope, None, None)
+        busy = sum(gateway.loop_lag.counts) - idle
+        in_flight_after = gateway.in_flight
+        await asyncio.sleep(0.3)
+        after = sum(gateway.loop_lag.counts) - idle - busy
+        watcher.cancel()
+        return idle, busy, after, in_flight_after
+
+    idle, busy, after, in_flight_after = asyncio.run(scenario())
+    assert idle == 0
+    assert busy >= 10  # every 10 ms for 300 ms, less what a busy machine delays
+    assert after <= 1  # the tick under way when the request ended
+    assert in_flight_after == 0
