@@ -8,10 +8,13 @@ never hears of one that was rolled back. Payloads:
 - `terms:<tenant id>`: what a tenant's requests are held to changed (a key,
   its policy or budget, its plan, its credit): drop what is cached of it;
 - `terms:*`: the same for every tenant (a price book changed);
-- `correction:<id>`: the ledger corrected a spend account (SpendCorrection).
+- `correction:<id>`: the ledger corrected a spend account (SpendCorrection);
+- `fleet`: the fleet changed (a replica registered, up or down, its GPUs,
+  a pool, a served model, an adapter, a reservation): read it again.
 
-The gateway's caches keep their short TTL as the fallback for a change
-made without a notification (a raw SQL update, a lost connection)."""
+The gateway's caches keep their short TTL, and its fleet a slow periodic
+reload, as the fallback for a change made without a notification (a raw
+SQL update, a lost connection)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from django.db import connection
 
 CHANNEL = "gateway_changes"
 EVERY_TENANT = "*"
+FLEET = "fleet"
 MANY = 1000
 
 
@@ -47,3 +51,9 @@ def terms_changed_of(tenant_ids: set[int]) -> None:
 
 def correction_written(correction_id: int) -> None:
     notify(f"correction:{correction_id}")
+
+
+def fleet_changed() -> None:
+    """The fleet the gateways route by changed (a bulk update sends no
+    signal: the service that makes it calls this)."""
+    notify(FLEET)

@@ -79,7 +79,7 @@ def workload(*, gateway_url: str, seconds: float):
     from serving.workload import workload_run
 
     keys = json.loads(Path(settings.DEMO_KEYS_FILE).read_text())
-    time.sleep(settings.GATEWAY["FLEET_REFRESH_SECONDS"] + 0.5)  # the gateway sees the replicas
+    gateway_fleet_seen(gateway_url)
     result = workload_run(gateway_url=gateway_url, keys=keys, model=MODEL_NAME, seconds=seconds)
     if result.total("ok") == 0:
         raise WorkloadFailed(
@@ -88,6 +88,22 @@ def workload(*, gateway_url: str, seconds: float):
             f"first error: {result.first_error or 'none (no request was sent)'}"
         )
     return result
+
+
+def gateway_fleet_seen(gateway_url: str, *, timeout: float = 30) -> None:
+    """Until the gateway routes to every replica up (it reads the fleet
+    again as each is registered: core.changes)."""
+    import httpx
+
+    from serving.choices import ReplicaStatus
+    from serving.models import Replica
+
+    up = Replica.objects.filter(status=ReplicaStatus.UP).count()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if httpx.get(f"{gateway_url}/healthz", timeout=5).json()["replicas"] >= up:
+            return
+        time.sleep(0.2)
 
 
 def records_flushed(gateway_url: str, *, timeout: float = 30) -> None:

@@ -1,9 +1,11 @@
 """The gateway's ear on core.changes: one PostgreSQL connection LISTENing,
 so that a change to what a tenant's requests are held to (credit granted,
 a budget raised, a key revoked, a price changed) applies to the next
-request, not after the caller cache's TTL. A lost connection is retried
-every second; on every (re)connection everything cached is dropped, since
-what changed meanwhile was not heard."""
+request, not after the caller cache's TTL, and a change to the fleet (a
+replica registered or down) to the next request, not after the fleet's
+periodic reload. A lost connection is retried every second; on every
+(re)connection everything cached is dropped and the fleet read again,
+since what changed meanwhile was not heard."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from core.changes import CHANNEL, EVERY_TENANT
+from core.changes import CHANNEL, EVERY_TENANT, FLEET
 
 logger = logging.getLogger(__name__)
 RETRY_SECONDS = 1.0
@@ -32,11 +34,14 @@ class ChangesListener:
         *,
         on_terms: Callable[[int | None], None],
         on_correction: Callable[[int | None], Awaitable[None]],
+        on_fleet: Callable[[], None] = lambda: None,
     ) -> None:
         """`on_terms(tenant id or None for all)`; `on_correction(id, or None
-        for every correction not applied yet)`."""
+        for every correction not applied yet)`; `on_fleet()`: read the
+        fleet again."""
         self._on_terms = on_terms
         self._on_correction = on_correction
+        self._on_fleet = on_fleet
         self.listening = False
 
     async def run(self) -> None:
@@ -50,6 +55,7 @@ class ChangesListener:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self.listening = True
                     self._on_terms(None)
+                    self._on_fleet()
                     await self._on_correction(None)
                     async for note in conn.notifies():
                         await self._heard(note.payload)
@@ -64,5 +70,7 @@ class ChangesListener:
         kind, _, what = payload.partition(":")
         if kind == "terms":
             self._on_terms(None if what == EVERY_TENANT else int(what))
+        elif kind == FLEET:
+            self._on_fleet()
         elif kind == "correction":
             await self._on_correction(int(what))

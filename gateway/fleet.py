@@ -14,7 +14,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from django.db.models import Q, Sum
+from django.db.models import Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -61,6 +61,9 @@ class FleetSnapshot:
     replicas_by_model: dict[str, list[ReplicaInfo]] = field(default_factory=dict)
     reservation_holders: dict[int, frozenset[int]] = field(default_factory=dict)
     loaded_at: float = 0.0  # epoch seconds
+    # When a reservation next starts or ends (epoch seconds; None: none
+    # will): the holders above change then, with no row written.
+    changes_at: float | None = None
 
 
 def fleet_snapshot_load() -> FleetSnapshot:
@@ -107,11 +110,17 @@ def fleet_snapshot_load() -> FleetSnapshot:
             )
         )
     holders: dict[int, set[int]] = {}
-    for pool_id, tenant_id in Reservation.objects.filter(
-        Q(start__lte=now) & Q(end__gt=now)
-    ).values_list("pool_id", "tenant_id"):
-        holders.setdefault(pool_id, set()).add(tenant_id)
+    boundaries = []
+    for pool_id, tenant_id, start, end in Reservation.objects.filter(end__gt=now).values_list(
+        "pool_id", "tenant_id", "start", "end"
+    ):
+        if start <= now:
+            holders.setdefault(pool_id, set()).add(tenant_id)
+            boundaries.append(end)
+        else:
+            boundaries.append(start)
     snapshot.reservation_holders = {k: frozenset(v) for k, v in holders.items()}
+    snapshot.changes_at = min(boundaries).timestamp() if boundaries else None
     return snapshot
 
 

@@ -1,13 +1,14 @@
 """Every save or delete of a row that changes what the gateway holds a
-request to tells the gateways at once (core.changes), whichever process
-made it: the admin, the API, a Celery task, a shell. Bulk updates send no
-signal; the services that make them call core.changes themselves."""
+request to, or where it routes one (the fleet), tells the gateways at
+once (core.changes), whichever process made it: the admin, the API, a
+Celery task, a shell. Bulk updates send no signal; the services that make
+them call core.changes themselves."""
 
 from __future__ import annotations
 
 from django.db.models.signals import post_delete, post_save
 
-from core.changes import terms_changed
+from core.changes import fleet_changed, terms_changed
 
 # Model label -> how to find the tenant of a row (None: every tenant).
 _TENANT_OF = {
@@ -25,6 +26,22 @@ _TENANT_OF = {
 }
 
 
+# What the gateway's fleet snapshot is read from (gateway.fleet).
+FLEET_MODELS = (
+    "serving.ServedModel",
+    "serving.LoraAdapter",
+    "serving.Pool",
+    "serving.Replica",
+    "serving.ReplicaGpu",
+    "serving.Reservation",
+)
+
+
+def _fleet_changed(sender, instance, **kwargs) -> None:
+    if not kwargs.get("raw"):
+        fleet_changed()
+
+
 def _changed(sender, instance, **kwargs) -> None:
     if kwargs.get("raw"):
         return  # loading fixtures
@@ -38,3 +55,7 @@ def connect() -> None:
         model = apps.get_model(label)
         post_save.connect(_changed, sender=model, dispatch_uid=f"terms-{label}")
         post_delete.connect(_changed, sender=model, dispatch_uid=f"terms-{label}-delete")
+    for label in FLEET_MODELS:
+        model = apps.get_model(label)
+        post_save.connect(_fleet_changed, sender=model, dispatch_uid=f"fleet-{label}")
+        post_delete.connect(_fleet_changed, sender=model, dispatch_uid=f"fleet-{label}-delete")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from core.changes import fleet_changed
 from serving.launcher import (
     ENGINE_NICE,
     LocalReplica,
@@ -101,5 +102,7 @@ def replicas_stop(*, names: list[str] | None = None) -> list[tuple[str, bool]]:
     for replica in chosen:
         outcome.append((replica.name, replica_stop(replica.pid)))
         Replica.objects.filter(name=replica.name).update(status=ReplicaStatus.DOWN)
+    if chosen:
+        fleet_changed()
     state_write([r for r in replicas if r not in chosen])
     return outcome

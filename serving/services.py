@@ -8,6 +8,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
+from core.changes import fleet_changed
 from core.errors import InputError
 from serving.choices import (
     Engine,
@@ -135,7 +136,9 @@ def replica_gpu_shares_set(*, replica: Replica, shares: list[Share]) -> list[Rep
     the field, nothing written), each share's units worked out here."""
     rows = replica_gpu_shares_checked(replica=replica, shares=shares, lock=True)
     ReplicaGpu.objects.filter(replica=replica).delete()
-    return ReplicaGpu.objects.bulk_create(rows)
+    created = ReplicaGpu.objects.bulk_create(rows)
+    fleet_changed()  # bulk_create sends no signal
+    return created
 
 
 def replica_gpu_shares_checked(
@@ -198,6 +201,8 @@ def replica_set_status(*, replica: Replica, status: str, error: str = "") -> Rep
     if status == ReplicaStatus.UP:
         fields["last_seen_at"] = timezone.now()
     Replica.objects.filter(pk=replica.pk).update(**fields)
+    if replica.status != status:  # the gateways route only to replicas up
+        fleet_changed()
     for key, value in fields.items():
         setattr(replica, key, value)
     return replica

@@ -214,7 +214,9 @@ GATEWAY = {
     # spend by the ledger: gateway.callers.TermsCache) are read again after
     # this long at most; every change to them is heard at once anyway.
     "TERMS_CACHE_SECONDS": env.float("GATEWAY_TERMS_CACHE_SECONDS", default=60.0),
-    "FLEET_REFRESH_SECONDS": env.float("GATEWAY_FLEET_REFRESH_SECONDS", default=2.0),
+    # The fleet is read again when a change to it is notified (core.changes);
+    # this is the fallback period, for a change made without a notification.
+    "FLEET_REFRESH_SECONDS": env.float("GATEWAY_FLEET_REFRESH_SECONDS", default=30.0),
     "SUSPECT_SECONDS": env.float("GATEWAY_SUSPECT_SECONDS", default=10.0),
     "UPSTREAM_CONNECT_TIMEOUT": env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=2.0),
     "UPSTREAM_FIRST_BYTE_TIMEOUT": env.float("GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT", default=120.0),

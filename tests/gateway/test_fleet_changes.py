@@ -1,0 +1,102 @@
+"""The gateway reads its fleet again when told it changed (core.changes:
+a replica registered, down, its pool or a reservation), not on a short
+timer: a gateway whose periodic reload is ten minutes away still routes to
+a replica registered a moment ago, and stops routing to one marked down;
+a reservation starting or ending, which no row marks, is read at its time."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import httpx
+import openai
+import pytest
+from django.utils import timezone
+
+from gateway.fleet import fleet_snapshot_load
+from serving.choices import PoolKind, ReplicaStatus
+from serving.models import Reservation
+from serving.services import replica_set_status
+from serving.tiny_model import MODEL_NAME
+from tests.factories import make_tenant
+from tests.fleet import Fleet, fleet_done, fleet_model, start_gateway, stop_gateway
+from tests.gateway.fake_upstream import FakeUpstream
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def _replicas_seen(url: str, expected: int, *, within: float) -> float:
+    """Seconds until the gateway routes to `expected` replicas."""
+    began = time.monotonic()
+    while time.monotonic() - began < within:
+        if httpx.get(f"{url}/healthz", timeout=2).json()["replicas"] == expected:
+            return time.monotonic() - began
+        time.sleep(0.05)
+    raise AssertionError(f"the gateway did not see {expected} replicas within {within} s")
+
+
+@pytest.mark.slow
+def test_a_replica_registered_or_marked_down_is_routed_at_once(transactional_db):
+    fake = FakeUpstream().start()
+    proc, url = start_gateway(env={"GATEWAY_FLEET_REFRESH_SECONDS": "600"})
+    try:
+        fleet = Fleet(gateway=url, model=fleet_model())
+        fleet.add_tenant("a")
+        _replicas_seen(url, 0, within=5)
+        replica = fleet.add_replica("fake", fake.base_url, "shared")
+        _replicas_seen(url, 1, within=5)  # told, not the reload ten minutes away
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=fleet.secrets["a"], max_retries=0)
+        assert client.chat.completions.create(model=MODEL_NAME, messages=HELLO, max_tokens=2)
+        replica_set_status(replica=replica, status=ReplicaStatus.DOWN, error="gone")
+        _replicas_seen(url, 0, within=5)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(model=MODEL_NAME, messages=HELLO, max_tokens=2)
+        assert refused.value.status_code in (404, 503)
+        assert len(fake.requests) == 1  # nothing was sent to the replica down
+        fleet_done(url)
+    finally:
+        stop_gateway(proc)
+        fake.stop()
+
+
+def test_the_snapshot_says_when_a_reservation_next_starts_or_ends(transactional_db):
+    fleet_model()
+    holder, later = make_tenant(name="holder"), make_tenant(name="later")
+    from serving.services import pool_ensure
+
+    pool = pool_ensure(name="reserved", kind=PoolKind.RESERVED, owner=holder)
+    now = timezone.now()
+    assert fleet_snapshot_load().changes_at is None  # no reservation: nothing to wait for
+    Reservation.objects.create(
+        tenant=holder, pool=pool, gpu_count=1, start=now - timedelta(days=1),
+        end=now + timedelta(hours=5),
+    )  # fmt: skip
+    starts = now + timedelta(hours=2)
+    Reservation.objects.create(
+        tenant=later, pool=pool, gpu_count=1, start=starts, end=now + timedelta(days=3)
+    )
+    Reservation.objects.create(
+        tenant=later,
+        pool=pool,
+        gpu_count=1,
+        start=now - timedelta(days=9),
+        end=now - timedelta(days=2),
+    )  # fmt: skip  (over: changes nothing)
+    snapshot = fleet_snapshot_load()
+    assert snapshot.reservation_holders == {pool.pk: frozenset({holder.pk})}
+    assert snapshot.changes_at == pytest.approx(starts.timestamp())
+
+
+def test_the_fleet_is_read_again_when_a_reservation_starts_or_ends(settings):
+    from gateway.app import Gateway
+    from gateway.fleet import FleetSnapshot
+
+    settings.GATEWAY = {**settings.GATEWAY, "FLEET_REFRESH_SECONDS": 30}
+    gateway = Gateway()
+    gateway.router.snapshot = FleetSnapshot(changes_at=None)
+    assert gateway._fleet_next_read_in() == 30  # the fallback only
+    gateway.router.snapshot = FleetSnapshot(changes_at=time.time() + 3)
+    assert 2.5 < gateway._fleet_next_read_in() <= 3.05  # just after it starts
+    gateway.router.snapshot = FleetSnapshot(changes_at=time.time() - 1)
+    assert gateway._fleet_next_read_in() == pytest.approx(0.05)  # due: read at once
