@@ -41,7 +41,8 @@ class Recorder:
         self._flush_max = flush_max
         self._max_backlog = max_backlog
         self._pending: list[CompletedRequest] = []
-        self._wake = asyncio.Event()
+        self._wake = asyncio.Event()  # a full batch, or closing: flush now
+        self._arrived = asyncio.Event()  # a record after none: the flush timer starts
         self._task: asyncio.Task | None = None
         self._closing = False
         self.flushed = 0
@@ -56,6 +57,8 @@ class Recorder:
 
     def add(self, record: CompletedRequest) -> None:
         self._pending.append(record)
+        if len(self._pending) == 1:
+            self._arrived.set()
         if len(self._pending) >= self._flush_max:
             self._wake.set()
         if len(self._pending) > self._max_backlog:
@@ -71,6 +74,7 @@ class Recorder:
         """Flush everything (retrying a few times) and stop."""
         self._closing = True
         self._wake.set()
+        self._arrived.set()
         if self._task is not None:
             await self._task
         for _attempt in range(5):
@@ -81,7 +85,13 @@ class Recorder:
             logger.error("shutdown with %d unflushed records", len(self._pending))
 
     async def _run(self) -> None:
+        """Flush FLUSH_SECONDS after the first record of a batch came (or at
+        once when FLUSH_MAX wait); with nothing to write, sleep until a
+        record comes rather than wake up ten times a second for nothing."""
         while not self._closing:
+            if not self._pending:
+                self._arrived.clear()
+                await self._arrived.wait()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._flush_seconds)
             self._wake.clear()

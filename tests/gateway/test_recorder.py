@@ -63,3 +63,25 @@ def test_outage_then_poison_then_close(tmp_path):
     assert [line["record"]["request_id"] for line in lines] == ["r3"]
     assert "bad foreign key" in lines[0]["error"]
     assert (recorder.flushed, recorder.dead_lettered, recorder.backlog) == (7, 1, 0)
+
+
+def test_a_record_after_an_idle_stretch_is_flushed_within_the_flush_period(tmp_path):
+    """An idle recorder sleeps until a record comes (no wake-ups for
+    nothing), then flushes it on time, and so again after the next lull."""
+    sink = FlakySink()
+
+    async def scenario():
+        recorder = Recorder(
+            sink, flush_seconds=0.05, flush_max=100, dead_letter_path=tmp_path / "dead.jsonl"
+        )
+        recorder.start()
+        seen = []
+        for n in range(2):
+            await asyncio.sleep(0.3)  # idle
+            recorder.add(record(n))
+            await asyncio.sleep(0.25)
+            seen.append(list(sink.stored))
+        await recorder.close()
+        return seen
+
+    assert asyncio.run(scenario()) == [["r0"], ["r0", "r1"]]
