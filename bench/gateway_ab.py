@@ -6,10 +6,11 @@ both alike.
 
     ./dev bench gateway_ab --base HEAD~1 [--rounds 6] [--rate 400] [--seconds 4]
 
-Measured per arm: the gateway's CPU per request at a fixed offered load
-(`--rate` requests a second, open loop: comparable between arms, unlike a
-closed loop's CPU per request, which moves with how many requests each
-wake-up of the event loop finds), and the throughput, CPU per request and
+Measured per arm: the gateway's CPU a second while idle (what its timers
+and background tasks cost with no request), its CPU per request at a fixed
+offered load (`--rate` requests a second, open loop: comparable between
+arms, unlike a closed loop's CPU per request, which moves with how many
+requests each wake-up of the event loop finds), and the throughput, CPU per request and
 latency at the ceiling (64 in flight) and one request at a time. Prints a
 table and writes it to docs/benchmarks.md."""
 
@@ -141,6 +142,14 @@ def main() -> None:
             run("warm", url, model=FAKE_MODEL, tokens=args.tokens, stream=False,
                 requests=300, concurrency=32, headers=auth)  # fmt: skip
         direct = f"http://127.0.0.1:{fake_port}/v1/chat/completions"
+        say("idle, arms taking turns …")
+        idle_cpu = {name: [] for name in arms}
+        for n in range(args.rounds):
+            for name in list(arms)[n % 2 :] + list(arms)[: n % 2]:
+                _, process = arms[name]
+                before = cpu_seconds(process)
+                time.sleep(args.seconds)
+                idle_cpu[name].append((cpu_seconds(process) - before) / args.seconds * 1000)
         rows = []
         for stream in (False, True):
             kind = "stream" if stream else "non-stream"
@@ -197,6 +206,8 @@ def main() -> None:
         f"{base}: added p50 / p99 ms | working tree: added p50 / p99 ms |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    a, b = (sum(idle_cpu[name]) / len(idle_cpu[name]) for name in (base, new))
+    lines.append(f"| none (idle) | ms CPU a second | {a:.1f} | {b:.1f} | x {b / a:.2f} | | | | |")
     seen_paced = set()
     for kind, label, merged, paced_cpu in rows:
         if kind not in seen_paced:
