@@ -103,11 +103,19 @@ class ClientWatch:
             self._task = asyncio.create_task(self._watch())
 
     async def _watch(self) -> None:
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                self._gone.set()
-                return
+        try:
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    self._gone.set()
+                    return
+        except asyncio.CancelledError:
+            # Stopped (`stop`, once the response is sent): end quietly. A
+            # task that ends cancelled keeps its CancelledError, whose
+            # traceback holds the frames that hold this watch and its task:
+            # a reference cycle per stream, left to the garbage collector
+            # (with the upstream response's, most of its work: issue 21).
+            return
 
     def is_set(self) -> bool:
         return self._gone.is_set()
