@@ -236,8 +236,8 @@ def main() -> None:
     report_write(
         name="gateway_ab",
         title="What the gateway's last changes bought (bench/gateway_ab.py)",
-        command=f"./dev bench gateway_ab --base {args.base} --rounds {args.rounds}"
-        + (" --redis" if shared else ""),
+        command=f"./dev bench gateway_ab --base {args.base} --rounds {args.rounds} "
+        f"--rate {args.rate:g} --seconds {args.seconds:g}" + (" --redis" if shared else ""),
         body="\n".join(lines),
     )
 
