@@ -11,6 +11,10 @@ SERVER_OPTIONS = {
     # Longer than clients' idle-connection expiry (httpx: 5 s), so a client
     # never sends on a connection the gateway is closing.
     "timeout_keep_alive": 75,
+    # Nothing reads the client's address: no rewriting it from
+    # X-Forwarded-* on every request (uvicorn's default middleware).
+    "proxy_headers": False,
+    "server_header": False,  # no "server: uvicorn" on every answer
 }
 
 
