@@ -144,9 +144,9 @@ class Gateway:
         self._fleet_stale = asyncio.Event()  # the fleet changed: read it again
         self._tasks: list[asyncio.Task] = []
         self.loop_lag = LagRecord()  # how late the event loop woke up (requests in flight)
+        self.loop_lag_own = LagRecord()  # ... less its waits for a CPU
         self.in_flight = 0  # completion requests this process is handling
         self._busy = asyncio.Event()  # set while any is (wakes the loop-lag watcher)
-        self.loop_lag_own = LagRecord()  # ... less its waits for a CPU
         self.gc_pause_max = 0.0  # ok-float: seconds, a health statistic
         self.stalls: deque[dict] = deque(maxlen=20)  # {"at": epoch s, "ms": lag, why}
         self._gc_started = 0.0  # ok-float: perf_counter
@@ -203,9 +203,10 @@ class Gateway:
         gc.collect()
         gc.freeze()
         # A request leaves no reference cycle behind (tests/gateway), so the
-        # collector's young passes find nothing; at the default threshold
-        # (700 objects alive since the last pass, fewer than 64 requests in
-        # flight hold) they ran every 20 requests or so: ~10 µs a request.
+        # collector's young passes find nothing to free. At the default
+        # threshold (700 more objects than at the last pass: fewer than 64
+        # requests in flight keep alive) they ran every 20 requests or so,
+        # ~10 µs a request; at this one, rarely.
         gc.set_threshold(GC_YOUNG_OBJECTS, 10, 10)
         gc.callbacks.append(self._time_gc)
         self._tasks = [
