@@ -194,16 +194,9 @@ def ceiling_row(direct: LoadResult, via: LoadResult, *, target: float | None) ->
 
 
 def cpu_seconds(process: psutil.Process) -> float:
-    """User + system CPU seconds of a process, every thread, and of its
-    child processes (the gateway's record writer, gateway.record_writer)."""
-    total = 0.0
-    for p in (process, *process.children(recursive=True)):
-        try:
-            times = p.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
+    """User + system CPU seconds of a process, every thread."""
+    times = process.cpu_times()
+    return times.user + times.system
 
 
 def ceiling_by_cpu(base: LoadResult, held: LoadResult, *, against: str) -> str:

@@ -114,6 +114,7 @@ logger = logging.getLogger("gateway")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 GC_YOUNG_OBJECTS = 10_000  # the collector's first threshold (see startup)
+FLEET_RETRY_SECONDS = 1.0  # after a failed read of the fleet
 PROMETHEUS = b"text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -291,8 +292,10 @@ class Gateway:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._fleet_stale.wait(), self._fleet_next_read_in())
             self._fleet_stale.clear()  # a change heard from here on reads it again
+            failed = True
             try:
                 self.router.snapshot = await asyncio.to_thread(fleet_snapshot_load)
+                failed = False
             except DatabaseError as exc:
                 # Transient (a lost connection, a deadlock against a TRUNCATE or
                 # a migration): the next refresh tries again; a lasting outage
@@ -307,6 +310,8 @@ class Gateway:
                 logger.exception("fleet refresh failed; keeping the last snapshot")
             if self.queue_share is None:
                 await self._queue_replicas_sync()
+            if failed:  # the kept snapshot's reservation boundary may be due: not at once again
+                await asyncio.sleep(FLEET_RETRY_SECONDS)
 
     def _fleet_max_inflight(self) -> dict[int, int]:
         replicas = self.router.snapshot.replicas_by_model.values()

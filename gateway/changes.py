@@ -34,7 +34,7 @@ class ChangesListener:
         *,
         on_terms: Callable[[int | None], None],
         on_correction: Callable[[int | None], Awaitable[None]],
-        on_fleet: Callable[[], None] = lambda: None,
+        on_fleet: Callable[[], None],
     ) -> None:
         """`on_terms(tenant id or None for all)`; `on_correction(id, or None
         for every correction not applied yet)`; `on_fleet()`: read the

@@ -216,7 +216,10 @@ class UpstreamResponse:
     def release(self) -> None:
         """The connection back to the pool if the response ended and the
         replica keeps it alive; closed otherwise (a response left unread)."""
-        self._parser_drop()
+        # The parser holds this response's callbacks and the response its
+        # parser: a reference cycle per request, left to the garbage
+        # collector. Nothing is fed to it once released or closed.
+        self.parser = None
         conn = self._conn
         if conn.response is not self:
             return
@@ -229,21 +232,13 @@ class UpstreamResponse:
     def close(self) -> None:
         """Close the connection: the replica sees the client gone (vLLM
         then aborts the request)."""
-        self._parser_drop()
+        self.parser = None  # the cycle with it broken (see release)
         conn = self._conn
         if conn.response is self:
             conn.response = None
         conn.close()
         # Whoever waits on the body hears of it now, not at its read timeout.
         self.fail(Dropped("the gateway closed the connection", before_response=not self._started))
-
-    def _parser_drop(self) -> None:
-        """The parser holds this response's callbacks and the response its
-        parser: a reference cycle, left to the garbage collector it was
-        most of what its passes found (issue 21, profiled). The response
-        is done with it once released or closed (no more data is fed to
-        it: its connection answers no one else's bytes to it)."""
-        self.parser = None
 
 
 def _time_out(waiter: asyncio.Future) -> None:

@@ -100,3 +100,33 @@ def test_the_fleet_is_read_again_when_a_reservation_starts_or_ends(settings):
     assert 2.5 < gateway._fleet_next_read_in() <= 3.05  # just after it starts
     gateway.router.snapshot = FleetSnapshot(changes_at=time.time() - 1)
     assert gateway._fleet_next_read_in() == pytest.approx(0.05)  # due: read at once
+
+
+def test_a_fleet_that_cannot_be_read_is_tried_again_once_a_second(settings, monkeypatch):
+    """The database away with a reservation boundary due: the kept snapshot
+    says 'read now' every time, and the reads are paced, not a busy loop."""
+    import asyncio
+
+    from django.db import OperationalError
+
+    import gateway.app as app
+    from gateway.fleet import FleetSnapshot
+
+    reads = []
+
+    def unreadable():
+        reads.append(time.monotonic())
+        raise OperationalError("the database is away")
+
+    monkeypatch.setattr(app, "fleet_snapshot_load", unreadable)
+    settings.GATEWAY = {**settings.GATEWAY, "FLEET_REFRESH_SECONDS": 30}
+
+    async def scenario():
+        gateway = app.Gateway()
+        gateway.router.snapshot = FleetSnapshot(changes_at=time.time() - 1)
+        refresh = asyncio.create_task(gateway._refresh_fleet())
+        await asyncio.sleep(1.5)
+        refresh.cancel()
+
+    asyncio.run(scenario())
+    assert 1 <= len(reads) <= 2  # at 0.05 s, then a second later
