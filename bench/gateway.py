@@ -511,8 +511,13 @@ def main() -> None:
             ceiling += interleaved(arms, one_at_a_time=False, stream=stream)
 
         say("gateway hop alone, one request at a time …")
-        for label, url, headers in plain_arms:
-            serial.append(on_fake(label, url, headers, FAKE_MODEL, one_at_a_time=True))
+        # In rounds taking turns, as the ceiling: one stretch of each would
+        # put whatever the machine did meanwhile (a ledger write, the idle
+        # vLLM replica) on one arm alone.
+        serial += interleaved(
+            [(label, url, headers, FAKE_MODEL) for label, url, headers in plain_arms],
+            one_at_a_time=True,
+        )
         held_results = {}
         for name, arms in held_sets.items():
             say(f"spend held per request, accounts {name}, arms taking turns …")
@@ -574,7 +579,8 @@ def main() -> None:
         "HTTP hop costs when the load generator, the proxy and the upstream share two "
         "cores.",
         "",
-        f"The gateway's own hop, one request at a time against the fake upstream: "
+        f"The gateway's own hop, one request at a time against the fake upstream "
+        f"(the two taking turns in {ROUNDS} rounds; bench/gateway_hop shows where it goes): "
         f"+{hop_p50:.2f} ms p50 / +{hop_p99:.2f} ms p99 over calling it straight "
         f"(targets ≤ 0.3 / ≤ 1 ms). Its event loop over both ceiling rows, p99 / max ms: "
         f"{lag_text(ceiling_lag)} (targets ≤ 5 / ≤ 50 ms). The whole lag counts the time "

@@ -61,7 +61,7 @@ from serving.services import (  # noqa: E402
     replica_register,
     served_model_ensure,
 )
-from serving.tiny_model import MODEL_NAME, model_config  # noqa: E402
+from serving.tiny_model import model_config  # noqa: E402
 from tenants.models import Tenant  # noqa: E402
 from tenants.services import service_key_create, tenant_create  # noqa: E402
 from tests.services import free_port  # noqa: E402
@@ -70,6 +70,11 @@ EPOCH = datetime(2001, 1, 1, tzinfo=UTC)
 DURABLE_FLOOR = "floor: the same rows COPYed into the ledger, keys into the key table, nothing else"
 TENANTS = 50
 REPLICAS = 10
+# The model of the benchmark's fleet, served by nothing else: its replicas
+# have no server behind them (usage arrives pre-made), and a run stopped
+# halfway leaves them registered, where a gateway routing the tiny model
+# would have sent requests to them (bench/gateway's vLLM rows did).
+MODEL = "bench-ingest"
 
 
 def peak_rss_mib() -> float:
@@ -84,7 +89,7 @@ def bench_fleet() -> tuple[list[int], list[int]]:
             name=f"Bench ingest {n}", slug=slug
         )
         tenants.append(tenant.pk)
-    model = served_model_ensure(name=MODEL_NAME, config=model_config())
+    model = served_model_ensure(name=MODEL, config=model_config())
     pool = pool_ensure(name="bench-ingest")
     replicas = [
         replica_register(
@@ -118,7 +123,7 @@ def events(prefix: str, count: int, *, tenants, replicas, span: timedelta, seed:
             {
                 "request_id": f"{prefix}-{i}",
                 "tenant_id": tenants[i % len(tenants)],
-                "model": MODEL_NAME,
+                "model": MODEL,
                 "replica_id": replicas[i % len(replicas)],
                 "priority": 50,
                 "stream": bool(i % 2),
