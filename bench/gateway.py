@@ -114,6 +114,21 @@ def fake_upstream(tokens: int) -> tuple[ManagedProcess, int]:
     return process, port
 
 
+def gateway_process(name: str, env: dict[str, str]) -> tuple[ManagedProcess, int]:
+    """A gateway (`manage.py gateway`) on a free port with `env` over this
+    process's environment, logging to var/log/bench-NAME.log (not started),
+    and its port."""
+    port = free_port()
+    process = ManagedProcess(
+        name,
+        [sys.executable, "manage.py", "gateway", "--port", str(port)],
+        env=env,
+        log_path=Path(settings.VAR_DIR) / "log" / f"bench-{name}.log",
+        ready_url=f"http://127.0.0.1:{port}/healthz",
+    )
+    return process, port
+
+
 def fake_replica_register(port: int, *, name: str = "bench-fake", model: str = FAKE_MODEL) -> None:
     """The fake upstream on `port` as a one-GPU replica of `model` in the bench's pool."""
     replica_register(
@@ -289,26 +304,15 @@ def main() -> None:
         )
         fake_replica_register(fake_port)
         fake_replica_register(fake_port, name="bench-fake-gpu", model=FAKE_GPU_MODEL)
-        gw_port = free_port()
-        gateway = ManagedProcess(
-            "gateway",
-            [sys.executable, "manage.py", "gateway", "--port", str(gw_port)],
-            env={"REDIS_URL": ""},
-            log_path=Path(settings.VAR_DIR) / "log" / "bench-gateway.log",
-            ready_url=f"http://127.0.0.1:{gw_port}/healthz",
-        )
+        gateway, gw_port = gateway_process("gateway", {"REDIS_URL": ""})
         processes.append(gateway)
         gateway.start()
         gateway.wait_ready(timeout=60)
         shared_url = None
         if redis_url():  # the production layout: spend accounts shared through Redis
-            shared_port = free_port()
-            shared = ManagedProcess(
+            shared, shared_port = gateway_process(
                 "gateway-redis",
-                [sys.executable, "manage.py", "gateway", "--port", str(shared_port)],
-                env={"REDIS_URL": redis_url(), "GATEWAY_REDIS_PREFIX": f"bench-{time.time_ns()}"},
-                log_path=Path(settings.VAR_DIR) / "log" / "bench-gateway-redis.log",
-                ready_url=f"http://127.0.0.1:{shared_port}/healthz",
+                {"REDIS_URL": redis_url(), "GATEWAY_REDIS_PREFIX": f"bench-{time.time_ns()}"},
             )
             processes.append(shared)
             shared.start()

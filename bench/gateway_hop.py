@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import django
 
@@ -26,7 +24,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 django.setup()
 
 import psutil  # noqa: E402
-from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from bench.common import LoadResult, report_write  # noqa: E402
@@ -36,10 +33,10 @@ from bench.gateway import (  # noqa: E402
     cpu_seconds,
     fake_replica_register,
     fake_upstream,
+    gateway_process,
     run,
 )
 from core.processes import ManagedProcess  # noqa: E402
-from tests.services import free_port  # noqa: E402
 
 # (label, the gateway's environment) of each gateway arm.
 GATEWAYS = (
@@ -76,14 +73,7 @@ def main() -> None:
         arms = [("fake upstream direct", f"http://127.0.0.1:{fake_port}/v1/chat/completions",
                  None, fake)]  # fmt: skip
         for n, (label, env) in enumerate(GATEWAYS):
-            port = free_port()
-            gateway = ManagedProcess(
-                f"gateway-hop-{n}",
-                [sys.executable, "manage.py", "gateway", "--port", str(port)],
-                env={"REDIS_URL": "", **env},
-                log_path=Path(settings.VAR_DIR) / "log" / f"bench-gateway-hop-{n}.log",
-                ready_url=f"http://127.0.0.1:{port}/healthz",
-            )
+            gateway, port = gateway_process(f"gateway-hop-{n}", {"REDIS_URL": "", **env})
             processes.append(gateway)
             gateway.start()
             gateway.wait_ready(timeout=60)
