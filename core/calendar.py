@@ -46,6 +46,12 @@ def day_start(moment: datetime) -> datetime:
     return _in_utc(moment).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
+def day_end_or_start(moment: datetime) -> datetime:
+    """The first UTC midnight at or after `moment`."""
+    start = day_start(moment)
+    return start if start == _in_utc(moment) else start + _DAY
+
+
 def month_start(moment: date | datetime) -> datetime:
     """The first instant (00:00 UTC on the 1st) of the UTC month of `moment`."""
     if not isinstance(moment, datetime):

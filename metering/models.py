@@ -251,6 +251,35 @@ class UsageRollup(models.Model):
         return f"{self.tenant_id} {self.hour:%Y-%m-%d %H:00}"
 
 
+class UsageDay(models.Model):
+    """One UTC day of one tenant's usage of one model: the sums of its
+    hourly rollups (those with a model), kept by the database itself.
+    Triggers on metering_usagerollup (migration 0007) add and subtract
+    every row written, changed or deleted, in the statement that does it,
+    whoever writes: the days always equal their hours. Rating reads a
+    period's whole days here, a 24th of the rows of its hours."""
+
+    day = models.DateTimeField()  # midnight UTC
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    served_model = models.ForeignKey(ServedModel, on_delete=models.PROTECT, related_name="+")
+    prompt_tokens = models.BigIntegerField(default=0)
+    cached_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    device_seconds = models.DecimalField(**SECONDS, default=0)
+    # How many hourly rows are summed; a day left with none is deleted.
+    rollup_rows = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "tenant", "served_model"], name="usageday_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.day:%Y-%m-%d}"
+
+
 class DirtyHour(models.Model):
     """An hour whose rollups must be recomputed (usage arrived for it)."""
 

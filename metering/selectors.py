@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -21,9 +22,10 @@ from django.db import connection
 from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncDay, TruncHour, TruncMonth
 
+from core.calendar import day_end_or_start, day_start
 from core.db_frames import query_frame
 from metering.choices import Phase
-from metering.models import DirtyHour, RequestShares, UsageEvent, UsageRollup
+from metering.models import DirtyHour, RequestShares, UsageDay, UsageEvent, UsageRollup
 from serving.choices import RequestStatus
 from serving.engines import engine_spec
 from serving.models import Replica
@@ -407,21 +409,39 @@ def usage_by_tenant_pool_model(*, start: datetime, end: datetime) -> QuerySet:
 
 def usage_by_stretch(
     *, start: datetime, end: datetime, edges: list[datetime], tenant_ids: list[int] | None
-) -> QuerySet:
+) -> list[tuple]:
     """Rows of (tenant id, stretch, model id, prompt, cached, completion,
     device-seconds, rollup rows) in [start, end), of rollups with a model,
     ordered by the first three. Stretch n runs from sorted `edges[n]` to the
-    next edge. `tenant_ids` None: every tenant."""
-    segment = Case(
-        *(When(hour__lt=edge, then=Value(n)) for n, edge in enumerate(edges[1:])),
-        default=Value(len(edges) - 1),
-        output_field=IntegerField(),
+    next edge. `tenant_ids` None: every tenant. A stretch's whole UTC days
+    are read from their daily totals (UsageDay), the hours before its first
+    midnight and from its last from the hourly rollups: the same sums from
+    about a 24th of the rows."""
+    days, hours = Q(pk__in=[]), Q(pk__in=[])
+    for lo, hi in _stretches(start, end, edges):
+        first, last = day_end_or_start(lo), day_start(hi)
+        if first >= last:
+            hours |= Q(hour__gte=lo, hour__lt=hi)
+            continue
+        days |= Q(day__gte=first, day__lt=last)
+        hours |= Q(hour__gte=lo, hour__lt=first) | Q(hour__gte=last, hour__lt=hi)
+    tenants = Q() if tenant_ids is None else Q(tenant_id__in=tenant_ids)
+    by_day = (
+        UsageDay.objects.filter(days, tenants)
+        .annotate(segment=_segment("day", edges))
+        .values_list("tenant_id", "segment", "served_model_id")
+        .annotate(
+            prompt=Sum("prompt_tokens"),
+            cached=Sum("cached_tokens"),
+            completion=Sum("completion_tokens"),
+            seconds=Sum("device_seconds"),
+            rows=Sum("rollup_rows"),
+        )
+        .order_by()
     )
-    rollups = UsageRollup.objects.filter(hour__gte=start, hour__lt=end, served_model__isnull=False)
-    if tenant_ids is not None:
-        rollups = rollups.filter(tenant_id__in=tenant_ids)
-    return (
-        rollups.annotate(segment=segment)
+    by_hour = (
+        UsageRollup.objects.filter(hours, tenants, served_model__isnull=False)
+        .annotate(segment=_segment("hour", edges))
         .values_list("tenant_id", "segment", "served_model_id")
         .annotate(
             prompt=Sum("prompt_tokens"),
@@ -430,7 +450,35 @@ def usage_by_stretch(
             seconds=Sum("device_seconds"),
             rows=Count("pk"),
         )
-        .order_by("tenant_id", "segment", "served_model_id")
+        .order_by()
+    )
+    sums: dict[tuple, list] = {}
+    for key_and_sums in (*by_day, *by_hour):
+        key, values = key_and_sums[:3], key_and_sums[3:]
+        if key in sums:
+            sums[key] = [a + b for a, b in zip(sums[key], values, strict=True)]
+        else:
+            sums[key] = list(values)
+    return [(*key, *sums[key]) for key in sorted(sums)]
+
+
+def _stretches(start: datetime, end: datetime, edges: list[datetime]):
+    """[lo, hi) of each stretch within [start, end): the first reaches back
+    to `start`, the last on to `end`."""
+    bounds = [start, *edges[1:], end]
+    for lo, hi in pairwise(bounds):
+        lo, hi = max(lo, start), min(hi, end)
+        if lo < hi:
+            yield lo, hi
+
+
+def _segment(field: str, edges: list[datetime]) -> Case:
+    """The stretch a row of `field` (an hour, or a day wholly inside one
+    stretch) falls in."""
+    return Case(
+        *(When(**{f"{field}__lt": edge}, then=Value(n)) for n, edge in enumerate(edges[1:])),
+        default=Value(len(edges) - 1),
+        output_field=IntegerField(),
     )
 
 
