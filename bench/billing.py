@@ -18,8 +18,8 @@ numbered and finalized, one transaction per tenant); then the same run
 again, which finds everything finalized. Beside it, in the same process:
 issue 21's floor (the month's hourly rollups summed in one GROUP BY), what
 the run reads now (the month's daily totals), and what keeping those
-totals costs the rollups' writer (a day rebuilt with and without them). Everything sits in January 2001
-and is removed afterwards."""
+totals costs the rollups' writer (a day rebuilt with and without them).
+Everything sits in January 2001 and is removed afterwards."""
 
 from __future__ import annotations
 
