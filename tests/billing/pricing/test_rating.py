@@ -182,6 +182,32 @@ def test_a_price_change_mid_month_prices_each_hour_by_its_book(world):
     assert sorted((c.book, c.amount) for c in output) == [("list v1", D(4)), ("list v2", D(2))]
 
 
+def test_a_price_change_mid_day_prices_the_hours_on_each_side_by_their_book(world):
+    """Whole days are rated from their daily totals, the day the price
+    changes from its hours: the hour before the change and the hour it
+    starts land in different books."""
+    change = datetime(2026, 10, 15, 15, tzinfo=UTC)
+    world.price(version=1, until=change)
+    world.price(version=2, since=change, output_per_mtok=D("2"))
+    for hour in (
+        datetime(2026, 10, 14, 23, tzinfo=UTC),  # a whole day before
+        change - timedelta(hours=1),
+        change,
+        datetime(2026, 10, 16, 0, tzinfo=UTC),  # a whole day after
+    ):
+        world.tokens(world.a, hour=hour, completion=1_000_000)
+    world.tokens(world.b, hour=change, completion=1_000_000)  # another tenant's, not a's
+
+    output = [
+        c for c in charges_rate(tenant=world.a, start=OCT, end=NOV) if c.token_kind == "output"
+    ]
+
+    assert sorted((c.book, c.quantity, c.amount) for c in output) == [
+        ("list v1", 2_000_000, D(8)),
+        ("list v2", 2_000_000, D(4)),
+    ]
+
+
 def test_of_two_books_left_in_force_together_the_later_one_prices(world):
     """A new list put in force without closing the one before: from its
     first moment it prices, not whichever book was loaded first."""
