@@ -31,7 +31,7 @@ django.setup()
 import numpy as np  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
-from bench.common import PeakRss, fleet_remove, report_write  # noqa: E402
+from bench.common import PeakRss, database_settle, fleet_remove, report_write  # noqa: E402
 from billing.costs.rates import cost_rate_create  # noqa: E402
 from billing.models import AllocationRun, CostAllocation, CostRate, PoolHourCost  # noqa: E402
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel  # noqa: E402
@@ -235,16 +235,10 @@ def cleanup() -> None:
 
 
 def settle() -> None:
-    """Start the timed part from a settled database: dead rows of earlier
-    runs vacuumed, statistics fresh, and (where we may) a checkpoint taken,
-    so that runs compare with each other."""
-    with connection.cursor() as cursor:
-        for table in ("metering_usagerollup", "billing_costallocation", "billing_poolhourcost"):
-            cursor.execute(f"VACUUM ANALYZE {table}")
-        try:
-            cursor.execute("CHECKPOINT")
-        except Exception:  # not a superuser: a checkpoint only steadies the timing
-            say("  (no CHECKPOINT: not a superuser)")
+    """Start the timed part from a settled database (bench.common.database_settle)."""
+    tables = ("metering_usagerollup", "billing_costallocation", "billing_poolhourcost")
+    if not database_settle(*tables):
+        say("  (no CHECKPOINT: not a superuser)")
 
 
 def main() -> None:

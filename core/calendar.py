@@ -46,7 +46,7 @@ def day_start(moment: datetime) -> datetime:
     return _in_utc(moment).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-def day_end_or_start(moment: datetime) -> datetime:
+def day_ceil(moment: datetime) -> datetime:
     """The first UTC midnight at or after `moment`."""
     start = day_start(moment)
     return start if start == _in_utc(moment) else start + _DAY

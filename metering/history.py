@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import connection
 
+from core.locks import advisory_xact_lock
+from metering.jobs import RUN_LOCK
 from metering.models import UsageRollup
 
 HOUR = timedelta(hours=1)
@@ -166,7 +168,9 @@ def history_write(
     freshly generated ones, in one transaction. Returns rows written."""
     rows = history_rows(streams, start=start, end=end, seed=seed, shape=shape)
     written = 0
-    with transaction.atomic():
+    # The metering run's lock: the two never rewrite the same days' totals
+    # (UsageDay) at once, whose row locks they would take in no one order.
+    with advisory_xact_lock(RUN_LOCK):
         UsageRollup.objects.filter(
             synthetic=True,
             hour__gte=start,

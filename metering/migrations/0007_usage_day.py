@@ -9,9 +9,11 @@ from django.db import migrations, models
 
 # One function for the three statement triggers (transition tables allow
 # one event per trigger): each statement's rows, subtracted (old) and added
-# (new), summed per (day, tenant, model) and applied in key order, so two
-# writers of the same days take their row locks in one order. A day whose
-# last hourly row went is deleted.
+# (new), summed per (day, tenant, model) and applied in key order. That
+# orders the row locks within one statement only: writers of rollups whose
+# transactions hold several statements (the rollup job, the synthetic
+# history) take the metering run's lock, metering.jobs.RUN_LOCK. A day
+# whose last hourly row went is deleted.
 APPLY = """
 CREATE FUNCTION metering_usageday_apply() RETURNS trigger LANGUAGE plpgsql AS $fn$
 DECLARE

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.calendar import (
+    day_ceil,
     day_start,
     month_containing,
     month_hours,
@@ -121,6 +122,15 @@ def test_month_starts_between_includes_an_end_that_is_one():
     ]
     assert month_starts_between(utc(2026, 1, 1), utc(2026, 1, 1)) == [utc(2026, 1, 1)]
     assert month_starts_between(utc(2026, 2, 1), utc(2026, 1, 1)) == []
+
+
+def test_day_ceil_is_the_first_midnight_utc_at_or_after():
+    assert day_ceil(utc(2024, 2, 29)) == utc(2024, 2, 29)
+    assert day_ceil(utc(2024, 2, 29, 0, 0, 1)) == utc(2024, 3, 1)
+    assert day_ceil(utc(2024, 12, 31, 23)) == utc(2025, 1, 1)
+    tokyo = timezone(timedelta(hours=9))
+    # 2024-03-01 08:00 in Tokyo is 23:00 UTC on the 29th of February.
+    assert day_ceil(datetime(2024, 3, 1, 8, tzinfo=tokyo)) == utc(2024, 3, 1)
 
 
 def test_day_start_is_midnight_utc():

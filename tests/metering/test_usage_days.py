@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
@@ -26,6 +26,7 @@ from serving.tiny_model import model_config
 from tests.metering.conftest import T0
 
 DAY0 = datetime(2026, 10, 4, tzinfo=UTC)
+TOKYO = timezone(timedelta(hours=9))
 
 
 def days_of_hours() -> dict[tuple, list]:
@@ -101,6 +102,22 @@ def test_days_follow_every_write_of_the_hours(ledger):
     assert days()[(DAY0, ledger.a.pk, ledger.model.pk)] == [61, 0, 70, Decimal("1.5"), 2]
     assert (DAY0, ledger.b.pk, ledger.model.pk) not in days()  # moved away whole
 
+    # An UPDATE moving a row to another tenant and model, one taking its
+    # model away (no longer rated) and one giving a model to a row without.
+    UsageRollup.objects.filter(hour=DAY0 + timedelta(hours=23)).update(
+        tenant=ledger.b, served_model=other
+    )
+    UsageRollup.objects.filter(hour=DAY0 + timedelta(hours=1)).update(served_model=None)
+    UsageRollup.objects.filter(hour=DAY0, served_model=None).update(served_model=other)
+    assert days() == days_of_hours()
+    assert (DAY0, ledger.a.pk, ledger.model.pk) not in days()
+    assert days()[(DAY0, ledger.b.pk, other.pk)] == [50, 0, 70, Decimal(0), 1]
+
+    # A DELETE of part of a day leaves the rest of it.
+    UsageRollup.objects.filter(hour=DAY0, served_model=other).delete()
+    assert days() == days_of_hours()
+    assert days()[(DAY0, ledger.a.pk, other.pk)][4] == 1  # hour 3's row is left
+
     # A day whose last hour goes is gone too; the others stay.
     UsageRollup.objects.filter(hour__gte=DAY0 + timedelta(days=1)).delete()
     assert days() == days_of_hours()
@@ -162,6 +179,17 @@ def stretch_sums_of_hours(start, end, edges, tenant_ids) -> list[tuple]:
         ),
         # Less than a day.
         (DAY0 + timedelta(hours=2), DAY0 + timedelta(hours=9), [DAY0 + timedelta(hours=2)]),
+        # Moments in another zone, not on the hour; edges before the start
+        # and after the end.
+        (
+            (DAY0 + timedelta(hours=4, minutes=30)).astimezone(TOKYO),
+            (DAY0 + timedelta(days=3, hours=1, minutes=5)).astimezone(TOKYO),
+            [
+                DAY0 - timedelta(days=1),
+                (DAY0 + timedelta(days=1, hours=9, minutes=10)).astimezone(TOKYO),
+                DAY0 + timedelta(days=5),
+            ],
+        ),
     ],
 )
 def test_stretches_sum_what_the_hours_sum(ledger, start, end, edges):
@@ -186,6 +214,12 @@ def test_stretches_sum_what_the_hours_sum(ledger, start, end, edges):
         got = usage_by_stretch(start=start, end=end, edges=edges, tenant_ids=tenant_ids)
         assert got == stretch_sums_of_hours(start, end, edges, tenant_ids)
         assert got  # the data reaches every case
+
+
+def test_stretches_need_their_edges_sorted(ledger):
+    edges = [DAY0 + timedelta(days=2), DAY0 + timedelta(days=1)]
+    with pytest.raises(ValueError, match="sorted"):
+        usage_by_stretch(start=DAY0, end=DAY0 + timedelta(days=3), edges=edges, tenant_ids=None)
 
 
 def test_a_truncate_of_the_hours_empties_the_days(ledger):
