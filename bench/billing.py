@@ -36,7 +36,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 django.setup()
 
 from django.db import connection, transaction  # noqa: E402
-from django.db.models import Count, Sum  # noqa: E402
+from django.db.models import Count  # noqa: E402
 
 from bench.common import PeakRss, database_settle, fleet_remove, report_write  # noqa: E402
 from billing.models import (  # noqa: E402
@@ -51,6 +51,7 @@ from billing.models import (  # noqa: E402
     VolumeTier,
 )
 from metering.models import UsageRollup  # noqa: E402
+from metering.selectors import rated_sums, usage_by_stretch  # noqa: E402
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel  # noqa: E402
 from tenants.models import Tenant, TenantPolicy  # noqa: E402
 
@@ -261,13 +262,7 @@ def _aggregate_floor() -> float:
     hours = (
         UsageRollup.objects.filter(hour__gte=EPOCH, hour__lt=MONTH_END, served_model__isnull=False)
         .values_list("tenant_id", "served_model_id")
-        .annotate(
-            prompt=Sum("prompt_tokens"),
-            cached=Sum("cached_tokens"),
-            completion=Sum("completion_tokens"),
-            seconds=Sum("device_seconds"),
-            rows=Count("pk"),
-        )
+        .annotate(**rated_sums(rows=Count("pk")))
         .order_by("tenant_id", "served_model_id")
     )
     return _best_of_three(lambda: list(hours.all()))  # .all(): a fresh query each time
@@ -276,8 +271,6 @@ def _aggregate_floor() -> float:
 def _read_floor() -> float:
     """What the run reads of the month's usage now, alone: its whole days'
     totals (metering.selectors.usage_by_stretch, every tenant, one stretch)."""
-    from metering.selectors import usage_by_stretch
-
     return _best_of_three(
         lambda: usage_by_stretch(start=EPOCH, end=MONTH_END, edges=[EPOCH], tenant_ids=None)
     )

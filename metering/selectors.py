@@ -433,26 +433,14 @@ def usage_by_stretch(
         UsageDay.objects.filter(days, tenants)
         .annotate(segment=_segment("day", edges))
         .values_list("tenant_id", "segment", "served_model_id")
-        .annotate(
-            prompt=Sum("prompt_tokens"),
-            cached=Sum("cached_tokens"),
-            completion=Sum("completion_tokens"),
-            seconds=Sum("device_seconds"),
-            rows=Sum("rollup_rows"),
-        )
+        .annotate(**rated_sums(rows=Sum("rollup_rows")))
         .order_by()
     )
     by_hour = (
         UsageRollup.objects.filter(hours, tenants, served_model__isnull=False)
         .annotate(segment=_segment("hour", edges))
         .values_list("tenant_id", "segment", "served_model_id")
-        .annotate(
-            prompt=Sum("prompt_tokens"),
-            cached=Sum("cached_tokens"),
-            completion=Sum("completion_tokens"),
-            seconds=Sum("device_seconds"),
-            rows=Count("pk"),
-        )
+        .annotate(**rated_sums(rows=Count("pk")))
         .order_by()
     )
     sums: dict[tuple, list] = {}
@@ -463,6 +451,19 @@ def usage_by_stretch(
         else:
             sums[key] = list(values)
     return [(*key, *sums[key]) for key in sorted(sums)]
+
+
+def rated_sums(*, rows) -> dict:
+    """The sums rating reads of rollups (hourly or daily) as annotations:
+    prompt, cached and completion tokens, device-seconds, and `rows` (how
+    many hourly rollups they sum)."""
+    return {
+        "prompt": Sum("prompt_tokens"),
+        "cached": Sum("cached_tokens"),
+        "completion": Sum("completion_tokens"),
+        "seconds": Sum("device_seconds"),
+        "rows": rows,
+    }
 
 
 def _stretches(start: datetime, end: datetime, edges: list[datetime]):
