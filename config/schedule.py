@@ -41,6 +41,12 @@ BEAT_SCHEDULE = {
     # The gateways' spend counters corrected from the ledger (issue 18).
     "billing-spend-correct": {"task": "billing.spend_correct", "schedule": 300.0},
     "billing-stripe-sweep": {"task": "billing.stripe_sweep", "schedule": 300.0},
+    # The daily totals invoices read, checked against their hours before
+    # the invoice run (02:00).
+    "metering-usage-days-check": {
+        "task": "metering.usage_days_check",
+        "schedule": crontab(hour=1, minute=45),
+    },
     "billing-allocation-check": {
         "task": "billing.allocation_check",
         "schedule": crontab(hour=1, minute=30),

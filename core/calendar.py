@@ -35,6 +35,13 @@ def epoch_hour_start(hour: int) -> datetime:
     return _EPOCH + timedelta(hours=hour)
 
 
+def utc_moment(value: str) -> datetime:
+    """An ISO 8601 date or time as typed on a command line: a naive one is
+    read as UTC, one with an offset moved to UTC."""
+    moment = datetime.fromisoformat(value)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 def _in_utc(moment: datetime) -> datetime:
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)

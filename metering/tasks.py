@@ -3,6 +3,8 @@
 from celery import shared_task
 from django.utils import timezone
 
+from core.calendar import month_start, months_add
+from metering.days import usage_days_repair
 from metering.jobs import metering_run
 from metering.partitions import usage_partitions_ensure_ahead
 from metering.reconciliation import reconciliation_run_hour
@@ -29,6 +31,17 @@ def usage_partitions_task() -> list[str]:
 def conservation_check_task() -> int:
     """Hourly: windows whose attributed + idle != capacity (logged as errors)."""
     return len(attribution_conservation_check())
+
+
+@shared_task(
+    name="metering.usage_days_check", time_limit=900, soft_time_limit=840, ignore_result=True
+)
+def usage_days_check_task() -> int:
+    """Daily, before the invoice run: the days of last month and this one
+    (what invoices, late usage and budgets read) against their hours; a
+    drifted day is logged as an error and rebuilt from its hours."""
+    now = timezone.now()
+    return len(usage_days_repair(start=months_add(month_start(now), -1), end=now))
 
 
 @shared_task(name="metering.reconcile", time_limit=600, soft_time_limit=540, ignore_result=True)

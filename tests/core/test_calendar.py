@@ -26,6 +26,7 @@ from core.calendar import (
     period_containing,
     period_last_closed,
     period_previous,
+    utc_moment,
 )
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -131,6 +132,14 @@ def test_day_ceil_is_the_first_midnight_utc_at_or_after():
     tokyo = timezone(timedelta(hours=9))
     # 2024-03-01 08:00 in Tokyo is 23:00 UTC on the 29th of February.
     assert day_ceil(datetime(2024, 3, 1, 8, tzinfo=tokyo)) == utc(2024, 3, 1)
+
+
+def test_a_moment_typed_on_a_command_line_is_read_in_utc():
+    assert utc_moment("2026-10-01") == utc(2026, 10, 1)
+    assert utc_moment("2026-10-01T05:30") == utc(2026, 10, 1, 5, 30)
+    # An offset is kept as the moment it names, not replaced by UTC.
+    assert utc_moment("2026-10-01T05:30+02:00") == utc(2026, 10, 1, 3, 30)
+    assert utc_moment("2026-10-01T05:30+02:00").tzinfo is UTC
 
 
 def test_day_start_is_midnight_utc():

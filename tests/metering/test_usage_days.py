@@ -11,16 +11,20 @@ import random
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
+from io import StringIO
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 
-from core.calendar import day_start
+from core.calendar import day_start, month_start, months_add
 from metering.choices import EventSource
+from metering.days import DayDrift, usage_days_check, usage_days_repair
 from metering.jobs import metering_run
 from metering.ledger import usage_record_batch
 from metering.models import UsageDay, UsageRollup
 from metering.selectors import usage_by_stretch
+from metering.tasks import usage_days_check_task
 from serving.services import served_model_ensure
 from serving.tiny_model import model_config
 from tests.metering.conftest import T0
@@ -228,3 +232,78 @@ def test_a_truncate_of_the_hours_empties_the_days(ledger):
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the rows' checks done: as if committed
         cursor.execute("TRUNCATE metering_usagerollup")
     assert not UsageDay.objects.exists()
+
+
+def _drift_days(ledger) -> tuple[datetime, datetime]:
+    """Three ways around the triggers: an hour written with them disabled
+    (a bulk load under session_replication_role = replica), a day edited by
+    hand, a day left with no hours. Returns the days touched."""
+    rollup(ledger, DAY0 + timedelta(hours=3), prompt_tokens=10, device_seconds=Decimal("2.5"))
+    rollup(ledger, DAY0 + timedelta(days=1), tenant=ledger.b, completion_tokens=4)
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")  # no trigger fires
+        rollup(ledger, DAY0 + timedelta(hours=5), prompt_tokens=7, cached_tokens=2)
+        cursor.execute("SET session_replication_role = origin")
+        cursor.execute(
+            "UPDATE metering_usageday SET completion_tokens = 5 WHERE tenant_id = %s", [ledger.b.pk]
+        )
+    UsageDay.objects.create(
+        day=DAY0 + timedelta(days=2), tenant=ledger.a, served_model=ledger.model, prompt_tokens=3,
+        rollup_rows=1,
+    )  # fmt: skip
+    return DAY0, DAY0 + timedelta(days=3)
+
+
+def test_a_check_finds_every_day_that_differs_from_its_hours_and_a_repair_rebuilds_it(
+    ledger, caplog
+):
+    start, end = _drift_days(ledger)
+    a, b, model = ledger.a.pk, ledger.b.pk, ledger.model.pk
+    expected = [
+        DayDrift(DAY0, a, model, (10, 0, 0, Decimal("2.5"), 1), (17, 2, 0, Decimal("2.5"), 2)),
+        DayDrift(DAY0 + timedelta(days=1), b, model, (0, 0, 5, 0, 1), (0, 0, 4, 0, 1)),
+        DayDrift(DAY0 + timedelta(days=2), a, model, (3, 0, 0, 0, 1), None),
+    ]
+    # Mid-day edges take in their whole days.
+    assert usage_days_check(start=start + timedelta(hours=12), end=end - timedelta(hours=1)) == (
+        expected
+    )
+    assert usage_days_check(start=start + timedelta(days=1), end=end) == expected[1:]
+    assert days() != days_of_hours()
+
+    assert usage_days_repair(start=start, end=end) == expected
+    assert days() == days_of_hours()
+    assert days()[(DAY0, a, model)] == [17, 2, 0, Decimal("2.5"), 2]
+    assert not UsageDay.objects.filter(day=DAY0 + timedelta(days=2)).exists()
+    assert usage_days_check(start=start, end=end) == []
+    assert sum("drifted from its hours" in r.message for r in caplog.records) == 3
+    assert usage_days_repair(start=start, end=end) == []  # nothing left: nothing written
+
+
+def test_usage_days_command_reports_drift_and_repairs_only_when_asked(ledger):
+    _drift_days(ledger)
+    held = days()
+    out = StringIO()
+    with pytest.raises(CommandError, match="--repair"):
+        call_command("usage_days", "--since", "2026-10-01", "--until", "2026-12-01", stdout=out)
+    assert "3 drifted days in 2 months, left as they are" in out.getvalue()
+    assert "2026-10-05 tenant" in out.getvalue()
+    assert days() == held
+
+    out = StringIO()
+    call_command("usage_days", "--repair", stdout=out)  # from the first rollup to now
+    assert "3 drifted days in" in out.getvalue()
+    assert days() == days_of_hours()
+    call_command("usage_days", stdout=StringIO())  # clean: no error
+
+
+def test_the_daily_job_repairs_last_months_days(ledger, caplog):
+    now = datetime.now(UTC)
+    last_month = months_add(month_start(now), -1)
+    rollup(ledger, last_month + timedelta(hours=1), prompt_tokens=4)
+    rollup(ledger, months_add(last_month, -1), prompt_tokens=9)  # older: not the job's
+    UsageDay.objects.all().update(prompt_tokens=1)
+    assert usage_days_check_task() == 1
+    assert days()[(last_month, ledger.a.pk, ledger.model.pk)][0] == 4
+    assert days()[(months_add(last_month, -1), ledger.a.pk, ledger.model.pk)][0] == 1
+    assert "drifted from its hours" in caplog.text

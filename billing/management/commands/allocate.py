@@ -7,10 +7,7 @@ from billing.choices import RunStatus
 from billing.costs.runs import allocation_run_create, allocation_run_execute
 from billing.models import CostScenario
 from billing.tasks import allocation_run_enqueue
-
-
-def _day(value: str) -> datetime:
-    return datetime.fromisoformat(value).replace(tzinfo=UTC)
+from core.calendar import utc_moment
 
 
 class Command(BaseCommand):
@@ -20,8 +17,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--start", type=_day)
-        parser.add_argument("--end", type=_day)
+        parser.add_argument("--start", type=utc_moment)
+        parser.add_argument("--end", type=utc_moment)
         parser.add_argument("--scenario", help="a scenario's name (default: the booked results)")
         parser.add_argument("--queue", action="store_true", help="hand it to a Celery worker")
 
