@@ -50,6 +50,7 @@ from billing.models import (  # noqa: E402
     Subscription,
     VolumeTier,
 )
+from metering.days import usage_days_check  # noqa: E402
 from metering.models import UsageRollup  # noqa: E402
 from metering.selectors import rated_sums, usage_by_stretch  # noqa: E402
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel  # noqa: E402
@@ -220,7 +221,7 @@ def _invoice(queue) -> None:
     from billing.invoicing.runs import invoice_run_create, invoice_run_execute
 
     as_of = MONTH_END + timedelta(hours=2)
-    floor, read = _aggregate_floor(), _read_floor()
+    floor, read, check = _aggregate_floor(), _read_floor(), _days_check_cost()
     profiler = None
     if os.environ.get("BENCH_PROFILE"):
         import cProfile
@@ -241,7 +242,7 @@ def _invoice(queue) -> None:
         started = time.perf_counter()
         february = invoice_run_execute(run_id=invoice_run_create(as_of=FEB_END).pk)
         third = (time.perf_counter() - started, rss.take(), february.status, _late_lines())
-    queue.put((first, second, third, (floor, read, *_day_rebuild_cost())))
+    queue.put((first, second, third, (floor, read, check, *_day_rebuild_cost())))
 
 
 def _best_of_three(fn) -> float:
@@ -274,6 +275,15 @@ def _read_floor() -> float:
     return _best_of_three(
         lambda: usage_by_stretch(start=EPOCH, end=MONTH_END, edges=[EPOCH], tenant_ids=None)
     )
+
+
+def _days_check_cost() -> float:
+    """The nightly check of the month's daily totals against their hours
+    (metering.days.usage_days_check): the floor's aggregate joined to the
+    days. None may differ."""
+    drifted = usage_days_check(start=EPOCH, end=MONTH_END)
+    assert not drifted, drifted[:5]
+    return _best_of_three(lambda: usage_days_check(start=EPOCH, end=MONTH_END))
 
 
 def _day_rebuild_cost() -> tuple[float, float, int]:
@@ -408,7 +418,7 @@ def main() -> None:
     child = ctx.Process(target=_invoice, args=(queue,))
     child.start()
     first, second, third, floors = queue.get(timeout=1800)
-    floor, read, rebuild, rebuild_bare, day_rows = floors
+    floor, read, check, rebuild, rebuild_bare, day_rows = floors
     (seconds, rss, status, tenants), (again, again_rss, again_status, skipped) = first, second
     next_seconds, next_rss, next_status, late_lines = third
     child.join()
@@ -435,6 +445,8 @@ def main() -> None:
             f"| {tenants:,} | | {floor:.2f} | | |",
             f"| what the run reads of the usage now: the month's daily totals "
             f"(metering.selectors.usage_by_stretch) | {tenants:,} | | {read:.3f} | | |",
+            f"| the nightly check of the month's daily totals against their hours "
+            f"(metering.days.usage_days_check; none differ) | {tenants:,} | | {check:.2f} | | |",
             f"| cost on the rollups' writer: a day's hourly rows rebuilt ({day_rows:,} rows), "
             f"daily totals kept by the triggers | | | {rebuild:.3f} | | |",
             f"| the same with the daily totals' triggers disabled | | | {rebuild_bare:.3f} | | |",

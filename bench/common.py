@@ -123,6 +123,32 @@ async def load(
     return result
 
 
+async def paced(url: str, payload: bytes, headers: dict, *, rate: float, seconds: float) -> int:
+    """Open loop: a request every 1/rate s for `seconds`, each read to its
+    end; the number of failures."""
+    failures = 0
+    async with aiohttp.ClientSession(headers={"Content-Type": "application/json", **headers}) as s:
+
+        async def one() -> None:
+            nonlocal failures
+            try:
+                async with s.post(url, data=payload) as response:
+                    async for _chunk in response.content.iter_any():
+                        pass
+                    failures += response.status != 200
+            except aiohttp.ClientError:
+                failures += 1
+
+        tasks, began = [], time.perf_counter()
+        for n in range(int(rate * seconds)):
+            delay = began + n / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one()))
+        await asyncio.gather(*tasks)
+    return failures
+
+
 def machine() -> str:
     cpu = "unknown CPU"
     try:

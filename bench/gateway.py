@@ -29,7 +29,7 @@ import psutil  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
-from bench.common import LoadResult, load, report_write  # noqa: E402
+from bench.common import LoadResult, load, paced, report_write  # noqa: E402
 from bench.replica import tiny_replica_start  # noqa: E402
 from billing.invoicing.credits import credit_grant_create  # noqa: E402
 from billing.models import ModelPrice, Plan, PriceBook, Subscription  # noqa: E402
@@ -274,6 +274,9 @@ def main() -> None:
     )
     parser.add_argument("--ceiling-requests", type=int, default=10000)
     parser.add_argument("--ceiling-concurrency", type=int, default=64)
+    parser.add_argument(
+        "--paced-rate", type=float, default=400, help="requests/s of the loop-lag row (open loop)"
+    )
     args = parser.parse_args()
     say = lambda msg: print(msg, flush=True)  # noqa: E731
 
@@ -514,6 +517,19 @@ def main() -> None:
             ]
             ceiling += interleaved(arms, one_at_a_time=False, stream=stream)
 
+        # The same gateway's loop at a load it is not saturated by: an
+        # open loop at a fixed rate. At the ceiling every wake-up of the
+        # loop finds requests waiting, so its lag there is the queue of
+        # work the load keeps in it, not a stall.
+        paced_lag = []
+        for stream in (False, True):
+            say(f"gateway event loop at {args.paced_rate:g} requests/s …")
+            lag_before = loop_lag_counts(gw_url)
+            payload = body(FAKE_MODEL, args.tokens, stream)
+            asyncio.run(paced(gw_url, payload, auth, rate=args.paced_rate, seconds=5))
+            after = loop_lag_counts(gw_url)
+            paced_lag.append([a - b for a, b in zip(after, lag_before, strict=True)])
+
         say("gateway hop alone, one request at a time …")
         # In rounds taking turns, as the ceiling: one stretch of each would
         # put whatever the machine did meanwhile (a ledger write, the idle
@@ -590,7 +606,12 @@ def main() -> None:
         f"{lag_text(ceiling_lag)} (targets ≤ 5 / ≤ 50 ms). The whole lag counts the time "
         "the loop's thread was runnable but the machine's cores were busy with the load "
         "generator and the fake (gateway.stalls reads it from the kernel); 'own' is the "
-        "rest: the gateway's own work, a garbage collection, a thread holding the GIL.",
+        "rest: the gateway's own work, a garbage collection, a thread holding the GIL. "
+        f"The same gateway at a fixed {args.paced_rate:g} requests/s (open loop, 5 s each): "
+        f"non-stream {lag_text(paced_lag[0])}, stream {lag_text(paced_lag[1])}. At the "
+        "ceiling each wake-up of the loop finds the work of the requests in flight waiting "
+        "and runs it all before the next timer: the lag there is that queue (it follows "
+        "the CPU per request times the requests in flight), not a stall.",
         "",
         f"Load: {args.requests} chat requests per row, {args.concurrency} concurrent, "
         f"{args.tokens} output tokens (`ignore_eos`), the tiny Llama on one vLLM-CPU "

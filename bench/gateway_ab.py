@@ -30,12 +30,11 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 django.setup()
 
-import aiohttp  # noqa: E402
 import psutil  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
-from bench.common import LoadResult, report_write  # noqa: E402
+from bench.common import LoadResult, paced, report_write  # noqa: E402
 from bench.gateway import (  # noqa: E402
     FAKE_MODEL,
     bench_tenant,
@@ -49,32 +48,6 @@ from core.processes import ManagedProcess  # noqa: E402
 from tests.services import free_port, redis_url  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-async def paced(url: str, payload: bytes, headers: dict, *, rate: float, seconds: float) -> int:
-    """Open loop: a request every 1/rate s for `seconds`, each read to its
-    end; the number of failures."""
-    failures = 0
-    async with aiohttp.ClientSession(headers={"Content-Type": "application/json", **headers}) as s:
-
-        async def one() -> None:
-            nonlocal failures
-            try:
-                async with s.post(url, data=payload) as response:
-                    async for _chunk in response.content.iter_any():
-                        pass
-                    failures += response.status != 200
-            except aiohttp.ClientError:
-                failures += 1
-
-        tasks, began = [], time.perf_counter()
-        for n in range(int(rate * seconds)):
-            delay = began + n / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one()))
-        await asyncio.gather(*tasks)
-    return failures
 
 
 def gateway_start(name: str, cwd: Path, *, redis: str = "") -> tuple[ManagedProcess, str]:
