@@ -109,9 +109,13 @@ def usage_days_check(*, start: datetime, end: datetime) -> list[DayDrift]:
 
 def usage_days_repair(*, start: datetime, end: datetime) -> list[DayDrift]:
     """Find the drifted days from `start`'s to `end`'s, log each as an
-    error and rebuild it from its hours; returns what was found. Holds the
-    metering run's lock, so no writer of hours runs between the check and
+    error and rebuild it from its hours; returns what was found. Checks
+    first without a lock (the common case: nothing to repair, and the
+    metering job never waits); a drift is checked again holding the
+    metering run's lock, so no writer of hours runs between that check and
     the repair."""
+    if not usage_days_check(start=start, end=end):
+        return []
     with transaction.atomic(), advisory_xact_lock(RUN_LOCK):
         drifted = usage_days_check(start=start, end=end)
         if not drifted:
