@@ -521,12 +521,14 @@ def main() -> None:
         # open loop at a fixed rate. At the ceiling every wake-up of the
         # loop finds requests waiting, so its lag there is the queue of
         # work the load keeps in it, not a stall.
-        paced_lag = []
+        paced_lag, paced_failed = [], 0
         for stream in (False, True):
             say(f"gateway event loop at {args.paced_rate:g} requests/s …")
             lag_before = loop_lag_counts(gw_url)
             payload = body(FAKE_MODEL, args.tokens, stream)
-            asyncio.run(paced(gw_url, payload, auth, rate=args.paced_rate, seconds=5))
+            paced_failed += asyncio.run(
+                paced(gw_url, payload, auth, rate=args.paced_rate, seconds=5)
+            )
             after = loop_lag_counts(gw_url)
             paced_lag.append([a - b for a, b in zip(after, lag_before, strict=True)])
 
@@ -607,7 +609,8 @@ def main() -> None:
         "the loop's thread was runnable but the machine's cores were busy with the load "
         "generator and the fake (gateway.stalls reads it from the kernel); 'own' is the "
         "rest: the gateway's own work, a garbage collection, a thread holding the GIL. "
-        f"The same gateway at a fixed {args.paced_rate:g} requests/s (open loop, 5 s each): "
+        f"The same gateway at a fixed {args.paced_rate:g} requests/s (open loop, 5 s each, "
+        f"{paced_failed} requests failed): "
         f"non-stream {lag_text(paced_lag[0])}, stream {lag_text(paced_lag[1])}. At the "
         "ceiling each wake-up of the loop finds the work of the requests in flight waiting "
         "and runs it all before the next timer: the lag there is that queue (it follows "
