@@ -8,7 +8,10 @@
    rows, validated beforehand: a raw COPY into a temporary table, and a
    COPY into the ledger and the key table (what durability costs).
 2. Through the REST API: 1,000-event JSON batches POSTed by concurrent
-   clients to the web app served by uvicorn, authenticated by a service key.
+   clients to the web app served by uvicorn, authenticated by a service key;
+   twice, the web app as deployed and with its workers' startup heap left
+   in the collector's care (as before core.heap), with the workers'
+   collector pauses.
 3. Attribution of a day of 1 M events on 10 replicas (240 replica-hour
    windows), then the rollups of those hours.
 
@@ -24,9 +27,13 @@ import multiprocessing
 import os
 import random
 import resource
+import shutil
+import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import django
 
@@ -266,12 +273,27 @@ async def post_all(url: str, secret: str, bodies: list[bytes], concurrency: int)
     return elapsed
 
 
-def through_api(batch_events, *, workers: int, concurrency: int) -> tuple[float, int]:
-    """Seconds for the batches after the warm-up, and how many events they held."""
+@dataclass
+class ApiRun:
+    seconds: float
+    events: int
+    full_collections: int  # in the web workers, while the batches were timed
+    full_ms: float
+    longest_ms: float  # the longest collection of any generation
+
+
+def through_api(batch_events, *, workers: int, concurrency: int, frozen: bool) -> ApiRun:
+    """The batches after the warm-up, and the web workers' collector
+    meanwhile (bench.collector_timed_asgi); `frozen`: the web app as
+    deployed, else with its startup heap back in the collector's care."""
     port = free_port()
+    logs = Path(tempfile.mkdtemp(prefix="bench-gc-"))
     web = ManagedProcess(
         name="web",
-        argv=uvicorn_argv("config.asgi:application", host="127.0.0.1", port=port, workers=workers),
+        argv=uvicorn_argv(
+            "bench.collector_timed_asgi:application", host="127.0.0.1", port=port, workers=workers
+        ),
+        env={"BENCH_GC_LOG": f"{logs}/", "BENCH_UNFREEZE": "" if frozen else "1"},
         ready_url=f"http://127.0.0.1:{port}/healthz",
     )
     _key, secret = service_key_create(name="bench ingest")
@@ -286,9 +308,24 @@ def through_api(batch_events, *, workers: int, concurrency: int) -> tuple[float,
         # the directory of names, a database connection) before the clock.
         warm, bodies = bodies[: workers * 2], bodies[workers * 2 :]
         asyncio.run(post_all(url, secret, warm, concurrency))
-        return asyncio.run(post_all(url, secret, bodies, concurrency)), len(bodies) * 1000
+        before = {log: len(log.read_text().splitlines()) for log in logs.iterdir()}
+        seconds = asyncio.run(post_all(url, secret, bodies, concurrency))
+        timed = [
+            line.split()
+            for log in logs.iterdir()
+            for line in log.read_text().splitlines()[before.get(log, 0) :]
+        ]
     finally:
         web.stop()
+        shutil.rmtree(logs, ignore_errors=True)
+    full = [float(ms) for generation, ms in timed if generation == "2"]
+    return ApiRun(
+        seconds=seconds,
+        events=len(bodies) * 1000,
+        full_collections=len(full),
+        full_ms=sum(full),
+        longest_ms=max((float(ms) for _, ms in timed), default=0.0),
+    )
 
 
 def _attribute(queue) -> None:
@@ -324,6 +361,10 @@ def cleanup() -> None:
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS metering_usageevent_y2001m01")
         cursor.execute("DELETE FROM metering_usagekey WHERE received_at < %s", [end])
+        # The keys deleted stay in the key table's index until a vacuum: every
+        # run after the first would claim its keys in an index full of them
+        # (measured: the keys' COPY x 1.6-2 slower after a few runs).
+        cursor.execute("VACUUM metering_usagekey")
         for derived in ("metering_attributionshare", "metering_requestshares"):
             cursor.execute(
                 f"DELETE FROM {derived} WHERE window_id IN "  # noqa: S608 (our own table names)
@@ -394,23 +435,28 @@ def main() -> None:
     cleanup()
     del pre
 
-    say(f"API: {args.api_events:,} events in 1,000-event batches …")
-    api_events = events(
-        "api", args.api_events, tenants=tenants, replicas=replicas, span=timedelta(hours=1), seed=9
-    )
-    seconds, timed_events = through_api(
-        api_events, workers=args.api_workers, concurrency=args.api_concurrency
-    )
-    rows.append(
-        (
-            f"REST API ({args.api_workers} uvicorn workers, {args.api_concurrency} "
-            "clients, 1,000 per POST, after a warm-up batch per worker)",
-            timed_events,
-            seconds,
-            None,
+    say(f"API: {args.api_events:,} events in 1,000-event batches, twice …")
+    api_runs = {}
+    for seed, frozen in ((9, True), (11, False)):
+        api_events = events(
+            f"api{seed}", args.api_events, tenants=tenants, replicas=replicas,
+            span=timedelta(hours=1), seed=seed,
+        )  # fmt: skip
+        api_runs[frozen] = run = through_api(
+            api_events, workers=args.api_workers, concurrency=args.api_concurrency, frozen=frozen
         )
-    )
-    say(f"  API: {timed_events / seconds:,.0f} events/s")
+        rows.append(
+            (
+                f"REST API ({args.api_workers} uvicorn workers, {args.api_concurrency} "
+                "clients, 1,000 per POST, after a warm-up batch per worker)"
+                + ("" if frozen else ", the workers' startup heap not frozen (as before)"),
+                run.events,
+                run.seconds,
+                None,
+            )
+        )
+        arm = "" if frozen else " (heap not frozen)"
+        say(f"  API{arm}: {run.events / run.seconds:,.0f} events/s")
     del api_events, service_events
 
     cleanup()
@@ -459,6 +505,20 @@ def main() -> None:
     raw = by_label["floor: raw COPY of the same rows, nothing else"]
     durable = by_label[DURABLE_FLOOR]
     api = next(v for k, v in by_label.items() if k.startswith("REST API"))
+    collector = [
+        "",
+        f"The web workers' garbage collector while the REST API rows were timed (each of the "
+        f"{args.api_workers} workers' own collections, summed): as deployed, each worker's "
+        "startup heap (Django, the URLconf and every view) is frozen out of the collector's full "
+        "passes (core.heap); the other row undoes that, as the web app ran before.",
+        "",
+        "| web workers | full collections | their total ms | longest pause ms |",
+        "|---|---|---|---|",
+    ] + [
+        f"| {'as deployed' if frozen else 'startup heap not frozen'} | {run.full_collections} | "
+        f"{run.full_ms:,.0f} | {run.longest_ms:,.1f} |"
+        for frozen, run in api_runs.items()
+    ]
     attribution = next(secs for label, _, secs, _ in rows if label.startswith("attribution"))
     targets = [
         "",
@@ -485,7 +545,7 @@ def main() -> None:
     for label, count, secs, rss in rows:
         rss_text = f"{rss:.0f}" if rss is not None else "(server)"
         table.append(f"| {label} | {count:,} | {secs:.2f} | {count / secs:,.0f} | {rss_text} |")
-    body = "\n".join(table + targets) + (
+    body = "\n".join(table + targets + collector) + (
         f"\n\nPostgreSQL: {connection.settings_dict['ENGINE'].rsplit('.', 1)[-1]} "
         f"({'DATABASE_URL' if os.environ.get('DATABASE_URL') else 'embedded'}); events carry "
         f"realistic timings (20-2,000 prompt tokens, 1-400 completion tokens); "

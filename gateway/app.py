@@ -58,6 +58,7 @@ from billing.pricing.spend_corrections import (  # noqa: E402
     spend_corrections_pending,
 )
 from core.calendar import epoch_hour  # noqa: E402
+from core.heap import CollectorPauses, startup_heap_freeze  # noqa: E402
 from core.spend_accounts import LocalSpend, RedisSpend  # noqa: E402
 from core.spend_slices import SlicedSpend  # noqa: E402
 from gateway.admission import LocalAdmission, RedisAdmission  # noqa: E402
@@ -148,9 +149,8 @@ class Gateway:
         self.loop_lag_own = LagRecord()  # ... less its waits for a CPU
         self.in_flight = 0  # completion requests this process is handling
         self._busy = asyncio.Event()  # set while any is (wakes the loop-lag watcher)
-        self.gc_pause_max = 0.0  # ok-float: seconds, a health statistic
+        self.gc_pauses = CollectorPauses()
         self.stalls: deque[dict] = deque(maxlen=20)  # {"at": epoch s, "ms": lag, why}
-        self._gc_started = 0.0  # ok-float: perf_counter
         self._id_prefix = secrets.token_hex(8)  # renewed at startup (a process of its own)
         self._id_numbers = itertools.count()
 
@@ -201,15 +201,14 @@ class Gateway:
         # Everything loaded so far (Django, settings, the snapshot) lives for
         # the whole process: keep it out of the collector's full passes, which
         # otherwise pause the event loop for every request in flight.
-        gc.collect()
-        gc.freeze()
+        startup_heap_freeze()
         # A request leaves no reference cycle behind (tests/gateway), so the
         # collector's young passes find nothing to free. At the default
         # threshold (700 more objects than at the last pass: fewer than 64
         # requests in flight keep alive) they ran every 20 requests or so,
         # ~10 µs a request; at this one, rarely.
         gc.set_threshold(GC_YOUNG_OBJECTS, 10, 10)
-        gc.callbacks.append(self._time_gc)
+        self.gc_pauses.install()
         self._tasks = [
             asyncio.create_task(self._watch_loop_lag(), name="loop-lag"),
             asyncio.create_task(self._refresh_fleet(), name="fleet-refresh"),
@@ -233,12 +232,6 @@ class Gateway:
             await self.queue_share.close()
         if self.spend is not None:
             await self.spend.store.close()
-
-    def _time_gc(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._gc_started = time.perf_counter()
-        else:
-            self.gc_pause_max = max(self.gc_pause_max, time.perf_counter() - self._gc_started)
 
     async def _watch_loop_lag(self, period: float = 0.02) -> None:
         """How late the event loop wakes up: time any request waited behind
@@ -451,7 +444,7 @@ class Gateway:
             # Counts by bound: a percentile over a stretch is read from two copies.
             "event_loop_lag": self.loop_lag.as_dict(),
             "event_loop_lag_own": self.loop_lag_own.as_dict(),
-            "gc_pause_max_ms": round(self.gc_pause_max * 1000, 2),
+            "gc_pause_max_ms": round(self.gc_pauses.longest * 1000, 2),
             "gc_collections": [g["collections"] for g in gc.get_stats()],
             "recent_stalls": list(self.stalls),
             # TensorRT-LLM requests whose timings never showed up on
