@@ -252,3 +252,27 @@ def database_settle(*tables: str) -> bool:
         except Exception:
             return False
     return True
+
+
+def collector_lines(logs: Path) -> dict[Path, int]:
+    """How many collections each worker has logged so far in `logs`
+    (bench.collector_timed_asgi), to read only what comes after."""
+    return {log: len(log.read_text().splitlines()) for log in logs.iterdir()}
+
+
+def collector_read(logs: Path, *, after: dict[Path, int] | None = None) -> dict:
+    """The collections bench.collector_timed_asgi's workers logged in
+    `logs` (after `after`, from collector_lines): how many were full, their
+    total ms, and the longest of any generation."""
+    after = after or {}
+    timed = [
+        line.split()
+        for log in logs.iterdir()
+        for line in log.read_text().splitlines()[after.get(log, 0) :]
+    ]
+    full = [float(ms) for generation, ms in timed if generation == "2"]
+    return {
+        "full": len(full),
+        "full_ms": sum(full),
+        "longest": max((float(ms) for _, ms in timed), default=0.0),
+    }

@@ -46,7 +46,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from bench.common import PeakRss, report_write  # noqa: E402
+from bench.common import PeakRss, collector_lines, collector_read, report_write  # noqa: E402
 from core.db_copy import copy_into, copy_to_staging  # noqa: E402
 from core.processes import ManagedProcess, uvicorn_argv  # noqa: E402
 from metering.choices import EventSource  # noqa: E402
@@ -277,9 +277,7 @@ async def post_all(url: str, secret: str, bodies: list[bytes], concurrency: int)
 class ApiRun:
     seconds: float
     events: int
-    full_collections: int  # in the web workers, while the batches were timed
-    full_ms: float
-    longest_ms: float  # the longest collection of any generation
+    collector: dict  # the web workers' while the batches were timed (collector_read)
 
 
 def through_api(batch_events, *, workers: int, concurrency: int, frozen: bool) -> ApiRun:
@@ -308,24 +306,13 @@ def through_api(batch_events, *, workers: int, concurrency: int, frozen: bool) -
         # the directory of names, a database connection) before the clock.
         warm, bodies = bodies[: workers * 2], bodies[workers * 2 :]
         asyncio.run(post_all(url, secret, warm, concurrency))
-        before = {log: len(log.read_text().splitlines()) for log in logs.iterdir()}
+        before = collector_lines(logs)
         seconds = asyncio.run(post_all(url, secret, bodies, concurrency))
-        timed = [
-            line.split()
-            for log in logs.iterdir()
-            for line in log.read_text().splitlines()[before.get(log, 0) :]
-        ]
+        collector = collector_read(logs, after=before)
     finally:
         web.stop()
         shutil.rmtree(logs, ignore_errors=True)
-    full = [float(ms) for generation, ms in timed if generation == "2"]
-    return ApiRun(
-        seconds=seconds,
-        events=len(bodies) * 1000,
-        full_collections=len(full),
-        full_ms=sum(full),
-        longest_ms=max((float(ms) for _, ms in timed), default=0.0),
-    )
+    return ApiRun(seconds=seconds, events=len(bodies) * 1000, collector=collector)
 
 
 def _attribute(queue) -> None:
@@ -515,8 +502,8 @@ def main() -> None:
         "| web workers | full collections | their total ms | longest pause ms |",
         "|---|---|---|---|",
     ] + [
-        f"| {'as deployed' if frozen else 'startup heap not frozen'} | {run.full_collections} | "
-        f"{run.full_ms:,.0f} | {run.longest_ms:,.1f} |"
+        f"| {'as deployed' if frozen else 'startup heap not frozen'} | {run.collector['full']} | "
+        f"{run.collector['full_ms']:,.0f} | {run.collector['longest']:,.1f} |"
         for frozen, run in api_runs.items()
     ]
     attribution = next(secs for label, _, secs, _ in rows if label.startswith("attribution"))

@@ -14,19 +14,24 @@ invoice finalized.
 
 Timed: `--requests` sequential GETs per page after five warm-up ones, as
 finance staff and as a tenant's owner, each page's p50 / p95 / max, and
-/healthz (the server's floor) for the ratio. Target (issue #7): p95 under
-300 ms on every page."""
+/healthz (the server's floor) for the ratio; beside them, the same app in a
+second server whose worker's startup heap is not frozen (core.heap), the
+two taking turns request by request, and each worker's collector pauses.
+Target (issue #7): p95 under 300 ms on every page."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import django
 
@@ -41,7 +46,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections, transaction  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from bench.common import report_write  # noqa: E402
+from bench.common import collector_read, report_write  # noqa: E402
 from core.processes import (  # noqa: E402
     ManagedProcess,
     database_url_for_subprocess,
@@ -72,6 +77,9 @@ PAGES_TENANT = [
 
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+COLLECTOR_TIMED_APP = "bench.collector_timed_asgi:application"
 
 
 def say(message: str) -> None:
@@ -254,24 +262,31 @@ def signed_in(base: str, username: str) -> httpx.Client:
     return client
 
 
-def timed(client: httpx.Client, path: str, *, requests: int) -> dict:
-    for _ in range(5):
-        client.get(path)
-    samples, size = [], 0
-    for _ in range(requests):
-        started = time.perf_counter()
-        response = client.get(path)
-        samples.append((time.perf_counter() - started) * 1000)
-        if response.status_code != 200:
-            raise SystemExit(f"{path}: HTTP {response.status_code}")
-        size = len(response.content)
-    samples.sort()
-    return {
-        "p50": statistics.median(samples),
-        "p95": samples[min(len(samples) - 1, round(0.95 * (len(samples) - 1)))],
-        "max": samples[-1],
-        "kib": size / 1024,
-    }
+def timed(clients: list[httpx.Client], path: str, *, requests: int) -> list[dict]:
+    """Each client's p50 / p95 / max over `requests` GETs of `path`, the
+    clients taking turns request by request (the machine's noise falls on
+    every arm alike)."""
+    for client in clients:
+        for _ in range(5):
+            client.get(path)
+    samples, size = [[] for _ in clients], 0
+    for n in range(requests):
+        for i in range(len(clients)) if n % 2 == 0 else reversed(range(len(clients))):
+            started = time.perf_counter()
+            response = clients[i].get(path)
+            samples[i].append((time.perf_counter() - started) * 1000)
+            if response.status_code != 200:
+                raise SystemExit(f"{path}: HTTP {response.status_code}")
+            size = len(response.content)
+    return [
+        {
+            "p50": statistics.median(arm),
+            "p95": arm[min(len(arm) - 1, round(0.95 * (len(arm) - 1)))],
+            "max": arm[-1],
+            "kib": size / 1024,
+        }
+        for arm in map(sorted, samples)
+    ]
 
 
 def main() -> None:
@@ -305,51 +320,70 @@ def main() -> None:
             rows = cursor.fetchone()[0]
     connections["default"].close()
 
-    port = free_port()
-    web = ManagedProcess(
-        name="web",
-        argv=uvicorn_argv("config.asgi:application", host="127.0.0.1", port=port),
-        log_path=settings.VAR_DIR / "log" / "bench-pages-web.log",
-        ready_url=f"http://127.0.0.1:{port}/healthz",
-        env={"DATABASE_URL": url},
-    )
-    web.log_path.parent.mkdir(parents=True, exist_ok=True)
-    web.start()
-    results = []
+    # Two servers of the same web app: as deployed, and with each worker's
+    # startup heap back in the collector's care (core.heap), as it ran before.
+    arms = {}
+    for arm, unfreeze in (("as deployed", ""), ("startup heap not frozen", "1")):
+        port, logs = free_port(), Path(tempfile.mkdtemp(prefix="bench-pages-gc-"))
+        web = ManagedProcess(
+            name=f"web-{len(arms)}",
+            argv=uvicorn_argv(COLLECTOR_TIMED_APP, host="127.0.0.1", port=port),
+            log_path=settings.VAR_DIR / "log" / f"bench-pages-web-{len(arms)}.log",
+            ready_url=f"http://127.0.0.1:{port}/healthz",
+            env={"DATABASE_URL": url, "BENCH_GC_LOG": f"{logs}/", "BENCH_UNFREEZE": unfreeze},
+        )
+        arms[arm] = (web, f"http://127.0.0.1:{port}", logs)
+    results, collectors = [], {}
     try:
-        web.wait_ready(timeout=60)
-        base = f"http://127.0.0.1:{port}"
+        for web, _, _ in arms.values():
+            web.log_path.parent.mkdir(parents=True, exist_ok=True)
+            web.start()
+        for web, _, _ in arms.values():
+            web.wait_ready(timeout=60)
         fmt = "%Y-%m-%dT%H:00:00Z"
         fill = {"now": end.strftime(fmt), "month_ago": (end - timedelta(days=30)).strftime(fmt)}
-        anonymous = httpx.Client(base_url=base, timeout=60)
+        anonymous = [httpx.Client(base_url=base, timeout=60) for _, base, _ in arms.values()]
         floor = timed(anonymous, "/healthz", requests=args.requests)
         results.append(("—", "/healthz (the floor)", floor))
         for who, username, pages in (
             ("finance", "bench-finance", PAGES_FINANCE),
             ("tenant owner", "bench-owner", PAGES_TENANT),
         ):
-            client = signed_in(base, username)
+            clients = [signed_in(base, username) for _, base, _ in arms.values()]
             for page in tqdm(pages, desc=f"pages as {who}"):
                 path = page.format(**fill)
-                results.append((who, path, timed(client, path, requests=args.requests)))
+                results.append((who, path, timed(clients, path, requests=args.requests)))
+        collectors = {arm: collector_read(logs) for arm, (_, _, logs) in arms.items()}
     finally:
-        web.stop()
+        for web, _, logs in arms.values():
+            web.stop()
+            shutil.rmtree(logs, ignore_errors=True)
         if not args.keep:
             database_switch(home, create=False)
             with connection.cursor() as cursor:
                 cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
-    worst = max(r[2]["p95"] for r in results)
+    worst = max(r[2][0]["p95"] for r in results)
     lines = [
-        "| as | page | p50 ms | p95 ms | max ms | p95 / healthz p95 | KiB |",
-        "|---|---|---|---|---|---|---|",
+        "| as | page | p50 ms | p95 ms | max ms | p95 / healthz p95 | KiB "
+        "| heap not frozen: p95 / max ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for who, path, t in results:
+    for who, path, (t, unfrozen) in results:
         shown = re.sub(r"start=[^&]+&end=.+$", "start=(30 days ago)&end=(now)", path)
         lines.append(
             f"| {who} | `{shown}` | {t['p50']:.1f} | {t['p95']:.1f} | {t['max']:.1f} "
-            f"| {t['p95'] / floor['p95']:.1f}x | {t['kib']:.0f} |"
+            f"| {t['p95'] / floor[0]['p95']:.1f}x | {t['kib']:.0f} "
+            f"| {unfrozen['p95']:.1f} / {unfrozen['max']:.1f} |"
         )
+    lines += [
+        "",
+        "| web worker | full collections | their total ms | longest pause ms |",
+        "|---|---|---|---|",
+    ] + [
+        f"| {arm} | {c['full']} | {c['full_ms']:,.0f} | {c['longest']:,.1f} |"
+        for arm, c in collectors.items()
+    ]
     took = ", ".join(f"{k} {v:.0f} s" for k, v in setup.items()) or "reused"
     body = "\n".join(lines) + (
         f"\n\n{args.tenants:,} tenants, {rows:,} hourly rollup rows over {args.days} days "

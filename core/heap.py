@@ -7,7 +7,8 @@ a web worker about 175,000 objects, 90-150 ms on the 2-core machine, a
 pause for every request that worker is serving (docs/benchmarks.md, "The
 web app's collector pauses"). Frozen (`gc.freeze`), they move to a
 permanent generation no collection walks, and a full collection then
-costs what the requests in flight hold: 10-15 ms."""
+walks what the requests in flight hold: 10-35 ms measured, on a machine
+whose cores the worker shares with its clients and the database."""
 
 from __future__ import annotations
 
