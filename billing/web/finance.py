@@ -26,6 +26,7 @@ from billing.costs.selectors import margin_report_failed_after, margin_report_la
 from billing.models import MarginReport
 from billing.pricing.spend_corrections import spend_drift_latest
 from billing.pricing.unbilled import unpriced_usage
+from billing.reports.margin_reports import GATEWAY_QUEUE
 from billing.web.forms import PeriodFilterForm
 from billing.web.portal import usage_context, usage_days
 from metering.selectors import (
@@ -102,14 +103,20 @@ def finance_overview(request):
         "models": tables.get("model", []),
         "pools": tables.get("pool", []),
         "chart": chart,
-        "gateway_queue": (
-            gateway_queue_by_tier(start=report.period_start, end=report.period_end)
-            if report
-            else []
-        ),
+        "gateway_queue": _gateway_queue(report),
         "queue_depth_chart": queue_depth_chart(now=timezone.now()),
     }
     return render(request, "billing/finance.html", context)
+
+
+def _gateway_queue(report) -> list[dict]:
+    """The gateway's queue by tier over the report's period, as the report
+    was built with it (reports built before it kept one: from the rollups)."""
+    if report is None:
+        return []
+    if GATEWAY_QUEUE in report.tables:
+        return report.tables[GATEWAY_QUEUE]
+    return gateway_queue_by_tier(start=report.period_start, end=report.period_end)
 
 
 def queue_depth_chart(*, now: datetime, hours: int = QUEUE_DEPTH_HOURS) -> dict:

@@ -22,30 +22,13 @@ from tests.ledger import T0
 OCT, NOV = datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)
 
 
-def test_the_overview_shows_gateway_queue_time_by_tier(client, ledger):
-    Tenant.objects.filter(pk=ledger.b.pk).update(tier=Tier.RESERVED)
-    second = timedelta(seconds=1)
-    usage_record_batch(
-        events=[
-            ledger.event("a1", gateway_queue_ms=Decimal("30")),
-            ledger.event("a2", at=T0 + 2 * second, gateway_queue_ms=Decimal("0")),
-            ledger.event("a3", at=T0 + 4 * second),  # recorded no queue time
-            ledger.event("b1", tenant=ledger.b, gateway_queue_ms=Decimal("10")),
-            ledger.event("b2", tenant=ledger.b, at=T0 + 2 * second, gateway_queue_ms=30),
-            # November: outside the report's period.
-            ledger.event("late", at=T0 + timedelta(days=40), gateway_queue_ms=Decimal("999")),
-        ],
-        source=EventSource.API,
-    )
+def _queue_usage(ledger, *events) -> None:
+    usage_record_batch(events=list(events), source=EventSource.API)
     metering_run(now=T0 + timedelta(days=41))
-    report = margin_report_request(kind=ReportKind.CLOSE, start=OCT, end=NOV)
-    margin_report_build(report_id=report.pk)
-    client.force_login(make_finance_user())
 
-    page = client.get("/finance/")
 
-    assert page.status_code == 200
-    figures = {
+def _queue_figures(page) -> dict:
+    return {
         row["tier"]: (
             row["requests"],
             row["timed"],
@@ -55,13 +38,60 @@ def test_the_overview_shows_gateway_queue_time_by_tier(client, ledger):
         )
         for row in page.context["gateway_queue"]
     }
-    assert figures == {
-        "shared": (3, 2, Decimal("50.0"), Decimal("15.000"), Decimal("30.000")),
-        "reserved": (2, 2, Decimal("100.0"), Decimal("20.000"), Decimal("20.000")),
+
+
+def test_the_overview_shows_gateway_queue_time_by_tier(client, ledger):
+    Tenant.objects.filter(pk=ledger.b.pk).update(tier=Tier.RESERVED)
+    second = timedelta(seconds=1)
+    _queue_usage(
+        ledger,
+        ledger.event("a1", gateway_queue_ms=Decimal("30")),
+        ledger.event("a2", at=T0 + 2 * second, gateway_queue_ms=Decimal("0")),
+        ledger.event("a3", at=T0 + 4 * second),  # recorded no queue time
+        ledger.event("b1", tenant=ledger.b, gateway_queue_ms=Decimal("10")),
+        ledger.event("b2", tenant=ledger.b, at=T0 + 2 * second, gateway_queue_ms=30),
+        # November: outside the report's period.
+        ledger.event("late", at=T0 + timedelta(days=40), gateway_queue_ms=Decimal("999")),
+    )
+    report = margin_report_request(kind=ReportKind.CLOSE, start=OCT, end=NOV)
+    margin_report_build(report_id=report.pk)
+    client.force_login(make_finance_user())
+
+    page = client.get("/finance/")
+
+    assert page.status_code == 200
+    # Kept with the report when it was built (its stored tables: decimals
+    # as fixed-point text), not aggregated again from a month of rollups.
+    assert _queue_figures(page) == {
+        "shared": (3, 2, "50.0", "15.000", "30.000"),
+        "reserved": (2, 2, "100.0", "20.000", "20.000"),
     }
     html = page.content.decode()
     assert 'data-testid="gateway-queue"' in html
     assert "<td>shared</td><td>3</td><td>2</td><td>50.0</td><td>15.000</td>" in html
+
+    # Usage that reaches the period after the build shows with the rest of
+    # the report once it is built again, not before.
+    _queue_usage(ledger, ledger.event("a4", at=T0 + 6 * second, gateway_queue_ms=Decimal("90")))
+    assert _queue_figures(client.get("/finance/"))["shared"] == (3, 2, "50.0", "15.000", "30.000")
+    margin_report_build(report_id=report.pk)
+    assert _queue_figures(client.get("/finance/"))["shared"] == (4, 3, "66.7", "40.000", "60.000")
+
+
+def test_a_report_built_without_the_queue_table_shows_it_from_the_rollups(client, ledger):
+    _queue_usage(ledger, ledger.event("a1", gateway_queue_ms=Decimal("30")))
+    report = margin_report_request(kind=ReportKind.CLOSE, start=OCT, end=NOV)
+    margin_report_build(report_id=report.pk)
+    report.refresh_from_db()
+    report.tables = {k: v for k, v in report.tables.items() if k != "gateway_queue"}
+    report.save(update_fields=["tables"])
+    client.force_login(make_finance_user())
+
+    page = client.get("/finance/")
+
+    assert _queue_figures(page) == {
+        "shared": (1, 1, Decimal("100.0"), Decimal("30.000"), Decimal("30.000"))
+    }
 
 
 def test_the_overview_charts_the_queues_mean_depth_by_tier_hour_by_hour(client, ledger):
