@@ -276,3 +276,14 @@ def collector_read(logs: Path, *, after: dict[Path, int] | None = None) -> dict:
         "full_ms": sum(full),
         "longest": max((float(ms) for _, ms in timed), default=0.0),
     }
+
+
+def collector_table(arms: dict[str, dict]) -> list[str]:
+    """A markdown table of each arm's collector_read figures."""
+    return [
+        "| web worker | full collections | their total ms | longest pause ms |",
+        "|---|---|---|---|",
+    ] + [
+        f"| {arm} | {c['full']} | {c['full_ms']:,.0f} | {c['longest']:,.1f} |"
+        for arm, c in arms.items()
+    ]

@@ -46,7 +46,13 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from bench.common import PeakRss, collector_lines, collector_read, report_write  # noqa: E402
+from bench.common import (  # noqa: E402
+    PeakRss,
+    collector_lines,
+    collector_read,
+    collector_table,
+    report_write,
+)
 from core.db_copy import copy_into, copy_to_staging  # noqa: E402
 from core.processes import ManagedProcess, uvicorn_argv  # noqa: E402
 from metering.choices import EventSource  # noqa: E402
@@ -499,12 +505,12 @@ def main() -> None:
         "startup heap (Django, the URLconf and every view) is frozen out of the collector's full "
         "passes (core.heap); the other row undoes that, as the web app ran before.",
         "",
-        "| web workers | full collections | their total ms | longest pause ms |",
-        "|---|---|---|---|",
-    ] + [
-        f"| {'as deployed' if frozen else 'startup heap not frozen'} | {run.collector['full']} | "
-        f"{run.collector['full_ms']:,.0f} | {run.collector['longest']:,.1f} |"
-        for frozen, run in api_runs.items()
+        *collector_table(
+            {
+                "as deployed" if frozen else "startup heap not frozen": run.collector
+                for frozen, run in api_runs.items()
+            }
+        ),
     ]
     attribution = next(secs for label, _, secs, _ in rows if label.startswith("attribution"))
     targets = [

@@ -46,7 +46,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections, transaction  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from bench.common import collector_read, report_write  # noqa: E402
+from bench.common import collector_read, collector_table, report_write  # noqa: E402
 from core.processes import (  # noqa: E402
     ManagedProcess,
     database_url_for_subprocess,
@@ -376,14 +376,7 @@ def main() -> None:
             f"| {t['p95'] / floor[0]['p95']:.1f}x | {t['kib']:.0f} "
             f"| {unfrozen['p95']:.1f} / {unfrozen['max']:.1f} |"
         )
-    lines += [
-        "",
-        "| web worker | full collections | their total ms | longest pause ms |",
-        "|---|---|---|---|",
-    ] + [
-        f"| {arm} | {c['full']} | {c['full_ms']:,.0f} | {c['longest']:,.1f} |"
-        for arm, c in collectors.items()
-    ]
+    lines += ["", *collector_table(collectors)]
     took = ", ".join(f"{k} {v:.0f} s" for k, v in setup.items()) or "reused"
     body = "\n".join(lines) + (
         f"\n\n{args.tenants:,} tenants, {rows:,} hourly rollup rows over {args.days} days "
