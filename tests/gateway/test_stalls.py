@@ -14,9 +14,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _spin(seconds: float) -> None:
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
+def _spin(cpu_seconds: float) -> None:
+    """Busy until this thread has had `cpu_seconds` of a CPU: on a shared
+    box a wall-clock spin gets less, and the rest (waiting for a CPU, or
+    taken by the hypervisor or interrupts, which no thread's account
+    shows) would make the figures below the machine's, not the code's."""
+    until = time.thread_time() + cpu_seconds
+    while time.thread_time() < until:
         pass
 
 
@@ -24,8 +28,7 @@ def test_a_busy_loop_thread_shows_as_its_own_cpu_time():
     clock = StallClock()
     _spin(0.3)
     why = clock.explain(clock.tick())
-    assert why["loop_cpu_ms"] >= 200
-    assert why["loop_cpu_ms"] + why["loop_runq_ms"] >= 290
+    assert 290 <= why["loop_cpu_ms"] < 350  # the kernel's clocks differ by a few ms
 
 
 def test_a_loop_thread_asleep_shows_neither_its_cpu_nor_waiting_for_one():
@@ -37,14 +40,13 @@ def test_a_loop_thread_asleep_shows_neither_its_cpu_nor_waiting_for_one():
 
 
 def test_another_thread_running_meanwhile_is_named_with_its_cpu_time():
-    spinner = threading.Thread(target=_spin, args=(0.5,))
+    clock = StallClock()
+    spinner = threading.Thread(target=_spin, args=(0.3,))
     spinner.start()
-    clock = StallClock()  # the spinner is seen at both ends
-    spinner.join(timeout=0.35)  # the loop thread waits, as for the GIL
+    spinner.join()  # the loop thread waits, as for the GIL
     why = clock.explain(clock.tick())
-    spinner.join()
     assert why["loop_cpu_ms"] < 50
-    assert sum(why["threads_cpu_ms"].values()) >= 200
+    assert sum(why["threads_cpu_ms"].values()) >= 290  # a finished thread's time counts
 
 
 def test_the_loop_lag_percentile_is_read_from_counts_by_bound():
