@@ -29,7 +29,7 @@ import psycopg
 from django.db import DatabaseError, connection, transaction
 from psycopg import sql
 
-from core.calendar import epoch_hour, epoch_hour_start
+from core.calendar import epoch_hour_start, moment_epoch_hour
 from core.db_copy import copy_into, copy_to_staging, copy_writer
 from metering.partitions import LEDGER_TABLE, usage_partitions_ensure
 from metering.validation import (
@@ -162,6 +162,10 @@ class _Batch:
 
     def result(self, fresh: set[tuple[str, str]]) -> BatchResult:
         """Only the first row of a key claimed by this batch is accepted."""
+        if len(fresh) == len(self.rows):  # every row new (a gateway's flush)
+            return BatchResult(
+                request_ids=[row[0] for row in self.rows], statuses=[ACCEPTED] * len(self.rows)
+            )
         result = BatchResult()
         fresh = set(fresh)
         for row in self.rows:
@@ -299,11 +303,11 @@ def _mark_stale(raw, rows: Iterable[tuple]) -> None:
     hours: set[int] = set()
     for row in rows:
         received = row[RECEIVED_AT]
-        hours.add(epoch_hour(received.timestamp()))
+        hours.add(moment_epoch_hour(received))
         replica = row[REPLICA]
         if replica is not None and row[STATUS] != RequestStatus.REJECTED:
-            began = (row[SENT_AT] or received).timestamp()
-            spans.add((replica, epoch_hour(began), epoch_hour(row[ENDED_AT].timestamp())))
+            began = row[SENT_AT] or received
+            spans.add((replica, moment_epoch_hour(began), moment_epoch_hour(row[ENDED_AT])))
     windows = {(replica, hour) for replica, a, b in spans for hour in range(a, b + 1)}
     if not hours:
         return

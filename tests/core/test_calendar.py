@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from core.calendar import (
     day_ceil,
     day_start,
+    epoch_hour,
+    moment_epoch_hour,
     month_containing,
     month_hours,
     month_hours_array,
@@ -216,3 +218,14 @@ def test_every_moment_lies_in_one_anchored_period_a_month_long(moment, anchor):
     assert start.time() == end.time() == datetime.min.time()
     assert end == months_add(start, 1)
     assert period_containing(anchor_day=anchor, moment=end) == (end, months_add(end, 1))
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1960, 1, 1),
+        max_value=datetime(2100, 1, 1),
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)), NEW_YORK]),
+    )
+)
+def test_the_epoch_hour_of_a_moment_is_its_timestamps_in_any_zone(moment):
+    assert moment_epoch_hour(moment) == epoch_hour(moment.timestamp())
