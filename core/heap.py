@@ -24,6 +24,16 @@ def startup_heap_freeze() -> None:
     gc.freeze()
 
 
+def web_app_heap_freeze() -> None:
+    """For a web worker (config.asgi, config.wsgi): load what Django loads
+    on its first request (the URLconf, every view and serializer it names),
+    then freeze it all before the worker serves."""
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 (imports the URLconf)
+    startup_heap_freeze()
+
+
 class CollectorPauses:
     """The collector's pauses in this process, as `gc.callbacks` sees
     them: the longest, and how many full collections and how long they

@@ -10,13 +10,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from core.heap import CollectorPauses
 
 # In a fresh interpreter: what the collector would walk once the web app's
-# module is loaded, as a uvicorn worker loads it.
+# module is loaded, as a worker (uvicorn's, or a WSGI server's) loads it.
 WEB_WORKER = """
 import gc, json
-import config.asgi
+import config.ENTRY
 from django.urls import get_resolver
 import metering.api.views as views
 walked = {id(o) for o in gc.get_objects()}
@@ -29,9 +31,10 @@ print(json.dumps({
 """
 
 
-def test_a_web_worker_freezes_what_it_loads_before_it_serves():
+@pytest.mark.parametrize("entry", ["asgi", "wsgi"])
+def test_a_web_worker_freezes_what_it_loads_before_it_serves(entry):
     out = subprocess.run(
-        [sys.executable, "-c", WEB_WORKER],
+        [sys.executable, "-c", WEB_WORKER.replace("ENTRY", entry)],
         capture_output=True,
         text=True,
         check=True,
