@@ -22,6 +22,7 @@ from metering.models import (
 from metering.rollups import usage_rollup_hours
 from metering.windows import attribution_conservation_check, attribution_window_compute
 from serving.gpu_shares import GPU_UNITS
+from serving.services import local_gpu_ensure, replica_register
 from tests.metering.conftest import T0
 
 API = EventSource.API
@@ -280,3 +281,45 @@ def test_a_run_while_another_holds_the_lock_is_skipped(ledger):
         assert metering_run(now=AFTER).windows == 1
     finally:
         other.close()
+
+
+def test_replicas_read_together_are_each_attributed_only_their_own_requests(ledger):
+    """More replicas than one read of the ledger takes (REPLICAS_PER_READ):
+    each replica's window holds its own requests, as computed alone."""
+    from metering.windows import REPLICAS_PER_READ
+
+    replicas = [ledger.replica, ledger.other_replica]
+    for n in range(REPLICAS_PER_READ + 1 - len(replicas)):
+        replicas.append(
+            replica_register(
+                name=f"r-extra-{n}",
+                base_url=f"http://127.0.0.1:{9100 + n}",
+                model=ledger.model,
+                pool=ledger.pool,
+                gpus=[local_gpu_ensure(serial=f"gpu-extra-{n}")],
+            )
+        )
+    # Replica k serves k requests (the first none), each 1 s from T0 + k s,
+    # so each window's residency tells whose rows it was given.
+    for k, replica in enumerate(replicas):
+        record(
+            ledger,
+            *(
+                ledger.event(f"r{k}-{i}", replica_id=replica.pk, at=T0 + timedelta(seconds=k))
+                for i in range(k)
+            ),
+        )
+    # The first replica's window marked, its usage since gone: nothing of
+    # it in the read, its window all idle.
+    AttributionWindow.objects.create(
+        replica=replicas[0], start=T0, end=T0 + timedelta(hours=1), status="pending", marked_at=T0
+    )
+    run = metering_run(now=AFTER)
+    assert run.windows == len(replicas)
+    for k, replica in enumerate(replicas):
+        window = AttributionWindow.objects.get(replica=replica)
+        assert window.requests == k
+        assert set(shares(window)) == {f"r{k}-{i}" for i in range(k)}
+        # k requests resident together for 0.9 s: 0.9 s of the GPU in all.
+        assert window.attributed_ns == (900_000_000 if k else 0)
+    assert attribution_conservation_check(since=T0 - timedelta(days=1)) == []
