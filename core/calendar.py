@@ -35,8 +35,8 @@ _EPOCH_ORDINAL_HOURS = _EPOCH.toordinal() * 24
 
 def moment_epoch_hour(moment: datetime) -> int:
     """epoch_hour of an aware datetime: from its calendar fields when it is
-    in UTC (a tenth of the time `timestamp()` takes, on the ingest path once
-    per time a row marks), else from its timestamp."""
+    in UTC (a quarter of the time `timestamp()` takes; the ingest path's
+    stale marks take three a row), else from its timestamp."""
     if moment.tzinfo is UTC:
         return moment.toordinal() * 24 + moment.hour - _EPOCH_ORDINAL_HOURS
     return epoch_hour(moment.timestamp())

@@ -20,7 +20,11 @@ from metering.models import (
     UsageRollup,
 )
 from metering.rollups import usage_rollup_hours
-from metering.windows import attribution_conservation_check, attribution_window_compute
+from metering.windows import (
+    REPLICAS_PER_READ,
+    attribution_conservation_check,
+    attribution_window_compute,
+)
 from serving.gpu_shares import GPU_UNITS
 from serving.services import local_gpu_ensure, replica_register
 from tests.metering.conftest import T0
@@ -286,8 +290,6 @@ def test_a_run_while_another_holds_the_lock_is_skipped(ledger):
 def test_replicas_read_together_are_each_attributed_only_their_own_requests(ledger):
     """More replicas than one read of the ledger takes (REPLICAS_PER_READ):
     each replica's window holds its own requests, as computed alone."""
-    from metering.windows import REPLICAS_PER_READ
-
     replicas = [ledger.replica, ledger.other_replica]
     for n in range(REPLICAS_PER_READ + 1 - len(replicas)):
         replicas.append(
@@ -299,8 +301,7 @@ def test_replicas_read_together_are_each_attributed_only_their_own_requests(ledg
                 gpus=[local_gpu_ensure(serial=f"gpu-extra-{n}")],
             )
         )
-    # Replica k serves k requests (the first none), each 1 s from T0 + k s,
-    # so each window's residency tells whose rows it was given.
+    # Replica k serves k requests (the first none), from T0 + k s.
     for k, replica in enumerate(replicas):
         record(
             ledger,
