@@ -57,7 +57,7 @@ from billing.pricing.spend_corrections import (  # noqa: E402
     spend_correction_applied,
     spend_corrections_pending,
 )
-from core.calendar import epoch_hour  # noqa: E402
+from core.calendar import moment_epoch_hour  # noqa: E402
 from core.heap import CollectorPauses, startup_heap_freeze  # noqa: E402
 from core.spend_accounts import LocalSpend, RedisSpend  # noqa: E402
 from core.spend_slices import SlicedSpend  # noqa: E402
@@ -357,7 +357,7 @@ class Gateway:
             )
             for row in rows:
                 drift = await self.spend.store.correct(
-                    row.account, cut=epoch_hour(row.cut.timestamp()), ledger=row.ledger
+                    row.account, cut=moment_epoch_hour(row.cut), ledger=row.ledger
                 )
                 if drift is not None:
                     await asyncio.to_thread(

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 import numpy as np
 from django.db import connection
 
+from core.calendar import moment_epoch_hour
 from core.locks import advisory_xact_lock
 from metering.jobs import RUN_LOCK
 from metering.models import UsageRollup
@@ -74,7 +75,7 @@ def history_tokens(
     stream: HistoryStream, *, start: datetime, hours: int, shape: HistoryShape, rng
 ) -> np.ndarray:
     """Tokens per hour for one stream, growing towards its stated average."""
-    epoch_hours = int(start.timestamp() // 3600) + np.arange(hours)
+    epoch_hours = moment_epoch_hour(start) + np.arange(hours)
     daily = hourly_profile(epoch_hours, shape=stream.shape)
     weekday = ((epoch_hours // 24) + 3) % 7  # 1970-01-01 was a Thursday: 0 = Monday
     weekly = np.where(weekday >= 5, shape.weekend, 1.0)
