@@ -16,6 +16,7 @@ class FakeUpstream:
     def __init__(self) -> None:
         self.mode = "ok"  # ok | bad_request | error500 | hang | drop_midstream
         self.delay = 0.0  # seconds each request takes before its answer
+        self.held = False  # requests wait for release() before their delay
         # Usage as a real replica would count it (one token per prompt
         # character, max_tokens generated) instead of a fixed 7 + 3.
         self.usage_as_asked = False
@@ -42,6 +43,10 @@ class FakeUpstream:
         ready.wait(10)
         return self
 
+    def release(self) -> None:
+        """Let the held requests (and every later one) go on."""
+        self._loop.call_soon_threadsafe(self._opened.set)
+
     def stop(self) -> None:
         async def shutdown():
             self._released.set()
@@ -53,6 +58,7 @@ class FakeUpstream:
     def _serve(self, ready: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
         self._released = asyncio.Event()
+        self._opened = asyncio.Event()
         app = web.Application()
         self._routes(app)
         self._runner = web.AppRunner(app)
@@ -78,6 +84,8 @@ class FakeUpstream:
         self.inflight += 1
         self.inflight_max = max(self.inflight_max, self.inflight)
         try:
+            if self.held:
+                await self._opened.wait()
             if self.delay:
                 await asyncio.sleep(self.delay)
             return await self._answer(request, body)

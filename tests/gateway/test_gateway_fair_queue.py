@@ -105,6 +105,7 @@ def test_a_light_tenant_goes_ahead_of_an_earlier_heavy_backlog(fleet, fake):
     queue sends it as soon as the heavy tenant has had its turn."""
     fake.delay = 0.25
     fake.usage_as_asked = True
+    fake.held = True  # the first request holds the slot while the queue is read
     fleet.add_tenant("heavy")
     fleet.add_tenant("light")
     fleet.add_replica("fake", fake.base_url, "shared", max_inflight=1)
@@ -119,6 +120,8 @@ def test_a_light_tenant_goes_ahead_of_an_earlier_heavy_backlog(fleet, fake):
         assert queue["waiting_by_class"]["normal"] == 5
         assert queue["replicas"] == {"fake": {"slots": 1, "outstanding": 1, "waiting": 5}}
         light = pool.submit(post, fleet.gateway, fleet.secrets["light"], "light", max_tokens=5)
+        wait_until(lambda: queue_depth(fleet.gateway) == 6, what="the light request queued")
+        fake.release()
         responses = [f.result() for f in [*heavy, light]]
     assert [r.status_code for r in responses] == [200] * 7
     order = sent_texts(fake)
