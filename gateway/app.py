@@ -36,6 +36,7 @@ import itertools
 import logging
 import os
 import secrets
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -208,6 +209,10 @@ class Gateway:
         # requests in flight keep alive) they ran every 20 requests or so,
         # ~10 µs a request; at this one, rarely.
         gc.set_threshold(GC_YOUNG_OBJECTS, 10, 10)
+        # The recorder's thread validates and encodes each flush of records
+        # holding the interpreter's lock: the loop, woken by a request, then
+        # waits for the lock until the thread is asked to hand it over.
+        sys.setswitchinterval(self.cfg["GIL_SWITCH_SECONDS"])
         self.gc_pauses.install()
         self._tasks = [
             asyncio.create_task(self._watch_loop_lag(), name="loop-lag"),
@@ -445,6 +450,8 @@ class Gateway:
             "event_loop_lag": self.loop_lag.as_dict(),
             "event_loop_lag_own": self.loop_lag_own.as_dict(),
             "gc_pause_max_ms": round(self.gc_pauses.longest * 1000, 2),
+            # The longest the loop waits for a thread holding the interpreter's lock.
+            "gil_switch_ms": round(sys.getswitchinterval() * 1000, 3),
             "gc_collections": [g["collections"] for g in gc.get_stats()],
             "recent_stalls": list(self.stalls),
             # TensorRT-LLM requests whose timings never showed up on

@@ -8,8 +8,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gateway.proxy import EVENT_END, _last_usage_event, _usage_as_requested
+from gateway.proxy import (
+    CHUNK_USAGE,
+    EVENT_END,
+    _chunk_usage_removed,
+    _last_usage_event,
+    _usage_as_requested,
+)
 
 USAGE = {
     "prompt_tokens": 7,
@@ -92,3 +100,50 @@ def test_a_blocks_usage_is_read_from_its_last_event_that_carries_one(spaced):
     )
     assert _last_usage_event(raw) == with_usage
     assert _last_usage_event(raw[len(with_usage) + len(EVENT_END) :]) is None
+
+
+usage_values = st.dictionaries(
+    st.sampled_from(["prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens"]),
+    st.integers(0, 10**6),
+)
+usages = st.one_of(
+    st.none(),
+    usage_values,
+    st.builds(
+        lambda top, details: {**top, "prompt_tokens_details": details},
+        usage_values,
+        st.one_of(st.none(), usage_values),
+    ),
+)
+texts = st.text(alphabet='ab{}":, \\u00e9', max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    events=st.lists(
+        st.tuples(texts, usages, st.one_of(st.none(), st.integers(0, 9))), min_size=1, max_size=6
+    ),
+    spaced=st.booleans(),
+)
+def test_chunk_usage_is_removed_exactly_as_the_pattern_removes_it(events, spaced):
+    """The compact pattern first, the whitespace-tolerant one only where
+    usage is left (the hot path), leave the same bytes as the tolerant
+    pattern over the whole block: usage last or followed by another field,
+    null usage, text that looks like usage or holds braces."""
+    separators = (", ", ": ") if spaced else (",", ":")
+    raw = b""
+    for text, usage, after in events:
+        event = {"id": "c", "choices": [{"index": 0, "delta": {"content": text}}], "usage": usage}
+        if after is not None:
+            event["after"] = after
+        raw += b"data: " + json.dumps(event, separators=separators).encode() + EVENT_END
+    stripped = _chunk_usage_removed(raw)
+    assert stripped == CHUNK_USAGE.sub(b"", raw)
+    for (text, usage, _), event in zip(events, events_of(stripped), strict=True):
+        assert event["choices"][0]["delta"]["content"] == text
+        assert ("usage" in event) == (usage is None)
+
+
+def test_a_usage_object_cut_short_is_left_as_it_came():
+    raw = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":1,"details":{"a":1}'
+    assert _chunk_usage_removed(raw) == raw
