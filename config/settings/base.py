@@ -248,7 +248,8 @@ GATEWAY = {
     # How long a thread holding the interpreter's lock (the recorder's,
     # validating and encoding a flush of records) keeps the event loop
     # waiting for it: Python's default is 5 ms. One request at a time,
-    # 0.5 ms took a third off the gateway's added p99 (bench/gateway_hop).
+    # 0.5 ms took a quarter to a third off the gateway's added p99
+    # (bench/gateway_hop, three runs on 2026-11-27).
     "GIL_SWITCH_SECONDS": env.float("GATEWAY_GIL_SWITCH_SECONDS", default=0.0005),
     "DEFAULT_MAX_TOKENS": env.int("GATEWAY_DEFAULT_MAX_TOKENS", default=1024),
     "REDIS_PREFIX": env("GATEWAY_REDIS_PREFIX", default="gw"),
