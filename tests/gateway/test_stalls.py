@@ -5,6 +5,7 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gateway.stalls import StallClock
@@ -135,7 +136,5 @@ def test_the_gateways_loop_waits_at_most_half_a_millisecond_for_a_thread_holding
     interpreter's lock; a request arriving meanwhile waits for it until the
     thread is asked to hand it over: after GATEWAY["GIL_SWITCH_SECONDS"],
     not Python's 5 ms (bench/gateway_hop measures what it buys)."""
-    import httpx
-
     health = httpx.get(f"{fleet.gateway}/healthz", timeout=5).json()
     assert health["gil_switch_ms"] == 0.5

@@ -115,7 +115,8 @@ usages = st.one_of(
         st.one_of(st.none(), usage_values),
     ),
 )
-texts = st.text(alphabet='ab{}":, \\u00e9', max_size=20)
+# Braces, quotes and backslashes (escaped in JSON) and a non-ASCII letter.
+texts = st.text(alphabet='ab{}":, \\\u00e9', max_size=20)
 
 
 @settings(max_examples=300, deadline=None)
