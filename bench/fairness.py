@@ -362,18 +362,22 @@ def taskset(cpus: set[int]) -> list[str]:
 
 
 def gateway_start(*, fair: bool) -> tuple[ManagedProcess, str]:
-    port = free_port()
+    port, operator_port = free_port(), free_port()
     name = "on" if fair else "off"
     gateway = ManagedProcess(
         f"gateway-fq-{name}",
-        [*taskset(HOST_CPUS), sys.executable, "manage.py", "gateway", "--port", str(port)],
+        [
+            *taskset(HOST_CPUS),
+            *[sys.executable, "manage.py", "gateway", "--port", str(port)],
+            *["--operator-port", str(operator_port)],
+        ],
         env={
             "REDIS_URL": "",  # one process: the fair queue in memory
             "GATEWAY_FAIR_QUEUING": "true" if fair else "false",
             "GATEWAY_FLEET_REFRESH_SECONDS": "0.5",
         },
         log_path=Path(settings.VAR_DIR) / "log" / f"bench-fairness-gateway-{name}.log",
-        ready_url=f"http://127.0.0.1:{port}/healthz",
+        ready_url=f"http://127.0.0.1:{operator_port}/healthz",  # every worker started
     )
     gateway.start()
     gateway.wait_ready(timeout=60)

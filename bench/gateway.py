@@ -115,18 +115,27 @@ def fake_upstream(tokens: int) -> tuple[ManagedProcess, int]:
 
 
 def gateway_process(name: str, env: dict[str, str]) -> tuple[ManagedProcess, int]:
-    """A gateway (`manage.py gateway`) on a free port with `env` over this
-    process's environment, logging to var/log/bench-NAME.log (not started),
-    and its port."""
-    port = free_port()
+    """A gateway (`manage.py gateway`, one worker) on a free port with `env`
+    over this process's environment, logging to var/log/bench-NAME.log (not
+    started), and its port. Its operator listener (gateway_health) on
+    another free port answers its readiness."""
+    port, operator_port = free_port(), free_port()
     process = ManagedProcess(
         name,
         [sys.executable, "manage.py", "gateway", "--port", str(port)],
-        env=env,
+        env={"GATEWAY_OPERATOR_PORT": str(operator_port), **env},
         log_path=Path(settings.VAR_DIR) / "log" / f"bench-{name}.log",
-        ready_url=f"http://127.0.0.1:{port}/healthz",
+        ready_url=f"http://127.0.0.1:{operator_port}/healthz",
     )
     return process, port
+
+
+def gateway_health(process: ManagedProcess) -> dict:
+    """A one-worker gateway's detailed health, from its operator listener
+    (the tenants' port says only that it is alive)."""
+    answer = json.loads(urllib.request.urlopen(process.ready_url).read())  # noqa: S310 (ours)
+    (worker,) = answer["workers"]
+    return worker
 
 
 def fake_replica_register(port: int, *, name: str = "bench-fake", model: str = FAKE_MODEL) -> None:
@@ -175,12 +184,11 @@ def pin(pid: int, cpus: set[int]) -> None:
                 os.sched_setaffinity(thread.id, cpus)
 
 
-def loop_lag_counts(url: str) -> list[int]:
-    """The gateway's event-loop lag so far, counted by bound (/healthz):
+def loop_lag_counts(gateway: ManagedProcess) -> list[int]:
+    """The gateway's event-loop lag so far, counted by bound (its health):
     all of it, then the part its own process caused (less its thread's
     waits for a CPU), one list after the other."""
-    health_url = url.replace("/v1/chat/completions", "/healthz")
-    health = json.loads(urllib.request.urlopen(health_url).read())  # noqa: S310 (our own URL)
+    health = gateway_health(gateway)
     return health["event_loop_lag"]["counts"] + health["event_loop_lag_own"]["counts"]
 
 
@@ -456,8 +464,10 @@ def main() -> None:
             fake_direct: psutil.Process(fake.pid),
             relay_url: psutil.Process(relay.pid),
         }
+        managed_of = {gw_url: gateway}  # the gateways, for their health
         if shared_url:
             gateway_of[shared_url] = psutil.Process(shared.pid)
+            managed_of[shared_url] = shared
 
         def on_fake(label, url, headers, model, *, one_at_a_time=False, rounds=1, stream=False):
             """The instant fake upstream, straight or through a gateway (one
@@ -467,7 +477,7 @@ def main() -> None:
             requests = args.serial_requests if one_at_a_time else args.ceiling_requests
             kind = "stream" if stream else "non-stream"
             before = cpu_seconds(gateway_of[url])
-            lag_before = loop_lag_counts(url) if url not in (fake_direct, relay_url) else None
+            lag_before = loop_lag_counts(managed_of[url]) if url in managed_of else None
             result = run(
                 f"{label}, {kind}, 1 at a time" if one_at_a_time else label,
                 url,
@@ -481,7 +491,7 @@ def main() -> None:
             result.server_cpu_seconds = cpu_seconds(gateway_of[url]) - before
             result.server_rss_mib = gateway_of[url].memory_info().rss / 2**20
             if lag_before is not None:
-                after = loop_lag_counts(url)
+                after = loop_lag_counts(managed_of[url])
                 result.lag_counts = [a - b for a, b in zip(after, lag_before, strict=True)]
             return result
 
@@ -524,12 +534,12 @@ def main() -> None:
         paced_lag, paced_failed = [], 0
         for stream in (False, True):
             say(f"gateway event loop at {args.paced_rate:g} requests/s …")
-            lag_before = loop_lag_counts(gw_url)
+            lag_before = loop_lag_counts(gateway)
             payload = body(FAKE_MODEL, args.tokens, stream)
             paced_failed += asyncio.run(
                 paced(gw_url, payload, auth, rate=args.paced_rate, seconds=5)
             )
-            after = loop_lag_counts(gw_url)
+            after = loop_lag_counts(gateway)
             paced_lag.append([a - b for a, b in zip(after, lag_before, strict=True)])
 
         say("gateway hop alone, one request at a time …")
@@ -547,7 +557,7 @@ def main() -> None:
                 interleaved(arms, one_at_a_time=True),
                 interleaved(arms, one_at_a_time=False),
             )
-        health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{gw_port}/healthz").read())
+        health = gateway_health(gateway)
         gateway_rss = psutil.Process(gateway.pid).memory_info().rss / 2**20
     finally:
         for process in reversed(processes):

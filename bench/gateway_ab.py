@@ -58,8 +58,15 @@ def gateway_start(name: str, cwd: Path, *, redis: str = "") -> tuple[ManagedProc
     process = ManagedProcess(
         name,
         ["sh", "-c", f'cd "{cwd}" && exec "{sys.executable}" manage.py gateway --port {port}'],
-        env={"REDIS_URL": redis, "GATEWAY_REDIS_PREFIX": f"bench-{name}"},
+        # The operator port by the environment, which a revision from before
+        # the operator listener ignores (and then serves /healthz itself).
+        env={
+            "REDIS_URL": redis,
+            "GATEWAY_REDIS_PREFIX": f"bench-{name}",
+            "GATEWAY_OPERATOR_PORT": str(free_port()),
+        },
         log_path=Path(settings.VAR_DIR) / "log" / f"bench-{name}.log",
+        # Either revision's tenant port answers /healthz once it serves.
         ready_url=f"http://127.0.0.1:{port}/healthz",
     )
     process.start()

@@ -137,14 +137,14 @@ def in_gateway(requests: int) -> list[str]:
     _tenant, secret = bench_tenant()
     arms = {"no budget": secret, **held_tenant_secrets(served_model_ensure(name=FAKE_MODEL))}
     fake, fake_port = fake_upstream(32)
-    port = free_port()
+    port, operator_port = free_port(), free_port()
     out = Path(tempfile.mkdtemp(prefix="spend-hold-")) / "hold.json"
     gateway = ManagedProcess(
         "timed-gateway",
         [sys.executable, "-m", "bench.timed_gateway", "--port", str(port), "--out", str(out)],
-        env={"REDIS_URL": ""},
+        env={"REDIS_URL": "", "GATEWAY_OPERATOR_PORT": str(operator_port)},
         log_path=Path(settings.VAR_DIR) / "log" / "bench-timed-gateway.log",
-        ready_url=f"http://127.0.0.1:{port}/healthz",
+        ready_url=f"http://127.0.0.1:{operator_port}/healthz",
     )
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     cpu = dict.fromkeys(arms, 0.0)

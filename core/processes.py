@@ -18,8 +18,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The environment variable carrying a server's instance token; its /healthz
-# echoes it (settings.SERVER_INSTANCE) as "instance".
+# The environment variable carrying a server's instance token; its readiness
+# URL (the web app's /healthz, the gateway's operator /healthz) echoes it
+# (settings.SERVER_INSTANCE) as "instance".
 INSTANCE_ENV = "SERVER_INSTANCE"
 
 

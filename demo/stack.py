@@ -18,6 +18,7 @@ from core.calendar import day_start, month_start
 from core.processes import ManagedProcess, ProcessFailed, free_port
 
 GATEWAY_PORT = 8080
+GATEWAY_OPERATOR_PORT = 9090  # the gateway's /metrics and detailed /healthz (loopback)
 
 
 class WorkloadFailed(RuntimeError):
@@ -37,18 +38,26 @@ def vllm_replicas_start(*, pools: dict, progress) -> list:
 
 
 def services_start(
-    *, log_dir: Path, processes: list[ManagedProcess], gateway_port: int = GATEWAY_PORT
+    *,
+    log_dir: Path,
+    processes: list[ManagedProcess],
+    gateway_port: int = GATEWAY_PORT,
+    gateway_operator_port: int = GATEWAY_OPERATOR_PORT,
 ) -> None:
     """The gateway, a Celery worker and Celery beat, each its own process,
     added to `processes` before it starts (so the caller stops whatever
-    started, even when the gateway then fails its readiness check)."""
+    started, even when the gateway then fails its readiness check). The
+    gateway is ready when its operator port's /healthz answers 200 (every
+    worker started) with its instance token."""
     python = sys.executable
+    gateway_argv = [python, "manage.py", "gateway", "--port", str(gateway_port)]
+    gateway_argv += ["--operator-host", "127.0.0.1", "--operator-port", str(gateway_operator_port)]
     started = [
         ManagedProcess(
             name="gateway",
-            argv=[python, "manage.py", "gateway", "--port", str(gateway_port)],
+            argv=gateway_argv,
             log_path=log_dir / "gateway.log",
-            ready_url=f"http://127.0.0.1:{gateway_port}/healthz",
+            ready_url=f"http://127.0.0.1:{gateway_operator_port}/healthz",
             ready_echoes_instance=True,
         ),
         ManagedProcess(
@@ -71,15 +80,16 @@ def services_start(
             raise ProcessFailed(process.exit_report(while_doing="while starting"))
 
 
-def workload(*, gateway_url: str, seconds: float):
+def workload(*, gateway_url: str, operator_url: str, seconds: float):
     """The demo workload's result (serving.workload.WorkloadResult); raises
     WorkloadFailed when not one request succeeded, with how many were
-    refused or failed and the first error."""
+    refused or failed and the first error. `operator_url`: the gateway's
+    operator listener (its detailed /healthz)."""
     from serving.tiny_model import MODEL_NAME
     from serving.workload import workload_run
 
     keys = json.loads(Path(settings.DEMO_KEYS_FILE).read_text())
-    gateway_fleet_seen(gateway_url)
+    gateway_fleet_seen(operator_url)
     result = workload_run(gateway_url=gateway_url, keys=keys, model=MODEL_NAME, seconds=seconds)
     if result.total("ok") == 0:
         raise WorkloadFailed(
@@ -90,29 +100,31 @@ def workload(*, gateway_url: str, seconds: float):
     return result
 
 
-def gateway_fleet_seen(gateway_url: str, *, timeout: float = 30) -> None:
-    """Until the gateway routes to a replica (it reads the fleet again as
-    each is registered: core.changes). Whatever answers there that is not
-    a gateway is left for the workload to report."""
+def gateway_fleet_seen(operator_url: str, *, timeout: float = 30) -> None:
+    """Until every worker of the gateway routes to a replica (each reads
+    the fleet again as one is registered: core.changes). Whatever answers
+    there that is not a gateway is left for the workload to report."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{gateway_url}/healthz", timeout=5).json().get("replicas", 1) > 0:
+            workers = httpx.get(f"{operator_url}/healthz", timeout=5).json()["workers"]
+            if all(w["replicas"] > 0 for w in workers):
                 return
-        except (httpx.HTTPError, ValueError, AttributeError):
+        except (httpx.HTTPError, ValueError, LookupError, TypeError):
             return
         time.sleep(0.2)
 
 
-def records_flushed(gateway_url: str, *, timeout: float = 30) -> None:
-    """Until the gateway holds no unwritten usage record."""
+def records_flushed(operator_url: str, *, timeout: float = 30) -> None:
+    """Until no worker of the gateway holds an unwritten usage record."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if httpx.get(f"{gateway_url}/healthz", timeout=5).json()["record_backlog"] == 0:
+        workers = httpx.get(f"{operator_url}/healthz", timeout=5).json()["workers"]
+        if all(w["record_backlog"] == 0 for w in workers):
             return
         time.sleep(0.2)
 

@@ -1,9 +1,11 @@
 """The gateway's ASGI application.
 
     POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
-    GET /healthz, GET /metrics (Prometheus)
+    GET /healthz (alive: nothing more)
 
-Run it with `manage.py gateway` (uvicorn, uvloop, httptools).
+Run it with `manage.py gateway` (uvicorn, uvloop, httptools), which also
+serves /metrics and the detailed health on a port of their own, apart from
+the one tenants call (gateway/operator.py).
 
 With GATEWAY["FAIR_QUEUING"] (the default) the gateway holds the queue
 (gateway/queueing.py, fairness.py): each replica gets at most its
@@ -70,6 +72,8 @@ from gateway.errors import Refused, error_body  # noqa: E402
 from gateway.fairness import FairQueue, Slot  # noqa: E402
 from gateway.fairness_redis import FairQueueRedisShare  # noqa: E402
 from gateway.fleet import ReplicaInfo, Router, fleet_snapshot_load  # noqa: E402
+from gateway.health_checks import HealthChecks  # noqa: E402
+from gateway.operator_channel import WorkerChannel  # noqa: E402
 from gateway.payload import ENDPOINTS, PATHS, BadRequest, Prepared, prepare  # noqa: E402
 from gateway.perf_metrics import PerfMetrics  # noqa: E402
 from gateway.proxy import (  # noqa: E402
@@ -101,7 +105,6 @@ from gateway.telemetry import (  # noqa: E402
     BACKLOG,
     LOOP_LAG_SECONDS,
     depth_by_class,
-    exposition,
     queue_gauges_set,
     queue_wait_observe,
     request_observe,
@@ -117,7 +120,7 @@ logger = logging.getLogger("gateway")
 MAX_BODY_BYTES = 8 * 1024 * 1024
 GC_YOUNG_OBJECTS = 10_000  # the collector's first threshold (see startup)
 FLEET_RETRY_SECONDS = 1.0  # after a failed read of the fleet
-PROMETHEUS = b"text/plain; version=0.0.4; charset=utf-8"
+ALIVE = orjson.dumps({"status": "ok"})  # the tenant port's /healthz: nothing about the fleet
 
 
 class Gateway:
@@ -139,6 +142,7 @@ class Gateway:
         self.queue: GatewayQueue | None = None  # fair queuing on
         self.queue_share: FairQueueRedisShare | None = None  # ... across gateways
         self.spend: SpendGuard | None = None  # budgets and prepaid credit held per request
+        self.operator_channel: WorkerChannel | None = None  # what the operator listener asks
         self.changes = ChangesListener(
             on_terms=self._forget,
             on_correction=self._apply_corrections,
@@ -219,11 +223,20 @@ class Gateway:
             asyncio.create_task(self._refresh_fleet(), name="fleet-refresh"),
             asyncio.create_task(self._flush_key_usage(), name="key-usage"),
             asyncio.create_task(self.changes.run(), name="changes"),
+            asyncio.create_task(
+                HealthChecks.from_settings(self.router, self.cfg).run(), name="replica-health"
+            ),
         ]
         if self.queue_share is not None:
             self._tasks.append(asyncio.create_task(self._share_queue(), name="queue-share"))
+        # Last: the operator listener counts a worker that answers as started.
+        self.operator_channel = await WorkerChannel.open(
+            {"health": self.health, "gauges": self.scrape_gauges_set}
+        )
 
     async def shutdown(self) -> None:
+        if self.operator_channel is not None:
+            await self.operator_channel.close()
         for task in self._tasks:
             task.cancel()
         await self._mark_keys_used()
@@ -381,17 +394,11 @@ class Gateway:
 
     async def handle(self, scope: dict, receive, send) -> None:
         path, method = scope["path"], scope["method"]
+        # /metrics and the detailed health name tenants and replicas: they
+        # answer on the operator port only (gateway/operator.py), and
+        # /metrics here is the 404 of any unknown path.
         if path == "/healthz":
-            await respond(send, 200, orjson.dumps(self.health()))
-        elif path == "/metrics":
-            BACKLOG.set(self.recorder.backlog if self.recorder else 0)
-            queue = self.queue_state()
-            if queue is not None:
-                queue_gauges_set(
-                    queue["waiting_by_class"],
-                    {name: r["outstanding"] for name, r in queue["replicas"].items()},
-                )
-            await respond(send, 200, exposition(), content_type=PROMETHEUS)
+            await respond(send, 200, ALIVE)
         elif path in ENDPOINTS:
             if method != "POST":
                 await respond(send, 405, error_body(405, f"use POST for {path}"))
@@ -431,7 +438,20 @@ class Gateway:
             },
         }
 
+    def scrape_gauges_set(self) -> dict:
+        """The gauges read at scrape time, set (the operator listener asks
+        before each scrape)."""
+        BACKLOG.set(self.recorder.backlog if self.recorder else 0)
+        queue = self.queue_state()
+        if queue is not None:
+            queue_gauges_set(
+                queue["waiting_by_class"],
+                {name: r["outstanding"] for name, r in queue["replicas"].items()},
+            )
+        return {}
+
     def health(self) -> dict:
+        """This worker's detail, for the operator listener's /healthz."""
         snapshot = self.router.snapshot
         return {
             "status": "ok",

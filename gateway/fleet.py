@@ -6,7 +6,9 @@ Routing: a tenant's own capacity first (dedicated pools it owns, reserved
 pools it owns or holds a live reservation in), then the shared pool; the
 least-loaded replica below its max_inflight within the first group that has
 one; when all are saturated, the least-loaded overall (vLLM queues it).
-A replica that just failed is skipped for a few seconds."""
+A replica that just failed is skipped for a few seconds; one this gateway's
+health checks find down (gateway/health_checks.py) is not routed to at all,
+and with every candidate down the request is answered 503 `no_replica`."""
 
 from __future__ import annotations
 
@@ -59,6 +61,11 @@ class FleetSnapshot:
     models: dict[str, ModelInfo] = field(default_factory=dict)
     adapters: dict[str, AdapterInfo] = field(default_factory=dict)
     replicas_by_model: dict[str, list[ReplicaInfo]] = field(default_factory=dict)
+    # Every replica not draining, up or down in the database (the health
+    # checks' targets: a replica down comes back when it answers again),
+    # and the ids of those down there.
+    health_targets: list[ReplicaInfo] = field(default_factory=list)
+    down_ids: frozenset[int] = frozenset()
     reservation_holders: dict[int, frozenset[int]] = field(default_factory=dict)
     loaded_at: float = 0.0  # epoch seconds
     # When a reservation next starts or ends (epoch seconds; None: none
@@ -89,26 +96,31 @@ def fleet_snapshot_load() -> FleetSnapshot:
             upstream_name=a.upstream_name,
         )
     replicas = (
-        Replica.objects.filter(status=ReplicaStatus.UP)
+        Replica.objects.exclude(status=ReplicaStatus.DRAINING)
         .select_related("pool", "model")
         .annotate(gpu_units=Coalesce(Sum("gpu_shares__units"), 0))
     )
+    down = set()
     for r in replicas:
-        snapshot.replicas_by_model.setdefault(r.model.name, []).append(
-            ReplicaInfo(
-                id=r.pk,
-                name=r.name,
-                base_url=r.base_url.rstrip("/"),
-                model=r.model.name,
-                pool_id=r.pool_id,
-                pool_kind=r.pool.kind,
-                pool_owner_id=r.pool.owner_id,
-                max_inflight=r.max_inflight,
-                engine=r.engine,
-                role=r.role,
-                gpus=r.gpu_units / GPU_UNITS,
-            )
+        info = ReplicaInfo(
+            id=r.pk,
+            name=r.name,
+            base_url=r.base_url.rstrip("/"),
+            model=r.model.name,
+            pool_id=r.pool_id,
+            pool_kind=r.pool.kind,
+            pool_owner_id=r.pool.owner_id,
+            max_inflight=r.max_inflight,
+            engine=r.engine,
+            role=r.role,
+            gpus=r.gpu_units / GPU_UNITS,
         )
+        snapshot.health_targets.append(info)
+        if r.status == ReplicaStatus.UP:
+            snapshot.replicas_by_model.setdefault(r.model.name, []).append(info)
+        else:
+            down.add(r.pk)
+    snapshot.down_ids = frozenset(down)
     holders: dict[int, set[int]] = {}
     boundaries = []
     for pool_id, tenant_id, start, end in Reservation.objects.filter(end__gt=now).values_list(
@@ -129,6 +141,8 @@ class Router:
         self.snapshot = FleetSnapshot()
         self.inflight: dict[int, int] = {}
         self._suspect_until: dict[int, float] = {}
+        # Replicas this gateway's health checks find down (gateway/health_checks.py).
+        self.down: set[int] = set()
         self._suspect_seconds = suspect_seconds
 
     def is_own(self, replica: ReplicaInfo, tenant_id: int) -> bool:
@@ -160,10 +174,13 @@ class Router:
         everything for `suspect_seconds`). A request starts on a prefill
         replica of a disaggregated pool, never a decode one (its second
         hop: decode_candidates), and only if it can be split
-        (`disaggregable`: a chat or text completion)."""
+        (`disaggregable`: a chat or text completion). A replica down never
+        (none at all when every one is)."""
         now = time.monotonic()
         starts = {ReplicaRole.BOTH, ReplicaRole.PREFILL} if disaggregable else {ReplicaRole.BOTH}
         visible = [r for r in self.visible_replicas(model, tenant_id) if r.role in starts]
+        if self.down:
+            visible = [r for r in visible if r.id not in self.down]
         if len(visible) < 2:  # nothing to order (a model on one replica: the hot path)
             return visible
         usable = [r for r in visible if self._suspect_until.get(r.id, 0) <= now]
@@ -186,13 +203,15 @@ class Router:
         return ordered + suspects
 
     def decode_candidates(self, prefill: ReplicaInfo) -> list[ReplicaInfo]:
-        """The decode replicas of a prefill replica's pool (and model), least
-        loaded first, suspects last."""
+        """The decode replicas of a prefill replica's pool (and model) not
+        down, least loaded first, suspects last."""
         now = time.monotonic()
         decoders = [
             r
             for r in self.snapshot.replicas_by_model.get(prefill.model, [])
-            if r.pool_id == prefill.pool_id and r.role == ReplicaRole.DECODE
+            if r.pool_id == prefill.pool_id
+            and r.role == ReplicaRole.DECODE
+            and r.id not in self.down
         ]
         return sorted(
             decoders,
@@ -210,3 +229,7 @@ class Router:
 
     def mark_suspect(self, replica: ReplicaInfo) -> None:
         self._suspect_until[replica.id] = time.monotonic() + self._suspect_seconds
+
+    def suspect_clear(self, replica_id: int) -> None:
+        """Its health checks found it back up: no longer last in line."""
+        self._suspect_until.pop(replica_id, None)

@@ -1,11 +1,15 @@
-"""The gateway's Prometheus metrics, served at its own /metrics: requests
-and tokens per tenant, latency histograms, and the record buffer's health.
+"""The gateway's Prometheus metrics, served at /metrics on its operator port
+(gateway.operator), never on the port tenants call: requests and tokens per
+tenant, latency histograms, and the record buffer's health.
 
 Labels are bounded: tenant slug, model name, status and token kind; never
 request ids or keys. The fair queue's metrics carry no tenant: its depth and
 wait by priority class, and the slots in use per replica (by name, one per
-registered replica). Each gateway process exposes its own counters and
-gauges (scrape them all; Prometheus sums across instances)."""
+registered replica). One scrape covers every worker of a `manage.py
+gateway` (several: prometheus_client's multiprocess mode, gateway.operator
+says why); each gateway (a host, a pod) is a scrape target of its own.
+In multiprocess mode a gauge says how its workers' values add up: each one
+here is a worker's share of a total, so "livesum" (over the workers alive)."""
 
 from __future__ import annotations
 
@@ -57,7 +61,10 @@ DEAD_LETTERED = Counter(
     registry=REGISTRY,
 )
 BACKLOG = Gauge(
-    "gateway_record_backlog", "Records waiting in memory for the sink.", registry=REGISTRY
+    "gateway_record_backlog",
+    "Records waiting in memory for the sink.",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
 )
 LOOP_LAG_SECONDS = Histogram(
     "gateway_event_loop_lag_seconds",
@@ -71,6 +78,7 @@ QUEUE_DEPTH = Gauge(
     "Requests waiting in the gateway's fair queue, by priority class.",
     ["priority_class"],
     registry=REGISTRY,
+    multiprocess_mode="livesum",
 )
 QUEUE_SECONDS = Histogram(
     "gateway_queue_seconds",
@@ -85,11 +93,31 @@ OUTSTANDING = Gauge(
     "Requests this gateway has outstanding at each replica (fair queuing on).",
     ["replica"],
     registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
+REPLICA_UP = Gauge(
+    "gateway_replica_up",
+    "1 while the gateway routes to the replica, 0 while its health checks find it down "
+    "(gateway.health_checks), for each replica registered and not draining.",
+    ["replica"],
+    registry=REGISTRY,
+    # Each worker checks on its own: the gateway counts a replica up only
+    # while every worker alive routes to it.
+    multiprocess_mode="livemin",
+)
+REPLICA_TRANSITIONS = Counter(
+    "gateway_replica_health_transitions",
+    "Times the gateway's health checks found a replica gone down or back up (`to`), "
+    "counted by each worker that found it.",
+    ["replica", "to"],
+    registry=REGISTRY,
 )
 CLASS_BY_PRIORITY = {number: str(name) for name, number in VLLM_PRIORITY.items()}
 
 
 _CHILDREN: dict[tuple, object] = {}
+_OUTSTANDING_LABELS: set[str] = set()  # the replicas OUTSTANDING has a series for
+_REPLICA_UP_LABELS: set[str] = set()  # ... and REPLICA_UP
 
 
 def labeled(metric, *labels: str):
@@ -123,12 +151,31 @@ def depth_by_class(depth_by_priority: dict[int, int]) -> dict[str, int]:
 def queue_gauges_set(
     waiting_by_class: dict[str, int], outstanding_by_replica: dict[str, int]
 ) -> None:
-    """The fair queue's state at scrape time."""
+    """The fair queue's state at scrape time. A replica no longer listed
+    is set to 0 before its series is dropped: in multiprocess mode its last
+    value lives on in the worker's file, which dropping the series leaves."""
     for label, waiting in waiting_by_class.items():
         QUEUE_DEPTH.labels(label).set(waiting)
-    OUTSTANDING.clear()
+    for replica in _OUTSTANDING_LABELS - outstanding_by_replica.keys():
+        OUTSTANDING.labels(replica).set(0)
+        OUTSTANDING.remove(replica)
+    _OUTSTANDING_LABELS.clear()
     for replica, busy in outstanding_by_replica.items():
         OUTSTANDING.labels(replica).set(busy)
+        _OUTSTANDING_LABELS.add(replica)
+
+
+def replicas_up_set(up_by_replica: dict[str, bool]) -> None:
+    """Each replica checked, up or down; one no longer checked (gone,
+    draining) loses its series, set to 0 first for the reason
+    queue_gauges_set gives."""
+    for replica in _REPLICA_UP_LABELS - up_by_replica.keys():
+        REPLICA_UP.labels(replica).set(0)
+        REPLICA_UP.remove(replica)
+    _REPLICA_UP_LABELS.clear()
+    for replica, up in up_by_replica.items():
+        REPLICA_UP.labels(replica).set(1 if up else 0)
+        _REPLICA_UP_LABELS.add(replica)
 
 
 def request_observe(

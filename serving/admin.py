@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.forms.models import BaseInlineFormSet
+from django.utils import timezone
 
 from core.errors import InputError
 from serving.gpu_shares import Share
@@ -118,14 +119,21 @@ class ReplicaAdmin(admin.ModelAdmin):
         "model",
         "pool",
         "status",
+        "status_since",
         "max_inflight",
         "last_seen_at",
     ]
     list_filter = ["status", "engine", "role", "pool__kind", "model"]
     search_fields = ["name", "base_url"]
+    readonly_fields = ["status_since"]
     inlines = [ReplicaGpuInline]
     # A replica's URL is the engine's on the private network, usually http.
     formfield_overrides = {models.URLField: {"assume_scheme": "http"}}
+
+    def save_model(self, request, obj, form, change):
+        if not change or "status" in form.changed_data:
+            obj.status_since = timezone.now()
+        super().save_model(request, obj, form, change)
 
     def save_formset(self, request, form, formset, change):
         if isinstance(formset, GpuSharesFormSet):

@@ -129,6 +129,23 @@ class LocalReplica:
 ENGINE_NICE = 10
 
 
+# The vLLM server flags the gateway relies on, wherever vLLM runs (local
+# replicas, the CPU image, compose's gpu profile, the Kubernetes overlays;
+# tests hold each to this list): per-request timings for attribution, usage
+# on every response (aborted streams too), the `priority` field honoured
+# (without the flag vLLM serves it first come first served, with 200),
+# cached prompt tokens billed at the cached price, and the gateway's request
+# id as vLLM's.
+GATEWAY_VLLM_FLAGS = (
+    "--enable-per-request-metrics",
+    "--enable-force-include-usage",
+    "--scheduling-policy",
+    "priority",
+    "--enable-prompt-tokens-details",
+    "--enable-request-id-headers",
+)
+
+
 def replica_argv(
     *,
     model_dir: Path,
@@ -166,12 +183,7 @@ def replica_argv(
         str(max_model_len),
         "--max-num-seqs",
         str(max_num_seqs),
-        "--enable-per-request-metrics",
-        "--enable-force-include-usage",
-        "--scheduling-policy",
-        "priority",
-        "--enable-prompt-tokens-details",
-        "--enable-request-id-headers",
+        *GATEWAY_VLLM_FLAGS,
         "--disable-uvicorn-access-log",
         # Tokens per streamed chunk after the first (sent at once): a larger
         # interval spares the serving host's CPU (vLLM's own server shares it

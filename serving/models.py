@@ -209,6 +209,9 @@ class Replica(models.Model):
     max_inflight = models.PositiveIntegerField(
         default=64, help_text="Requests in flight beyond which routing spills elsewhere."
     )
+    # When `status` last changed (a gateway's health check, the scraper,
+    # registration, an operator); with `last_error`, why it went down.
+    status_since = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     last_error = models.CharField(max_length=500, blank=True, default="")
     launched_pid = models.PositiveIntegerField(

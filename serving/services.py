@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime
 from decimal import Decimal
 
 from django.db import transaction
@@ -109,9 +109,12 @@ def replica_register(
     problem = role_misfit(pool, role)
     if problem:
         raise InputError("role", problem)
+    was = Replica.objects.filter(name=name).values_list("status", flat=True).first()
+    since = {"status_since": timezone.now()} if was != ReplicaStatus.UP else {}
     replica, _ = Replica.objects.update_or_create(
         name=name,
         defaults={
+            **since,
             "base_url": base_url,
             "model": model,
             "pool": pool,
@@ -196,13 +199,40 @@ def share_of(row: ReplicaGpu) -> Share:
     )
 
 
+@transaction.atomic
 def replica_set_status(*, replica: Replica, status: str, error: str = "") -> Replica:
+    now = timezone.now()
     fields = {"status": status, "last_error": error[:500]}
     if status == ReplicaStatus.UP:
-        fields["last_seen_at"] = timezone.now()
+        fields["last_seen_at"] = now
+    # Since when: only a change of status moves it (the scraper repeats "up").
+    changed = Replica.objects.filter(pk=replica.pk).exclude(status=status)
+    if changed.update(status_since=now):
+        replica.status_since = now
     Replica.objects.filter(pk=replica.pk).update(**fields)
     if replica.status != status:  # the gateways route only to replicas up
         fleet_changed()
     for key, value in fields.items():
         setattr(replica, key, value)
     return replica
+
+
+@transaction.atomic
+def replica_health_record(*, replica_id: int, up: bool, reason: str, at: datetime) -> bool:
+    """A health checker's verdict (a gateway's active checks, gateway/
+    health_checks.py): the replica goes down, or back up, at `at` for
+    `reason`. Written only where it changes the row, in one conditional
+    UPDATE: every gateway checks on its own, and the second to find the
+    same thing writes nothing (no notification, no new `status_since`). A
+    draining replica is an operator's and stays so. True: this call
+    changed it."""
+    was, becomes = (
+        (ReplicaStatus.DOWN, ReplicaStatus.UP) if up else (ReplicaStatus.UP, ReplicaStatus.DOWN)
+    )
+    fields = {"status": becomes, "status_since": at, "last_error": "" if up else reason[:500]}
+    if up:
+        fields["last_seen_at"] = at
+    changed = Replica.objects.filter(pk=replica_id, status=was).update(**fields)
+    if changed:
+        fleet_changed()  # the gateways route only to replicas up
+    return bool(changed)

@@ -113,8 +113,25 @@ def vllm_embed() -> LocalReplica:
         replica_stop(replica.pid)
 
 
-def start_gateway(*, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    port = free_port()
+class GatewayUrl(str):
+    """A gateway's tenant URL (what clients call), carrying its operator
+    listener's URL (/metrics, the detailed /healthz) as `.operator`."""
+
+    operator: str
+
+    def __new__(cls, url: str, *, operator: str) -> GatewayUrl:
+        made = super().__new__(cls, url)
+        made.operator = operator
+        return made
+
+
+def start_gateway(
+    *, env: dict[str, str] | None = None, workers: int = 1
+) -> tuple[subprocess.Popen, GatewayUrl]:
+    """A `manage.py gateway` on free ports, ready: its operator /healthz
+    answers 200 once every worker has started (the tenants' port is bound
+    before)."""
+    port, operator_port = free_port(), free_port()
     log_dir = Path(settings.VAR_DIR) / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = open(log_dir / f"test-gateway-{port}.log", "wb")  # noqa: SIM115
@@ -132,22 +149,24 @@ def start_gateway(*, env: dict[str, str] | None = None) -> tuple[subprocess.Pope
         "GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT": "60",
         **(env or {}),
     }
+    argv = [sys.executable, "manage.py", "gateway", "--port", str(port), "--workers", str(workers)]
     proc = subprocess.Popen(
-        [sys.executable, "manage.py", "gateway", "--port", str(port)],
+        [*argv, "--operator-port", str(operator_port)],
         cwd=ROOT,
         env=proc_env,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    url = GatewayUrl(f"http://127.0.0.1:{port}", operator=f"http://127.0.0.1:{operator_port}")
+    deadline = time.monotonic() + 60 * workers
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"gateway exited; see {log.name}"
         try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+            if httpx.get(f"{url.operator}/healthz", timeout=1).status_code == 200:
                 return proc, url
         except httpx.HTTPError:
-            time.sleep(0.2)
+            pass
+        time.sleep(0.2)
     raise TimeoutError("gateway did not start")
 
 
@@ -156,21 +175,41 @@ def stop_gateway(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+def gateway_health(gateway: GatewayUrl) -> dict:
+    """The operator listener's /healthz: a section per worker."""
+    return httpx.get(f"{gateway.operator}/healthz", timeout=5).json()
+
+
+def gateway_worker(gateway: GatewayUrl) -> dict:
+    """The health of a one-worker gateway's worker (the fixtures' gateways)."""
+    (worker,) = gateway_health(gateway)["workers"]
+    return worker
+
+
+def gateway_metrics_text(gateway: GatewayUrl) -> str:
+    """The operator listener's /metrics: every worker's, summed."""
+    response = httpx.get(f"{gateway.operator}/metrics", timeout=5)
+    assert response.status_code == 200, response.text
+    return response.text
+
+
 @pytest.fixture(scope="session")
-def gateway(django_db_setup, django_db_blocker) -> str:
+def gateway(django_db_setup, django_db_blocker) -> GatewayUrl:
     with django_db_blocker.unblock():
         proc, url = start_gateway()
     yield url
     stop_gateway(proc)
 
 
-def wait_for_fleet(gateway_url: str, *, replicas: int) -> None:
-    """Until the gateway's snapshot was loaded after now and shows `replicas`."""
+def wait_for_fleet(gateway_url: GatewayUrl, *, replicas: int) -> None:
+    """Until every worker's snapshot was loaded after now and shows `replicas`."""
     since = time.time()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        health = httpx.get(f"{gateway_url}/healthz", timeout=2).json()
-        if health["fleet_loaded_at"] > since and health["replicas"] == replicas:
+        health = gateway_health(gateway_url)
+        if all(
+            w["fleet_loaded_at"] > since and w["replicas"] == replicas for w in health["workers"]
+        ):
             return
         time.sleep(0.05)
     raise AssertionError(f"gateway fleet never showed {replicas} replicas: {health}")
@@ -190,7 +229,7 @@ def wait_for_records(request_ids: list[str], *, timeout: float = 10):
 
 @dataclass
 class Fleet:
-    gateway: str
+    gateway: GatewayUrl
     model: ServedModel
     pools: dict[str, Pool] = field(default_factory=dict)
     replicas: dict[str, Replica] = field(default_factory=dict)
@@ -255,14 +294,14 @@ class Fleet:
         wait_for_fleet(self.gateway, replicas=len(self.replicas))
 
 
-def wait_for_records_written(gateway_url: str, *, timeout: float = 30) -> None:
+def wait_for_records_written(gateway_url: GatewayUrl, *, timeout: float = 30) -> None:
     """Until the gateway holds no unwritten record, twice in a row: the
     test database is emptied between tests (TRUNCATE), which must not race
     a flush of the test's last records into the ledger's tables."""
     deadline, idle = time.monotonic() + timeout, 0
     while idle < 2:
         assert time.monotonic() < deadline, "the gateway never finished writing its records"
-        backlog = httpx.get(f"{gateway_url}/healthz", timeout=5).json()["record_backlog"]
+        backlog = sum(w["record_backlog"] for w in gateway_health(gateway_url)["workers"])
         idle = idle + 1 if backlog == 0 else 0
         time.sleep(0.15)
 
@@ -276,7 +315,7 @@ def fleet_model(name: str = MODEL_NAME) -> ServedModel:
     )
 
 
-def fleet_done(*gateways: str) -> None:
+def fleet_done(*gateways: GatewayUrl) -> None:
     """After a test's requests: every record written, then the ledger's
     events emptied. They are an unmanaged (partitioned) table, which the
     flush between transactional tests leaves alone: a later test's
@@ -288,16 +327,16 @@ def fleet_done(*gateways: str) -> None:
         ledger_events_clear()
 
 
-def gateway_froze(gateway: str, *, since: float, longer_than_ms: int) -> list[int]:
-    """The gateway's event-loop stalls (its /healthz) since `since` longer
+def gateway_froze(gateway: GatewayUrl, *, since: float, longer_than_ms: int) -> list[int]:
+    """The gateway's event-loop stalls (its workers' health) since `since` longer
     than `longer_than_ms` that the machine caused: its loop thread runnable
     but given no CPU for most of the stall. A stall the gateway caused itself
     (busy, or blocked in a call) excuses nothing. Where the kernel does not
     say (no schedstat), every long stall counts."""
-    health = httpx.get(f"{gateway}/healthz", timeout=5).json()
     return [
         s["ms"]
-        for s in health["recent_stalls"]
+        for worker in gateway_health(gateway)["workers"]
+        for s in worker["recent_stalls"]
         if s["at"] >= since
         and s["ms"] > longer_than_ms
         and (s["loop_runq_ms"] is None or s["loop_runq_ms"] >= s["ms"] / 2)

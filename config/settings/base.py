@@ -2,7 +2,10 @@
 machines comes from the environment (see .env.example), read through one
 `env` object."""
 
+import sys
+import warnings
 from pathlib import Path
+from typing import NoReturn
 
 import environ
 
@@ -11,6 +14,18 @@ VAR_DIR = BASE_DIR / "var"  # local state: embedded database, broker folder, dem
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+
+def configuration_error(problem: str) -> NoReturn:
+    """End the process at start with one line saying which setting is wrong,
+    and no traceback. Every entry point (manage.py, uvicorn, celery) loads
+    the settings before it serves, migrates or forks anything, so nothing
+    half-starts. Status 3 is uvicorn's startup failure: its supervisor
+    (--workers) then stops instead of restarting workers that would fail
+    the same way."""
+    print(f"configuration error: {problem}", file=sys.stderr, flush=True)
+    raise SystemExit(3)
+
 
 DEV_SECRET_KEY = "dev-only-insecure-key-change-me-0123456789abcdefghijklmnop"  # noqa: S105
 SECRET_KEY = env("DJANGO_SECRET_KEY", default=DEV_SECRET_KEY)
@@ -75,10 +90,13 @@ TEMPLATES = [
 
 # --- Database: PostgreSQL only. DATABASE_URL, or the embedded server. ---
 EMBEDDED_POSTGRES_DIR = Path(env("EMBEDDED_POSTGRES_DIR", default=str(VAR_DIR / "pgdata")))
+DATABASE_URL_FORM = "postgres://user:password@host:5432/db"
 if env("DATABASE_URL", default=""):
-    DATABASES = {"default": env.db("DATABASE_URL")}
-    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-        raise environ.ImproperlyConfigured("DATABASE_URL must point at PostgreSQL")
+    with warnings.catch_warnings():  # django-environ warns of a URL it cannot read; we say it
+        warnings.simplefilter("ignore")
+        DATABASES = {"default": env.db("DATABASE_URL")}
+    if DATABASES["default"].get("ENGINE") != "django.db.backends.postgresql":
+        configuration_error(f"DATABASE_URL must point at PostgreSQL ({DATABASE_URL_FORM})")
 else:
     from config.embedded_postgres import embedded_postgres_settings
 
@@ -139,8 +157,9 @@ LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
 # API keys are hashed with this pepper: a leaked database alone cannot be
-# used to test guesses offline. Changing it invalidates every key.
-API_KEY_PEPPER = env("API_KEY_PEPPER", default=SECRET_KEY)
+# used to test guesses offline. Changing it invalidates every key. Empty (as
+# in .env.example) is unset: the secret key, here; production requires one.
+API_KEY_PEPPER = env("API_KEY_PEPPER", default="") or SECRET_KEY
 
 # --- I18N / time: UTC everywhere ---
 LANGUAGE_CODE = "en-us"
@@ -218,6 +237,13 @@ GATEWAY = {
     # this is the fallback period, for a change made without a notification.
     "FLEET_REFRESH_SECONDS": env.float("GATEWAY_FLEET_REFRESH_SECONDS", default=30.0),
     "SUSPECT_SECONDS": env.float("GATEWAY_SUSPECT_SECONDS", default=10.0),
+    # Active health checks of every replica (gateway/health_checks.py): its
+    # engine's health endpoint every INTERVAL, failed past TIMEOUT; down
+    # after UNHEALTHY failures in a row, up again after HEALTHY successes.
+    "HEALTH_INTERVAL_SECONDS": env.float("GATEWAY_HEALTH_INTERVAL_SECONDS", default=5.0),
+    "HEALTH_TIMEOUT_SECONDS": env.float("GATEWAY_HEALTH_TIMEOUT_SECONDS", default=2.0),
+    "HEALTH_UNHEALTHY_THRESHOLD": env.int("GATEWAY_HEALTH_UNHEALTHY_THRESHOLD", default=3),
+    "HEALTH_HEALTHY_THRESHOLD": env.int("GATEWAY_HEALTH_HEALTHY_THRESHOLD", default=2),
     "UPSTREAM_CONNECT_TIMEOUT": env.float("GATEWAY_UPSTREAM_CONNECT_TIMEOUT", default=2.0),
     "UPSTREAM_FIRST_BYTE_TIMEOUT": env.float("GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT", default=120.0),
     "UPSTREAM_READ_TIMEOUT": env.float("GATEWAY_UPSTREAM_READ_TIMEOUT", default=600.0),
@@ -267,6 +293,13 @@ GATEWAY = {
     "DEAD_LETTER_PATH": env(
         "GATEWAY_DEAD_LETTER_PATH", default=str(VAR_DIR / "dead-letter" / "records.jsonl")
     ),
+    # The operator listener (/metrics, the detailed /healthz: they name
+    # tenants and replicas), apart from the port tenants call. Loopback by
+    # default; in a container, the pod's or compose network's address, never
+    # published to tenants. The port is checked by `manage.py gateway`
+    # (1-65535, not the tenants' port), which names the setting if not.
+    "OPERATOR_HOST": env("GATEWAY_OPERATOR_HOST", default="127.0.0.1"),
+    "OPERATOR_PORT": env("GATEWAY_OPERATOR_PORT", default="9090"),
 }
 # Bearer token Prometheus must present at /metrics (empty: open, for loopback).
 METRICS_TOKEN = env("METRICS_TOKEN", default="")

@@ -1,30 +1,50 @@
-"""Production: secrets and external services are required, not defaulted."""
-
-import environ
+"""Production: secrets and external services are required, not defaulted.
+A required setting that is unset, empty or a development default ends the
+process at start with one line naming it (base.configuration_error)."""
 
 from config.settings.base import *  # noqa: F403
-from config.settings.base import BASE_DIR, DEV_SECRET_KEY, env
+from config.settings.base import (
+    BASE_DIR,
+    DATABASE_URL_FORM,
+    DEV_SECRET_KEY,
+    configuration_error,
+    env,
+)
+
+_problems: list[str] = []  # every one of them in the one line, not one per restart
 
 
-def _secret(name: str, value: str) -> str:
-    """A secret production must be given: never empty, never the
-    development default that every clone of the repository knows."""
-    if not value or value in {DEV_SECRET_KEY, "change-me"}:  # base.py's, .env.example's
-        raise environ.ImproperlyConfigured(
-            f"{name} is unset or the development default: set a secret of your own"
-        )
+def _required(name: str, *, form: str, secret: bool = False) -> str:
+    """A setting production must be given: never empty and, for a secret,
+    never the development default that every clone of the repository knows."""
+    value = env.str(name, default="")
+    if not value.strip():
+        _problems.append(f"{name} is required ({form})")
+    elif secret and value in {DEV_SECRET_KEY, "change-me"}:  # base.py's, .env.example's
+        _problems.append(f"{name} is the development default: set a secret of your own")
     return value
 
 
-SECRET_KEY = _secret("DJANGO_SECRET_KEY", env("DJANGO_SECRET_KEY", default=""))
-# The HMAC pepper of stored API keys: its own secret, else the secret key
-# (base.py would have derived it from the development key).
-API_KEY_PEPPER = _secret("API_KEY_PEPPER", env("API_KEY_PEPPER", default="") or SECRET_KEY)
+SECRET_KEY = _required("DJANGO_SECRET_KEY", form="a long random string", secret=True)
+# base.py falls back to an embedded server in a local folder: never in production.
+_required("DATABASE_URL", form=DATABASE_URL_FORM)
+# The HMAC pepper of stored API keys, a secret of its own with no fallback to
+# the secret key: that key can then be rotated without invalidating every API
+# key. (A deployment that relied on the old fallback sets it to its secret key.)
+API_KEY_PEPPER = _required(
+    "API_KEY_PEPPER", form="a long random string, kept as long as the API keys", secret=True
+)
+if _problems:
+    configuration_error("; ".join(_problems))
+
 DEBUG = False
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
+# Probes and Prometheus call the container over plain HTTP from inside its
+# network (a compose healthcheck, a kubelet): never redirected to HTTPS.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=60 * 60 * 24 * 30)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 STATIC_ROOT = env("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))

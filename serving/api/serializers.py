@@ -3,6 +3,7 @@ the same shape here), with every database constraint checked first so bad
 input is a 400 naming the field, never a database error."""
 
 from django.db import transaction
+from django.utils import timezone
 from rest_framework import serializers
 
 from core.errors import InputError
@@ -171,11 +172,12 @@ class ReplicaSerializer(serializers.ModelSerializer):
             "gpus",
             "gpu_shares",
             "status",
+            "status_since",
             "max_inflight",
             "last_seen_at",
             "last_error",
         ]
-        read_only_fields = ["last_seen_at", "last_error"]
+        read_only_fields = ["status_since", "last_seen_at", "last_error"]
 
     def validate(self, attrs):
         if "gpus" in attrs and "gpu_shares" in attrs:
@@ -200,7 +202,7 @@ class ReplicaSerializer(serializers.ModelSerializer):
     def create(self, validated_data):
         field = "gpu_shares" if "gpu_shares" in validated_data else None
         shares = self._shares(validated_data)
-        replica = Replica.objects.create(**validated_data)
+        replica = Replica.objects.create(**validated_data, status_since=timezone.now())
         _shares_set(replica, shares or [], field)
         return replica
 
@@ -208,6 +210,8 @@ class ReplicaSerializer(serializers.ModelSerializer):
     def update(self, instance, validated_data):
         field = "gpu_shares" if "gpu_shares" in validated_data else None
         shares = self._shares(validated_data)
+        if validated_data.get("status", instance.status) != instance.status:
+            validated_data["status_since"] = timezone.now()
         replica = super().update(instance, validated_data)
         if shares is not None or "pool" in validated_data:
             # A pool change re-checks the shares (time-sliced ones share a pool).

@@ -17,14 +17,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from serving.launcher import replica_argv
+from serving.launcher import GATEWAY_VLLM_FLAGS, replica_argv
 from tests.services import require
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_VENV = Path(
     os.environ.get("COMPOSE_VENV", Path.home() / ".cache" / "gpu-ledger" / "venv-compose")
 )
-ENV = {**os.environ, "DJANGO_SECRET_KEY": "compose-config-check"}
+ENV = {
+    **os.environ,
+    "DJANGO_SECRET_KEY": "compose-config-check",
+    "API_KEY_PEPPER": "compose-config-check",
+}
 
 
 def compose_cli() -> list[str] | None:
@@ -59,11 +63,11 @@ def compose():
     return cli
 
 
-def _config(compose, path: Path, *extra: str) -> subprocess.CompletedProcess:
+def _config(compose, path: Path, *extra: str, env=ENV) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*compose, "-f", str(path), "--profile", "gpu", "--profile", "cpu", "config", *extra],
         cwd=ROOT,
-        env=ENV,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -107,7 +111,7 @@ def test_services_run_commands_that_exist():
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     commands = [s["command"] for s in services.values() if isinstance(s.get("command"), list)]
     managed = {c[2] for c in commands if c[:2] == ["python", "manage.py"]}
-    assert managed == {"migrate", "gateway", "replica_register"}
+    assert managed == {"migrate_when_ready", "web", "gateway", "replica_register"}
     assert managed <= set(get_commands())
 
 
@@ -135,3 +139,36 @@ def test_the_vllm_cpu_image_serves_with_the_local_replicas_flags():
         return pairs
 
     assert flags(image) == {**flags(local), "--host": "0.0.0.0"}  # noqa: S104 (in a container)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", ["DJANGO_SECRET_KEY", "API_KEY_PEPPER"])
+def test_compose_refuses_to_start_without_a_secret(compose, setting):
+    env = {k: v for k, v in ENV.items() if k != setting}
+    result = _config(compose, ROOT / "docker-compose.yml", "-q", env=env)
+    assert result.returncode != 0 and f"set {setting} in .env" in result.stderr
+
+
+def _vllm_flags(argv: list[str]) -> list[str]:
+    """The flags (and their values) the gateway relies on, as they appear."""
+    wanted, out = {f for f in GATEWAY_VLLM_FLAGS if f.startswith("--")}, []
+    for i, arg in enumerate(argv):
+        if arg in wanted:
+            out.append(arg)
+            if arg == "--scheduling-policy":
+                out.append(argv[i + 1])
+    return out
+
+
+def test_the_gpu_profile_sets_every_flag_the_gateway_relies_on():
+    """Without `--scheduling-policy priority` vLLM serves a request's
+    `priority` first come first served (with 200), without per-request
+    metrics attribution has no timings, without prompt token details cached
+    input is billed at the full price: the GPU service must say what the
+    local replicas say."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    local = replica_argv(
+        model_dir=Path("/m"), served_model="m", port=8000, max_num_seqs=8, max_model_len=512
+    )
+    assert _vllm_flags(local) == list(GATEWAY_VLLM_FLAGS)
+    assert sorted(_vllm_flags(services["vllm"]["command"])) == sorted(GATEWAY_VLLM_FLAGS)

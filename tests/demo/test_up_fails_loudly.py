@@ -115,6 +115,21 @@ def test_the_same_port_twice_is_refused(no_child_starts):
     port = free_port()
     with pytest.raises(CommandError, match="--port and --gateway-port are both"):
         call_command("up", "--no-vllm", "--port", str(port), "--gateway-port", str(port))
+    with pytest.raises(CommandError, match="--gateway-port and --gateway-operator-port are both"):
+        call_command(
+            "up", "--no-vllm", "--port", str(free_port()),
+            "--gateway-port", str(port), "--gateway-operator-port", str(port),
+        )  # fmt: skip
+
+
+def test_a_busy_gateway_operator_port_names_its_option(no_child_starts):
+    with listener() as busy, pytest.raises(CommandError) as stopped:
+        call_command(
+            "up", "--check", "--no-vllm", "--port", str(free_port()),
+            "--gateway-port", str(free_port()), "--gateway-operator-port", str(busy),
+        )  # fmt: skip
+    assert f"port {busy} on 127.0.0.1 is already in use" in str(stopped.value)
+    assert "with --gateway-operator-port" in str(stopped.value)
 
 
 def test_up_exits_non_zero_and_starts_nothing(tmp_path):
@@ -239,7 +254,7 @@ def test_the_web_server_and_gateway_answer_readiness_with_their_own_token(tmp_pa
         "DJANGO_SETTINGS_MODULE": "config.settings.test",
         "REDIS_URL": "",
     }
-    web_port, gateway_port = free_port(), free_port()
+    web_port, gateway_port, operator_port = free_port(), free_port(), free_port()
     started = [
         ManagedProcess(
             name="web",
@@ -251,10 +266,14 @@ def test_the_web_server_and_gateway_answer_readiness_with_their_own_token(tmp_pa
         ),
         ManagedProcess(
             name="gateway",
-            argv=[sys.executable, "manage.py", "gateway", "--port", str(gateway_port)],
+            argv=[
+                *[sys.executable, "manage.py", "gateway", "--port", str(gateway_port)],
+                *["--operator-port", str(operator_port)],
+            ],
             env=env,
             log_path=tmp_path / "gateway.log",
-            ready_url=f"http://127.0.0.1:{gateway_port}/healthz",
+            # The operator port's detailed health echoes it; the tenants' says nothing more.
+            ready_url=f"http://127.0.0.1:{operator_port}/healthz",
             ready_echoes_instance=True,
         ),
     ]
@@ -290,7 +309,7 @@ def test_a_workload_with_every_request_refused_fails(demo_keys):
     """Another process on the gateway's port refusing every request."""
     refusal = {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}
     with foreign_server(401, refusal) as url, pytest.raises(WorkloadFailed) as failed:
-        workload(gateway_url=url, seconds=0.5)
+        workload(gateway_url=url, operator_url=url, seconds=0.5)
     message = str(failed.value)
     refused = int(message.split(" refused")[0].split()[-1])
     assert refused > 0 and " 0 failed" in message
@@ -299,14 +318,17 @@ def test_a_workload_with_every_request_refused_fails(demo_keys):
 
 def test_a_workload_with_nothing_listening_fails(demo_keys):
     with pytest.raises(WorkloadFailed) as failed:
-        workload(gateway_url=f"http://127.0.0.1:{free_port()}", seconds=0.5)
+        nowhere = f"http://127.0.0.1:{free_port()}"
+        workload(gateway_url=nowhere, operator_url=nowhere, seconds=0.5)
     assert "0 refused" in str(failed.value) and "APIConnectionError" in str(failed.value)
 
 
 def test_a_workload_with_answers_passes_and_counts_them(demo_keys):
     upstream = FakeUpstream().start()
     try:
-        result = workload(gateway_url=upstream.base_url, seconds=0.5)
+        result = workload(
+            gateway_url=upstream.base_url, operator_url=upstream.base_url, seconds=0.5
+        )
     finally:
         upstream.stop()
     assert set(result.per_tenant) == {"hooli", "acme"}

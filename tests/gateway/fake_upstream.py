@@ -1,7 +1,12 @@
 """A minimal vLLM stand-in on loopback, for what a real replica will not do
 on demand: record exactly what the gateway forwarded, answer 500, hang,
 drop the connection mid-stream, or take `delay` seconds per request (and
-count how many it had in flight at once)."""
+count how many it had in flight at once). Its GET /health answers 200, or
+503 (`healthy` False), as vLLM's does.
+
+`python -m tests.gateway.fake_upstream PORT` serves one in a process of its
+own, for a test that kills a replica (SIGKILL) and starts it again on the
+same port."""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ class FakeUpstream:
         # A prefill replica's answer to a request asking it to keep its KV
         # cache for a remote decode (vLLM's NixlConnector answers where).
         self.kv_transfer_answer: dict | None = None
+        self.healthy = True
         self.requests: list[dict] = []
         self.inflight = 0
         self.inflight_max = 0
@@ -37,7 +43,9 @@ class FakeUpstream:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> FakeUpstream:
+    def start(self, port: int = 0) -> FakeUpstream:
+        """Serving on `port` (0: any free one) once this returns."""
+        self.port = port
         ready = threading.Event()
         threading.Thread(target=self._serve, args=(ready,), daemon=True).start()
         ready.wait(10)
@@ -63,7 +71,7 @@ class FakeUpstream:
         self._routes(app)
         self._runner = web.AppRunner(app)
         self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         self._loop.run_until_complete(site.start())
         self.port = site._server.sockets[0].getsockname()[1]
         ready.set()
@@ -73,9 +81,13 @@ class FakeUpstream:
         app.router.add_post("/v1/chat/completions", self._completion)
         app.router.add_post("/v1/completions", self._completion)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health", self._health)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=METRICS_TEXT)
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.healthy else 503)
 
     async def _completion(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -181,3 +193,13 @@ vllm:generation_tokens_total{engine="0",model_name="tiny-llama"} 567.0
 # TYPE vllm:num_preemptions_total counter
 vllm:num_preemptions_total{engine="0",model_name="tiny-llama"} 1.0
 """
+
+
+if __name__ == "__main__":
+    import sys
+    import time
+
+    served = FakeUpstream().start(int(sys.argv[1]))
+    print(f"serving on {served.base_url}", flush=True)
+    while True:
+        time.sleep(3600)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import openai
 import pytest
 
 from metering.models import UsageEvent
 from metering.selectors import request_get
 from serving.tiny_model import MODEL_NAME
-from tests.fleet import wait_for_records
+from tests.fleet import gateway_worker, wait_for_records
 from tests.gateway.fake_upstream import FakeUpstream
 
 pytestmark = [pytest.mark.slow]
@@ -107,7 +106,7 @@ def test_a_failing_prefill_replica_is_recorded_as_its_phase_never_dead_lettered(
     row = wait_for_records([request_id])[request_id]
     assert (row.phase, row.status, row.http_status) == ("prefill", "error", 503)
     assert row.replica_id == fleet.replicas["p1"].pk
-    health = httpx.get(f"{fleet.gateway}/healthz", timeout=5).json()
+    health = gateway_worker(fleet.gateway)
     assert health["records_dead_lettered"] == 0
 
 
@@ -125,7 +124,7 @@ def test_a_pool_with_no_decode_replica_is_a_503_and_nothing_runs(fleet, pair):
     request_id = failed.value.response.headers["x-request-id"]
     row = wait_for_records([request_id])[request_id]
     assert (row.phase, row.status, row.http_status) == ("prefill", "error", 503)
-    health = httpx.get(f"{fleet.gateway}/healthz", timeout=5).json()
+    health = gateway_worker(fleet.gateway)
     assert health["records_dead_lettered"] == 0
 
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
-import httpx
 import pytest
 from django.utils import timezone
 
 from metering.reconciliation import reconciliation_compute
 from serving.scraper import replica_scrape
 from serving.tiny_model import MODEL_NAME
-from tests.fleet import wait_for_records
+from tests.fleet import gateway_worker, wait_for_records
 from tests.gateway.fake_engines import OUTPUT_TOKENS, PROMPT_TOKENS, FakeEngine
 
 pytestmark = [pytest.mark.slow]
@@ -142,7 +141,7 @@ def test_trtllm_timings_drained_by_another_reader_fall_back_to_the_gateways_wind
     ids = _request_ids(fleet, "a")
     records = wait_for_records(ids)
     assert [(_timeline(records[i]), records[i].timing) for i in ids] == [(UNTIMED, "gateway")] * 2
-    health = httpx.get(f"{fleet.gateway}/healthz", timeout=5).json()
+    health = gateway_worker(fleet.gateway)
     assert health["perf_metrics_missed"] >= 2
 
 

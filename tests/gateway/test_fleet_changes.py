@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-import httpx
 import openai
 import pytest
 from django.utils import timezone
@@ -20,17 +19,25 @@ from serving.models import Reservation
 from serving.services import replica_set_status
 from serving.tiny_model import MODEL_NAME
 from tests.factories import make_tenant
-from tests.fleet import Fleet, fleet_done, fleet_model, start_gateway, stop_gateway
+from tests.fleet import (
+    Fleet,
+    GatewayUrl,
+    fleet_done,
+    fleet_model,
+    gateway_worker,
+    start_gateway,
+    stop_gateway,
+)
 from tests.gateway.fake_upstream import FakeUpstream
 
 HELLO = [{"role": "user", "content": "hello"}]
 
 
-def _replicas_seen(url: str, expected: int, *, within: float) -> float:
+def _replicas_seen(url: GatewayUrl, expected: int, *, within: float) -> float:
     """Seconds until the gateway routes to `expected` replicas."""
     began = time.monotonic()
     while time.monotonic() - began < within:
-        if httpx.get(f"{url}/healthz", timeout=2).json()["replicas"] == expected:
+        if gateway_worker(url)["replicas"] == expected:
             return time.monotonic() - began
         time.sleep(0.05)
     raise AssertionError(f"the gateway did not see {expected} replicas within {within} s")

@@ -19,7 +19,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from metering.models import UsageEvent
 from serving.tiny_model import MODEL_NAME
-from tests.fleet import start_gateway, stop_gateway, wait_for_fleet, wait_for_records
+from tests.fleet import (
+    GatewayUrl,
+    gateway_metrics_text,
+    gateway_worker,
+    start_gateway,
+    stop_gateway,
+    wait_for_fleet,
+    wait_for_records,
+)
 from tests.gateway.fake_upstream import FakeUpstream
 from tests.services import redis_url, require
 
@@ -55,8 +63,8 @@ def post(
         )
 
 
-def metrics(gateway: str) -> dict[tuple, float]:
-    text = httpx.get(f"{gateway}/metrics", timeout=5).text
+def metrics(gateway: GatewayUrl) -> dict[tuple, float]:
+    text = gateway_metrics_text(gateway)
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
@@ -64,7 +72,7 @@ def metrics(gateway: str) -> dict[tuple, float]:
     }
 
 
-def queue_depth(gateway: str, priority_class: str = "normal") -> float:
+def queue_depth(gateway: GatewayUrl, priority_class: str = "normal") -> float:
     return metrics(gateway)[("gateway_queue_depth", (("priority_class", priority_class),))]
 
 
@@ -116,7 +124,7 @@ def test_a_light_tenant_goes_ahead_of_an_earlier_heavy_backlog(fleet, fake):
             for _ in range(6)
         ]
         wait_until(lambda: queue_depth(fleet.gateway) == 5, what="the heavy backlog")
-        queue = httpx.get(f"{fleet.gateway}/healthz", timeout=5).json()["queue"]
+        queue = gateway_worker(fleet.gateway)["queue"]
         assert queue["waiting_by_class"]["normal"] == 5
         assert queue["replicas"] == {"fake": {"slots": 1, "outstanding": 1, "waiting": 5}}
         light = pool.submit(post, fleet.gateway, fleet.secrets["light"], "light", max_tokens=5)
@@ -363,7 +371,7 @@ def test_fair_queuing_off_is_pass_through(fleet, fake):
         assert refused.status_code == 429  # refused at once, no queue
         assert refused.json()["error"]["code"] == "max_concurrent_requests"
         assert ("gateway_queue_depth", (("priority_class", "normal"),)) not in metrics(url)
-        health = httpx.get(f"{url}/healthz", timeout=5).json()
+        health = gateway_worker(url)
         assert (health["fair_queuing"], health["queue"]) == (False, None)
     finally:
         stop_gateway(proc)

@@ -16,6 +16,7 @@ from serving.choices import PoolKind
 from serving.models import LoraAdapter
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import (
+    gateway_metrics_text,
     start_gateway,
     stop_gateway,
     wait_for_fleet,
@@ -314,7 +315,7 @@ def test_gateway_metrics_count_requests_and_tokens_per_tenant(fleet, fake):
         fleet.client("a").chat.completions.create(model=MODEL_NAME, messages=HELLO)
     with pytest.raises(openai.NotFoundError):
         fleet.client("b").chat.completions.create(model="no-such-model", messages=HELLO)
-    text = httpx.get(f"{fleet.gateway}/metrics", timeout=5).text
+    text = gateway_metrics_text(fleet.gateway)
     a, b = fleet.tenants["a"].slug, fleet.tenants["b"].slug
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value

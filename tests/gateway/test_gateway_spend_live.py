@@ -32,6 +32,7 @@ from tests.fleet import (
     Fleet,
     fleet_done,
     fleet_model,
+    gateway_worker,
     ledger_events_clear,
     metering_run_all,
     start_gateway,
@@ -181,7 +182,7 @@ def test_prepaid_credit_runs_out_and_a_grant_lifts_the_refusal_at_once(fake, fin
         assert granted.status_code == 201, granted.content
         assert served_again_within(fleet, "payg", seconds=1.0) < 1.0
 
-        health = httpx.get(f"{fleet.gateway}/healthz", timeout=5).json()
+        health = gateway_worker(fleet.gateway)
         assert health["listening_for_changes"] is True
 
         # The tenant reads where it stands: credit 1.1; without shared

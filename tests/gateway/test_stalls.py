@@ -5,10 +5,10 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from gateway.stalls import StallClock
+from tests.fleet import gateway_worker
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/task").is_dir(), reason="the kernel's thread accounts are Linux's"
@@ -136,5 +136,4 @@ def test_the_gateways_loop_waits_at_most_half_a_millisecond_for_a_thread_holding
     interpreter's lock; a request arriving meanwhile waits for it until the
     thread is asked to hand it over: after GATEWAY["GIL_SWITCH_SECONDS"],
     not Python's 5 ms (bench/gateway_hop measures what it buys)."""
-    health = httpx.get(f"{fleet.gateway}/healthz", timeout=5).json()
-    assert health["gil_switch_ms"] == 0.5
+    assert gateway_worker(fleet.gateway)["gil_switch_ms"] == 0.5

@@ -39,6 +39,7 @@ from demo.seeds.billing import cost_rates_demo_seed, fx_rates_demo_seed, prices_
 from demo.seeds.fleet import fleet_demo_seed
 from demo.seeds.tenants import DEMO_TENANTS, FINANCE_USERNAME
 from demo.stack import (
+    GATEWAY_OPERATOR_PORT,
     GATEWAY_PORT,
     WorkloadFailed,
     pipeline_run,
@@ -67,6 +68,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--gateway-port", type=int, default=GATEWAY_PORT)
         parser.add_argument(
+            "--gateway-operator-port",
+            type=int,
+            default=GATEWAY_OPERATOR_PORT,
+            help="the gateway's /metrics and detailed /healthz (loopback)",
+        )
+        parser.add_argument(
             "--no-vllm",
             action="store_true",
             help="no local vLLM replicas and no workload (where vLLM cannot be installed)",
@@ -94,16 +101,26 @@ class Command(BaseCommand):
         no_vllm: bool,
         workload_seconds: float | None,
         gateway_port: int,
+        gateway_operator_port: int,
         history_months: int,
         **options,
     ):
         self.total_steps = 9
         self.step_no = 0
-        if port == gateway_port:
-            raise CommandError(f"--port and --gateway-port are both {port}: they must differ")
+        _ports_differ(
+            {
+                "--port": port,
+                "--gateway-port": gateway_port,
+                "--gateway-operator-port": gateway_operator_port,
+            }
+        )
         try:  # before anything starts: the database, seeding and vLLM take minutes
             ports_check_free(
-                ports=[(host, port, "--port"), ("127.0.0.1", gateway_port, "--gateway-port")]
+                ports=[
+                    (host, port, "--port"),
+                    ("127.0.0.1", gateway_port, "--gateway-port"),
+                    ("127.0.0.1", gateway_operator_port, "--gateway-operator-port"),
+                ]
             )
         except ProcessFailed as busy:
             raise CommandError(str(busy)) from None
@@ -155,16 +172,24 @@ class Command(BaseCommand):
                 web.wait_ready(timeout=60)
                 self.detail = f"pid {web.pid}, log {web.log_path}"
             gateway_url = f"http://127.0.0.1:{gateway_port}"
+            operator_url = f"http://127.0.0.1:{gateway_operator_port}"
             with self.step("gateway, Celery worker and beat"):
-                services_start(log_dir=log_dir, processes=processes, gateway_port=gateway_port)
-                self.detail = f"gateway {gateway_url}"
+                services_start(
+                    log_dir=log_dir,
+                    processes=processes,
+                    gateway_port=gateway_port,
+                    gateway_operator_port=gateway_operator_port,
+                )
+                self.detail = f"gateway {gateway_url} (operator {operator_url})"
             with self.step("workload through the gateway"):
                 if no_vllm:
                     self.detail = "skipped (--no-vllm)"
                 else:
                     seconds = workload_seconds or (15 if check else 60)
-                    summary = workload(gateway_url=gateway_url, seconds=seconds)
-                    records_flushed(gateway_url)
+                    summary = workload(
+                        gateway_url=gateway_url, operator_url=operator_url, seconds=seconds
+                    )
+                    records_flushed(operator_url)
                     self.detail = "; ".join(
                         f"{slug} {c.get('ok', 0)} ok {c.get('refused', 0)} refused"
                         for slug, c in summary.per_tenant.items()
@@ -177,7 +202,7 @@ class Command(BaseCommand):
                     f"{_cents(done['margin'].get('revenue'))} {settings.REPORTING_CURRENCY}, "
                     f"margin {_cents(done['margin'].get('margin'))} {settings.REPORTING_CURRENCY}"
                 )
-            self.banner(base_url, gateway_url, example=done["example"])
+            self.banner(base_url, gateway_url, operator_url, example=done["example"])
             if check:
                 if not url_answers(f"{base_url}/login/"):
                     raise SystemExit("the login page did not answer")
@@ -229,7 +254,7 @@ class Command(BaseCommand):
         self.stdout.write(f"\n    {message}", ending="")
         self.stdout.flush()
 
-    def banner(self, base_url: str, gateway_url: str, example=None) -> None:
+    def banner(self, base_url: str, gateway_url: str, operator_url: str, example=None) -> None:
         password = settings.DEMO_PASSWORD
         follow = (
             [
@@ -250,6 +275,7 @@ class Command(BaseCommand):
             f"Fleet, reconciliation: {base_url}/fleet/, {base_url}/reconciliation/",
             f"Jobs, receivables: {base_url}/jobs/, {base_url}/finance/receivables/",
             f"Gateway:           {gateway_url}/v1  (OpenAI-compatible)",
+            f"Gateway operator:  {operator_url}/metrics, /healthz  (not for tenants)",
             *follow,
             "",
             f"Demo logins (password for all: {password}):",
@@ -260,6 +286,15 @@ class Command(BaseCommand):
         ]
         lines += [f"Demo API keys:     {settings.DEMO_KEYS_FILE} (mode 600)", ""]
         self.stdout.write("\n".join(lines))
+
+
+def _ports_differ(ports: dict[str, int]) -> None:
+    """CommandError naming the first two options given the same port."""
+    seen: dict[int, str] = {}
+    for option, port in ports.items():
+        if port in seen:
+            raise CommandError(f"{seen[port]} and {option} are both {port}: they must differ")
+        seen[port] = option
 
 
 def _uses_database_url() -> bool:
