@@ -30,20 +30,28 @@ liveness probe as a healthcheck. So, from a `kubectl kustomize` rendering:
   strategy are ignored by podman: dropped and listed.
 - Container ports on the host's network are dropped: podman would publish
   them, and there is nothing to publish.
+- Init containers are dropped (and listed): podman 4.3 applies the pod's
+  restartPolicy to them, restarts one that finished and then fails to
+  remove it ("cannot remove container ... as it is running"). What they
+  wait for is kept by playing in two stages (PodmanPlay.stages): first the
+  pods that had none (the databases, the migrate Job's pod, vLLM), then,
+  once migrate has exited 0, the pods that waited for it.
 - emptyDir volumes are renamed after their pod: podman 4.3 makes each a
   volume named as in the pod spec, so every pod's `tmp` would be one and
-  the same volume.
-- Pods are ordered so that podman, which starts one pod after another and
-  waits for each pod's init containers to finish, starts those without init
-  containers (the databases, the migrate Job's pod) first: an init container
-  waiting for migrations would otherwise wait for a pod not yet started.
+  the same volume. And podman makes them root's, 0755, where Kubernetes
+  makes an emptyDir writable by the pod's user (vLLM's /dev/shm ring
+  failed with EACCES): create PodmanPlay.volumes first, owned by the user
+  its containers run as (`podman volume create --opt o=uid=U,gid=G NAME`;
+  a tmpfs volume's mode option is not applied here, nor a size: this
+  filesystem has no project quota); kube play uses a volume that exists.
 
 Use (the dropped list goes to stderr, each secret to SECRETS/NAME.json):
 
     kubectl kustomize deploy/k8s/overlays/podman-test > rendered.yaml
     python -m tests.deploy.k8s_podman --secrets SECRETS rendered.yaml > play.yaml
     for f in SECRETS/*.json; do podman secret create "$(basename "$f" .json)" "$f"; done
-    podman kube play play.yaml
+    (create the volumes it names on stderr, then) podman kube play play-1.yaml,
+    wait for migrate to exit 0, podman kube play play-2.yaml
 
 `podman kube down play.yaml` leaves the secrets: `podman secret rm` them."""
 
@@ -86,9 +94,24 @@ class PodmanPlay:
     # name -> the secret as `podman secret create` takes it for a
     # secretKeyRef: JSON of each key's value, base64-encoded.
     secrets: dict[str, str] = field(default_factory=dict)
+    # emptyDir volumes to create before playing: name -> the user and group
+    # of the containers that mount it (None: root's).
+    volumes: dict[str, tuple[int, int] | None] = field(default_factory=dict)
+    # What waited for migrations (by init containers): the second stage.
+    waiting: set[str] = field(default_factory=set)
 
-    def yaml(self) -> str:
-        return yaml.safe_dump_all(self.documents, sort_keys=False, width=10_000)
+    def yaml(self, documents: list[dict] | None = None) -> str:
+        documents = self.documents if documents is None else documents
+        return yaml.safe_dump_all(documents, sort_keys=False, width=10_000)
+
+    @property
+    def stages(self) -> tuple[list[dict], list[dict]]:
+        """What to play first (all but the pods that waited for migrations),
+        then those once migrate has exited 0, with the ConfigMaps again
+        (kube play reads a pod's ConfigMaps from the same file)."""
+        later = [d for d in self.documents if d["metadata"]["name"] in self.waiting]
+        config = [d for d in self.documents if d["kind"] == "ConfigMap"]
+        return [d for d in self.documents if d not in later], config + later
 
 
 def podman_playable(documents: list[dict]) -> PodmanPlay:
@@ -114,11 +137,11 @@ def podman_playable(documents: list[dict]) -> PodmanPlay:
             continue
         if document["kind"] in ("Pod", "Deployment"):
             document = copy.deepcopy(document)
-            _pod_adapt(document, play.dropped)
+            _pod_adapt(document, play)
             pods.append(document)
         else:
             others.append(document)
-    pods.sort(key=lambda document: bool(_pod_spec(document).get("initContainers")))
+    pods.sort(key=lambda document: document["metadata"]["name"] in play.waiting)
     play.documents = others + pods
     return play
 
@@ -144,13 +167,16 @@ def _pod_spec(document: dict) -> dict:
     return document["spec"] if document["kind"] == "Pod" else document["spec"]["template"]["spec"]
 
 
-def _pod_adapt(document: dict, dropped: list[str]) -> None:
-    spec = _pod_spec(document)
-    gone = [name for name in IGNORED_POD_FIELDS if spec.pop(name, None) is not None]
+def _pod_adapt(document: dict, play: PodmanPlay) -> None:
+    spec, name = _pod_spec(document), document["metadata"]["name"]
+    gone = [key for key in IGNORED_POD_FIELDS if spec.pop(key, None) is not None]
     if document["kind"] == "Deployment" and document["spec"].pop("strategy", None):
         gone.append("strategy")
-    _empty_dirs_own(spec, document["metadata"]["name"])
-    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+    for init in spec.pop("initContainers", []):
+        gone.append(f"initContainers.{init['name']} (played in a second stage instead)")
+        play.waiting.add(name)
+    _empty_dirs_own(spec, name, play.volumes)
+    for container in spec["containers"]:
         ports = {p["name"]: p["containerPort"] for p in container.get("ports", []) if "name" in p}
         liveness = container.get("livenessProbe")
         if liveness:
@@ -165,16 +191,23 @@ def _pod_adapt(document: dict, dropped: list[str]) -> None:
         if spec.get("hostNetwork") and container.pop("ports", None):
             gone.append(f"{container['name']}.ports")
     if gone:
-        dropped.append(f"{document['kind']}/{document['metadata']['name']}: {', '.join(gone)}")
+        play.dropped.append(f"{document['kind']}/{name}: {', '.join(gone)}")
 
 
-def _empty_dirs_own(spec: dict, pod: str) -> None:
+def _empty_dirs_own(spec: dict, pod: str, volumes: dict) -> None:
     renamed = {v["name"]: f"{pod}-{v['name']}" for v in spec.get("volumes", []) if "emptyDir" in v}
     for volume in spec.get("volumes", []):
         volume["name"] = renamed.get(volume["name"], volume["name"])
-    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+    for container in spec["containers"]:
+        context = container.get("securityContext", {})
+        user = context.get("runAsUser")
+        owner = (user, context.get("runAsGroup", user)) if user is not None else None
         for mount in container.get("volumeMounts", []):
+            if mount["name"] in renamed:
+                volumes.setdefault(renamed[mount["name"]], owner)
             mount["name"] = renamed.get(mount["name"], mount["name"])
+    for name in renamed.values():  # mounted only by the dropped init containers
+        volumes.setdefault(name, None)
 
 
 def _probe_as_shell(probe: dict, ports: dict[str, int]) -> dict:
@@ -214,9 +247,14 @@ def main() -> None:
         path = options.secrets / f"{name}.json"
         path.write_text(value)
         path.chmod(0o600)
-    sys.stdout.write(play.yaml())
+    first, then = play.stages
+    sys.stdout.write(play.yaml(first) + "---\n# second stage, once migrate has exited 0\n---\n")
+    sys.stdout.write(play.yaml(then))
     for line in play.dropped:
         print(f"not run by podman: {line}", file=sys.stderr)
+    for volume, owner in play.volumes.items():
+        options = f" --opt o=uid={owner[0]},gid={owner[1]}" if owner else ""
+        print(f"create first: podman volume create{options} {volume}", file=sys.stderr)
 
 
 if __name__ == "__main__":
