@@ -568,30 +568,21 @@ def test_a_converted_http_probe_passes_and_fails_as_podman_runs_it(path, healthy
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         port = server.server_address[1]
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "probe"},
-            "spec": {
-                "containers": [
-                    {
-                        "name": "web",
-                        "image": "x",
-                        "ports": [{"name": "http", "containerPort": port}],
-                        "livenessProbe": {
-                            "httpGet": {
-                                "path": path,
-                                "port": "http",
-                                "httpHeaders": [{"name": "Host", "value": "localhost"}],
-                            },
-                            "timeoutSeconds": 5,
-                        },
-                    }
-                ]
-            },
-        }
-        (converted,) = podman_playable([pod]).documents
-        (command,) = converted["spec"]["containers"][0]["livenessProbe"]["exec"]["command"]
+        command = _liveness_as_podman_runs_it(
+            {
+                "name": "web",
+                "image": "x",
+                "ports": [{"name": "http", "containerPort": port}],
+                "livenessProbe": {
+                    "httpGet": {
+                        "path": path,
+                        "port": "http",
+                        "httpHeaders": [{"name": "Host", "value": "localhost"}],
+                    },
+                    "timeoutSeconds": 5,
+                },
+            }
+        )
         shell = " ".join(f"{command} || exit 1".split(" "))
         result = subprocess.run(["/bin/sh", "-c", shell], capture_output=True, timeout=30)
         assert (result.returncode == 0) is healthy, result.stderr
@@ -603,17 +594,17 @@ def test_a_converted_tcp_probe_fails_when_nothing_listens():
     with socket.socket() as probe_socket:
         probe_socket.bind(("127.0.0.1", 0))
         port = probe_socket.getsockname()[1]  # bound, not listening
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "probe"},
-            "spec": {
-                "containers": [
-                    {"name": "c", "image": "x", "livenessProbe": {"tcpSocket": {"port": port}}}
-                ]
-            },
-        }
-        (converted,) = podman_playable([pod]).documents
-        (command,) = converted["spec"]["containers"][0]["livenessProbe"]["exec"]["command"]
+        command = _liveness_as_podman_runs_it(
+            {"name": "c", "image": "x", "livenessProbe": {"tcpSocket": {"port": port}}}
+        )
         result = subprocess.run(["/bin/sh", "-c", f"{command} || exit 1"], timeout=30)
         assert result.returncode == 1
+
+
+def _liveness_as_podman_runs_it(container: dict) -> str:
+    """The one shell string the helper makes of `container`'s liveness probe."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+           "spec": {"containers": [container]}}  # fmt: skip
+    (converted,) = podman_playable([pod]).documents
+    (command,) = converted["spec"]["containers"][0]["livenessProbe"]["exec"]["command"]
+    return command

@@ -257,7 +257,9 @@ def test_a_gateway_killed_mid_traffic_loses_nothing_reconciliation_does_not_flag
     if stack.state("gateway")["Status"] != "running":  # else restart: unless-stopped did it
         podman("start", stack.container("gateway"))
     stack.wait_http(f"http://127.0.0.1:{stack.gateway_port}/healthz", timeout=120)
-    time.sleep(3)
+    deadline = time.monotonic() + 120  # the restarted gateway serves again
+    while len(answered) < killed_at + 8 and time.monotonic() < deadline:
+        time.sleep(0.5)
     stop.set()
     for t in threads:
         t.join(timeout=120)

@@ -34,13 +34,6 @@ from tests.services import redis_url, require
 pytestmark = [pytest.mark.slow]
 
 
-@pytest.fixture
-def fake():
-    upstream = FakeUpstream().start()
-    yield upstream
-    upstream.stop()
-
-
 def post(
     gateway: str,
     secret: str,

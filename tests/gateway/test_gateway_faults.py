@@ -23,18 +23,10 @@ from tests.fleet import (
     wait_for_records,
     wait_for_records_written,
 )
-from tests.gateway.fake_upstream import FakeUpstream
 
 pytestmark = [pytest.mark.slow]
 
 HELLO = [{"role": "user", "content": "hello"}]
-
-
-@pytest.fixture
-def fake():
-    upstream = FakeUpstream().start()
-    yield upstream
-    upstream.stop()
 
 
 def test_gateway_sets_what_the_client_must_not(fleet, fake):

@@ -20,18 +20,10 @@ from gateway.spend import SpendGuard
 from serving.models import ServedModel
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import wait_for_records
-from tests.gateway.fake_upstream import FakeUpstream
 from tests.gateway.test_gateway_fair_queue import post
 
 pytestmark = [pytest.mark.slow]
 D = Decimal
-
-
-@pytest.fixture
-def fake():
-    upstream = FakeUpstream().start()
-    yield upstream
-    upstream.stop()
 
 
 def test_a_request_that_might_pass_the_budget_is_refused_before_it_runs(fleet, fake):

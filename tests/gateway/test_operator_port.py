@@ -31,17 +31,9 @@ from tests.fleet import (
     wait_for_fleet,
     wait_for_records_written,
 )
-from tests.gateway.fake_upstream import FakeUpstream
 from tests.services import free_port
 
 pytestmark = [pytest.mark.slow]
-
-
-@pytest.fixture
-def fake():
-    upstream = FakeUpstream().start()
-    yield upstream
-    upstream.stop()
 
 
 def samples(text: str) -> dict[tuple, float]:

@@ -7,19 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
-
 from gateway.errors import Refused
 from gateway.proxy import Cut, UpstreamCall, UpstreamTimeouts, call_stream
 from gateway.upstream_http import UpstreamClient
 from tests.gateway.fake_upstream import FakeUpstream
-
-
-@pytest.fixture
-def fake():
-    upstream = FakeUpstream().start()
-    yield upstream
-    upstream.stop()
 
 
 def relay(fake: FakeUpstream, *, cut: Cut | None = None) -> tuple[list[int], list[dict], object]:
