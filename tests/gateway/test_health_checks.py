@@ -11,9 +11,10 @@ from dataclasses import replace
 
 from gateway.fleet import FleetSnapshot, ReplicaInfo, Router
 from gateway.health_checks import DOWN_ELSEWHERE, HealthBook, HealthChecks
-from serving.choices import Engine, PoolKind, ReplicaRole
+from serving.choices import Engine, ReplicaRole
 from tests.gateway.fake_engines import FakeEngine
 from tests.gateway.fake_upstream import FakeUpstream
+from tests.gateway.replicas import replica
 
 FAIL = "GET /health: cannot connect"
 
@@ -116,17 +117,7 @@ def test_zero_thresholds_mean_one():
 
 
 def info(rid: int, *, role: str = ReplicaRole.BOTH, pool: int | None = None) -> ReplicaInfo:
-    return ReplicaInfo(
-        id=rid,
-        name=f"r{rid}",
-        base_url=f"http://r{rid}",
-        model="m",
-        pool_id=pool or rid,
-        pool_kind=PoolKind.SHARED,
-        pool_owner_id=None,
-        max_inflight=2,
-        role=role,
-    )
+    return replica(rid, pool=pool, role=role)
 
 
 def router(*replicas: ReplicaInfo) -> Router:

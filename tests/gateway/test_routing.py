@@ -3,21 +3,7 @@ saturated and suspect replicas; other tenants' capacity never."""
 
 from gateway.fleet import FleetSnapshot, ReplicaInfo, Router
 from serving.choices import PoolKind
-
-
-def replica(
-    rid: int, kind: str, owner: int | None = None, pool: int | None = None, max_inflight: int = 2
-) -> ReplicaInfo:
-    return ReplicaInfo(
-        id=rid,
-        name=f"r{rid}",
-        base_url=f"http://r{rid}",
-        model="m",
-        pool_id=pool or rid,
-        pool_kind=kind,
-        pool_owner_id=owner,
-        max_inflight=max_inflight,
-    )
+from tests.gateway.replicas import replica
 
 
 def router(*replicas: ReplicaInfo, holders=None) -> Router:
