@@ -2,15 +2,68 @@
 queued -> running -> done | failed, each step one UPDATE of the run's row
 (a person watching its page sees it move), the run in memory kept the same.
 Each run adds its own columns to a step: its progress counters, its
-warnings, where its error goes."""
+warnings, where its error goes (RunLifecycle.failed_because).
+
+A run executes holding its liveness lock (`run_executing`): a PostgreSQL
+session lock of the worker's connection, which the server releases when
+that connection goes, however the worker died (SIGKILL, out of memory, a
+lost host). A run marked running whose lock is free has no worker left:
+`runs_abandoned_fail` marks it failed, so its page stops saying running
+(the broker hands the message again only after its visibility timeout, an
+hour; running it again is safe)."""
 
 from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from billing.choices import RunStatus
 from billing.models.runs import RunLifecycle
+from core.locks import advisory_lock, advisory_lock_try
+
+ABANDONED = "abandoned: its worker stopped before finishing (run it again to complete)"
+
+
+@contextmanager
+def run_executing(run: RunLifecycle) -> Iterator[None]:
+    """Hold `run`'s liveness lock while it executes. A second delivery of
+    the same run waits here for the first to end, then runs it again. An
+    error the run did not record fails it with that error."""
+    with advisory_lock(_liveness_key(type(run), run.pk)):
+        try:
+            yield
+        except Exception as exc:
+            runs_fail(
+                type(run).objects.filter(pk=run.pk, status=RunStatus.RUNNING),
+                **run.failed_because(f"{type(exc).__name__}: {exc}"),
+            )
+            raise
+
+
+def runs_abandoned_fail(model: type[RunLifecycle]) -> int:
+    """`model`'s runs marked running whose worker is gone (nobody holds
+    their liveness lock): failed as abandoned; how many. Checked holding
+    the lock, so a worker that starts the run meanwhile waits and then
+    runs it whole."""
+    failed = 0
+    for pk in model.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True):
+        with advisory_lock_try(_liveness_key(model, pk)) as free:
+            if free:
+                failed += runs_fail(
+                    model.objects.filter(pk=pk, status=RunStatus.RUNNING),
+                    **model.failed_because(ABANDONED),
+                )
+    return failed
+
+
+def _liveness_key(model: type[RunLifecycle], pk: int) -> tuple[int, int]:
+    # A namespace of the model's table (stable across processes and
+    # releases: crc32, not Python's salted hash) and the run's id.
+    return zlib.crc32(model._meta.db_table.encode()) & 0x7FFFFFFF, pk & 0x7FFFFFFF
 
 
 def run_start(run: RunLifecycle, **fields) -> None:

@@ -19,7 +19,7 @@ from billing.pricing.budgets import budgets_check
 from billing.pricing.spend_corrections import spend_corrections_write
 from billing.queueing import INVOICE_STRIPE_SYNC_TASK, after_commit
 from billing.reports.margin_reports import margin_report_build, margin_report_request, report_period
-from billing.runs import runs_fail
+from billing.runs import runs_abandoned_fail, runs_fail
 
 
 @shared_task(
@@ -133,6 +133,14 @@ def stripe_sweep_task() -> int:
     for invoice_id in ids:
         invoice_stripe_sync_task.delay(invoice_id)
     return len(ids)
+
+
+@shared_task(name="billing.runs_abandoned", time_limit=60, soft_time_limit=55, ignore_result=True)
+def runs_abandoned_task() -> int:
+    """Every few minutes: runs still marked running whose worker died
+    (killed, out of memory, its host lost) marked failed, so no page says
+    running for the hour until the broker hands their message again."""
+    return sum(runs_abandoned_fail(model) for model in (AllocationRun, InvoiceRun, MarginReport))
 
 
 @shared_task(name="billing.budgets_check", time_limit=55, soft_time_limit=50, ignore_result=True)

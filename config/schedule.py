@@ -41,6 +41,8 @@ BEAT_SCHEDULE = {
     # The gateways' spend counters corrected from the ledger (issue 18).
     "billing-spend-correct": {"task": "billing.spend_correct", "schedule": 300.0},
     "billing-stripe-sweep": {"task": "billing.stripe_sweep", "schedule": 300.0},
+    # Runs whose worker died marked failed, not left "running".
+    "billing-runs-abandoned": {"task": "billing.runs_abandoned", "schedule": 300.0},
     # The daily totals invoices read, checked against their hours before
     # the invoice run (02:00).
     "metering-usage-days-check": {

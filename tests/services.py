@@ -39,3 +39,20 @@ def redis_url() -> str | None:
     if port_answers("127.0.0.1", 6379):
         return "redis://127.0.0.1:6379/15"
     return None
+
+
+def database_session(*, autocommit: bool = False):
+    """A second session on the test database (a psycopg connection of its
+    own: what another process holding locks or rows looks like)."""
+    import psycopg
+    from django.db import connection
+
+    s = connection.settings_dict
+    return psycopg.connect(
+        host=str(s["HOST"]),
+        port=s["PORT"] or None,
+        user=s["USER"],
+        password=s["PASSWORD"] or None,
+        dbname=s["NAME"],
+        autocommit=autocommit,
+    )

@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 from django.core.exceptions import ValidationError
 
-from billing.choices import RunStatus
 from billing.costs.cost_model import HOUR
 from billing.costs.period import allocation_book, allocation_stretch
 from billing.costs.store import (
@@ -24,7 +23,7 @@ from billing.costs.store import (
     pool_hour_table,
 )
 from billing.models import AllocationRun, CostScenario
-from billing.runs import run_finish, run_progress, run_start, runs_fail
+from billing.runs import run_executing, run_finish, run_progress, run_start, runs_abandoned_fail
 from core.locks import advisory_lock
 from metering.selectors import usage_device_frame
 
@@ -59,15 +58,8 @@ def allocation_run_execute(*, run_id: int, progress: Progress | None = None) -> 
     one scenario) take turns; a failure is recorded on the run and raised."""
     run = AllocationRun.objects.select_related("scenario").get(pk=run_id)
     key = f"billing_allocation:{run.scenario_id or 'booked'}"
-    with advisory_lock(key):
-        # Holding the book's lock, no other run of it is alive: one still
-        # marked running lost its worker.
-        runs_fail(
-            AllocationRun.objects.filter(
-                scenario_id=run.scenario_id, status=RunStatus.RUNNING
-            ).exclude(pk=run.pk),
-            error="abandoned: its worker stopped before finishing (re-run to complete)",
-        )
+    runs_abandoned_fail(AllocationRun)
+    with advisory_lock(key), run_executing(run):
         run_start(run, hours_done=0, error="", finished_at=None)
         try:
             warnings = _execute(run, progress=progress)

@@ -22,7 +22,13 @@ from billing.invoicing.finalizing import FinalizeEarly, finalize_early_check
 from billing.invoicing.invoices import invoice_bill_period, invoicing_session
 from billing.models import InvoiceRun
 from billing.pricing.periods import tenants_by_period
-from billing.runs import run_finish, run_progress, run_start
+from billing.runs import (
+    run_executing,
+    run_finish,
+    run_progress,
+    run_start,
+    runs_abandoned_fail,
+)
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -87,8 +93,16 @@ def invoice_run_execute(
     """`current_period`: the period still running at `as_of` instead of the
     last closed one (drafts so far, as the demo shows; a draft is rebuilt
     and finalized when its period has ended)."""
-    report = progress
     run = InvoiceRun.objects.get(pk=run_id)
+    runs_abandoned_fail(InvoiceRun)
+    with run_executing(run):
+        _execute(run, progress=progress, current_period=current_period)
+    run.refresh_from_db()
+    return run
+
+
+def _execute(run: InvoiceRun, *, progress: Progress | None, current_period: bool) -> None:
+    report = progress
     # Suspended tenants too: what they used before is still owed.
     tenants = list(Tenant.objects.order_by("pk"))
     run_start(
@@ -123,8 +137,6 @@ def invoice_run_execute(
                 progress=progress,
             )
     run_finish(run, failed=bool(failures))
-    run.refresh_from_db()
-    return run
 
 
 def _count(outcomes, counts, failures, warnings, done_before, *, run_id: int) -> None:

@@ -83,6 +83,10 @@ class InvoiceRun(RunLifecycle):
     def __str__(self) -> str:
         return f"invoice run as of {self.as_of:%Y-%m-%d} ({self.status})"
 
+    @classmethod
+    def failed_because(cls, reason: str) -> dict[str, object]:
+        return {"failures": [{"tenant": "", "error": reason}]}
+
 
 class Invoice(models.Model):
     """What a tenant owes for one billing period [period_start, period_end).

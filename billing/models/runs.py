@@ -24,3 +24,9 @@ class RunLifecycle(models.Model):
 
     class Meta:
         abstract = True
+
+    @classmethod
+    def failed_because(cls, reason: str) -> dict[str, object]:
+        """The columns that say why a run failed, for `reason` (the run's
+        page shows them)."""
+        return {"error": reason}

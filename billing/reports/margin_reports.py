@@ -42,7 +42,7 @@ from billing.reports.margins import (
     original_columns,
 )
 from billing.reports.platforms import PLATFORM_KEYS, platform_frame, platform_table
-from billing.runs import run_finish, run_start
+from billing.runs import run_executing, run_finish, run_start, runs_abandoned_fail
 from core.calendar import day_start, month_containing, month_start, months_add
 from core.fixed_point import fixed_point
 from metering.selectors import gateway_queue_by_tier
@@ -124,6 +124,13 @@ def margin_report_request(
 
 def margin_report_build(*, report_id: int) -> MarginReport:
     report = MarginReport.objects.get(pk=report_id)
+    runs_abandoned_fail(MarginReport)
+    with run_executing(report):
+        _build(report)
+    return report
+
+
+def _build(report: MarginReport) -> None:
     run_start(report)
     error: str | None = None
     try:
@@ -169,7 +176,6 @@ def margin_report_build(*, report_id: int) -> MarginReport:
         error = f"{type(exc).__name__}: {exc}"
     report.save()  # its content, as far as it was built
     run_finish(report, failed=error is not None, error=error or "")
-    return report
 
 
 def _forecast(report: MarginReport, totals: dict[str, int], tiers: pd.DataFrame) -> dict:

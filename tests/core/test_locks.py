@@ -14,6 +14,7 @@ import pytest
 from django.db import connection, transaction
 
 from core.locks import advisory_lock, advisory_lock_try, advisory_xact_lock
+from tests.services import database_session
 
 NAME = "core_locks_test"
 PAIR = (7_202_611, 42)
@@ -27,16 +28,8 @@ def _params(key) -> list:
 @pytest.fixture
 def other():
     """A second session on the test database."""
-    s = connection.settings_dict
     connection.ensure_connection()
-    session = psycopg.connect(
-        host=s["HOST"],
-        port=s["PORT"],
-        user=s["USER"],
-        password=s["PASSWORD"] or None,
-        dbname=s["NAME"],
-        autocommit=True,
-    )
+    session = database_session(autocommit=True)
     yield session
     session.execute("SELECT pg_advisory_unlock_all()")
     session.close()

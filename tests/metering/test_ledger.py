@@ -267,3 +267,23 @@ def test_the_callers_transaction_keeps_its_lock_timeout(ledger, events):
     with connection.cursor() as cursor:
         cursor.execute("SHOW lock_timeout")
         assert cursor.fetchone()[0] == "0"
+
+
+def test_a_migrated_database_has_its_partitions_from_last_month_to_three_ahead(db):
+    """So the first events of a new deployment need no failed COPY (an
+    ERROR in PostgreSQL's log) before ingestion creates their month."""
+    from django.core.management import call_command
+    from django.db import connection
+    from django.utils import timezone
+
+    from core.calendar import month_start, months_add
+
+    months = [months_add(month_start(timezone.now()), n) for n in range(-1, 4)]
+    with connection.cursor() as cursor:
+        for month in months:
+            cursor.execute(f'DROP TABLE IF EXISTS "{partition_name(month)}"')
+    assert not {partition_name(m) for m in months} & set(usage_partitions_list())
+
+    call_command("migrate", verbosity=0)
+
+    assert {partition_name(m) for m in months} <= set(usage_partitions_list())

@@ -269,15 +269,10 @@ def test_a_requests_device_seconds_per_window_for_its_tenant_only(ledger):
 
 def test_a_run_while_another_holds_the_lock_is_skipped(ledger):
     """Beat fires every minute; a long run must not be doubled by the next."""
-    import psycopg
-    from django.db import connection
+    from tests.services import database_session
 
     record(ledger, ledger.event("x"))
-    s = connection.settings_dict
-    connection.ensure_connection()
-    other = psycopg.connect(
-        host=s["HOST"], port=s["PORT"], user=s["USER"], dbname=s["NAME"], autocommit=True
-    )
+    other = database_session(autocommit=True)
     try:
         other.execute("SELECT pg_advisory_lock(hashtext('metering_run'))")
         assert metering_run(now=AFTER).skipped

@@ -9,28 +9,16 @@ import signal
 import time
 from datetime import timedelta
 
-import psycopg
 import pytest
-from django.db import connection
 
 from billing.costs.runs import allocation_run_create
 from billing.models import AllocationRun, CostAllocation, PoolHourCost
 from billing.tasks import allocation_run_task
 from tests.billing.conftest import H0, make_world
 from tests.celery_worker import Worker
+from tests.services import database_session
 
 DAYS = 6
-
-
-def _other_connection() -> psycopg.Connection:
-    s = connection.settings_dict
-    return psycopg.connect(
-        host=str(s["HOST"]),
-        port=s["PORT"] or None,
-        user=s["USER"],
-        password=s["PASSWORD"] or None,
-        dbname=s["NAME"],
-    )
 
 
 def _wait(predicate, worker: Worker, *, timeout: float = 120) -> None:
@@ -69,7 +57,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_a_rerun_completes(tmp_path):
     world.rate("colocation", "720", "per_gpu_hour", effective_from=start)  # a correction
 
     # Hold day 4's rows so the worker blocks there, with days 1-3 rewritten.
-    locker = _other_connection()
+    locker = database_session()
     day4 = start + timedelta(days=3)
     locker.execute(
         "SELECT 1 FROM billing_poolhourcost WHERE hour >= %s AND hour < %s FOR UPDATE",
