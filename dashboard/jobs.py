@@ -1,7 +1,7 @@
 """The scheduled jobs as finance sees them: every entry of the beat schedule
 with its schedule in words, last success, last failure (with the error)
-and next run, marked when its last success is older than two periods (or
-it never succeeded); and the same last-success and last-failure times as
+and next run, marked late once a run it was due for has not succeeded
+within its grace; and the same last-success and last-failure times as
 Prometheus gauges, read from the database at each scrape."""
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ DAYS = {
     "sat": "Saturdays",
 }
 
+# How long past a due slot a job may still be running or queued behind
+# another before it is late: one period, but at least a minute (a busy
+# worker holds back a 15-second job) and at most an hour (a daily job
+# that missed its slot is news the same morning, not two days later).
+GRACE_MIN = timedelta(minutes=1)
+GRACE_MAX = timedelta(hours=1)
+
 
 @dataclass
 class Job:
@@ -50,6 +57,9 @@ class Job:
     enabled: bool
     last_run_at: datetime | None  # when beat last sent it
     status: JobStatus | None
+    # When beat last loaded the entry (each beat start saves it again), or
+    # an operator changed it: what beat counts a first send from.
+    scheduled_since: datetime | None = None
 
     @property
     def last_success_at(self) -> datetime | None:
@@ -67,10 +77,14 @@ class Job:
     def in_words(self) -> str:
         return schedule_in_words(self.schedule)
 
+    @property
+    def last_started_at(self) -> datetime | None:
+        return self.status.last_started_at if self.status else None
+
     def next_run_at(self, now: datetime) -> datetime:
         """When beat sends it next: the schedule's next time after the last
-        send (after now, when never sent); a run overdue is due now."""
-        last = self.last_run_at or (self.status.last_started_at if self.status else None)
+        send (never sent: after beat loaded it); a run overdue is due now."""
+        last = self.last_run_at or self.last_started_at or self.scheduled_since
         return max(now, _next_after(self.schedule, last or now))
 
     def period(self, now: datetime) -> timedelta:
@@ -78,10 +92,27 @@ class Job:
         first = _next_after(self.schedule, now)
         return _next_after(self.schedule, first) - first
 
-    def stale(self, now: datetime) -> bool:
-        """Never succeeded, or not within the last two periods."""
-        success = self.last_success_at
-        return success is None or now - success > 2 * self.period(now)
+    def grace(self, now: datetime) -> timedelta:
+        return min(max(self.period(now), GRACE_MIN), GRACE_MAX)
+
+    def due_at(self) -> datetime | None:
+        """The slot by which it should have succeeded again: the schedule's
+        next slot after its last success. Never succeeded: its first slot
+        after beat loaded the entry (beat counts from there too, so a job
+        whose first slot is still ahead is not due), or when beat sent it or
+        a worker started it, if earlier. None: beat has not loaded it."""
+        if self.last_success_at:
+            return _next_after(self.schedule, self.last_success_at)
+        due = [moment for moment in (self.last_run_at, self.last_started_at) if moment]
+        if self.scheduled_since:
+            due.append(_next_after(self.schedule, self.scheduled_since))
+        return min(due, default=None)
+
+    def late(self, now: datetime) -> bool:
+        """Enabled, and a slot it was due at passed more than its grace ago
+        without a success since."""
+        due = self.due_at()
+        return self.enabled and due is not None and now - due > self.grace(now)
 
 
 def jobs_list() -> list[Job]:
@@ -108,6 +139,7 @@ def jobs_list() -> list[Job]:
                 enabled=row.enabled if row else True,
                 last_run_at=row.last_run_at if row else None,
                 status=status,
+                scheduled_since=row.date_changed if row else None,
             )
         )
     return jobs
@@ -147,6 +179,15 @@ def _crontab_in_words(cron: crontab) -> str:
     return f"cron {minute} {hour} {dom} {month} {dow} (UTC)"
 
 
+def _duration_in_words(span: timedelta) -> str:
+    seconds = int(span.total_seconds())
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
 def _as_schedule(every) -> BaseSchedule:
     if isinstance(every, BaseSchedule):
         return every
@@ -166,12 +207,19 @@ def jobs_page(request):
     now = timezone.now()
     jobs = jobs_list()
     rows = [
-        {"job": job, "next_run_at": job.next_run_at(now), "stale": job.stale(now)} for job in jobs
+        {
+            "job": job,
+            "next_run_at": job.next_run_at(now),
+            "due_at": job.due_at(),
+            "grace_in_words": _duration_in_words(job.grace(now)),
+            "late": job.late(now),
+        }
+        for job in jobs
     ]
     return render(
         request,
         "platform/jobs.html",
-        {"rows": rows, "now": now, "stale_count": sum(r["stale"] for r in rows)},
+        {"rows": rows, "now": now, "late_count": sum(r["late"] for r in rows)},
     )
 
 

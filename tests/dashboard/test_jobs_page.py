@@ -1,7 +1,8 @@
 """The jobs page and /metrics: every scheduled job with its schedule in
 words, last success, last failure with its error, and next run; a job
-with no success within two periods is marked late; task outcomes are
-recorded from Celery's signals by task and beat entry."""
+whose due slot passed more than its grace ago with no success since is
+marked late (never before its first slot); task outcomes are recorded
+from Celery's signals by task and beat entry."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from django_celery_beat.schedulers import DatabaseScheduler
 from prometheus_client.parser import text_string_to_metric_families
 
 from billing.tasks import budgets_check_task, margin_report_task
+from config.celery_app import app
 from config.schedule import BEAT_SCHEDULE
 from core.models import JobStatus
 from tests.factories import make_finance_user
@@ -41,6 +44,27 @@ def gauges(client, name: str) -> dict[str, float]:
     }
 
 
+def _late(html: str) -> set[str]:
+    return set(re.findall(r'<tr data-job="([^"]+)" class="late"', html))
+
+
+def _jobs_section(html: str) -> str:
+    return html.split('<section class="card">', 1)[1].split("</section>", 1)[0]
+
+
+def _beat_loaded(*, ago: dict[str, timedelta] | None = None) -> None:
+    """What `celery beat` does as it starts: the database scheduler saves
+    every entry of the schedule (nothing sent yet; its own update_from_dict,
+    without the scheduler, which closes the test's connection). `ago` moves
+    the load of some entries back in time, as if beat started that long ago."""
+    for name, entry in app.conf.beat_schedule.items():
+        DatabaseScheduler.Entry.from_entry(name, app=app, **entry)
+    now = timezone.now()
+    for name, span in (ago or {}).items():
+        # date_changed is auto_now: only an update() sets it.
+        assert PeriodicTask.objects.filter(name=name).update(date_changed=now - span) == 1
+
+
 @pytest.fixture
 def finance(client):
     client.force_login(make_finance_user())
@@ -61,8 +85,47 @@ def test_every_scheduled_job_is_listed_with_its_schedule_in_words(finance):
     assert "flash" in rows["billing-margin-flash"] and "close" in rows["billing-margin-close"]
 
 
-def test_never_run_and_long_silent_jobs_are_late_a_recent_success_is_not(finance):
+def test_a_fresh_schedule_is_not_late_before_its_first_slots(finance):
+    """Just after beat started, nothing has run and every first slot is
+    ahead: nothing is late and nothing is red."""
+    _beat_loaded()
+
+    html = finance.get("/jobs/").content.decode()
+
+    assert _late(html) == set()
+    jobs = _jobs_section(html)
+    assert "late" not in jobs.split("</h2>")[0] and 'class="error"' not in jobs
+    assert f"{len(BEAT_SCHEDULE)} jobs</h2>" in jobs
+    assert "never" in _rows(finance)["metering-reconcile"]
+
+
+def test_a_job_that_never_ran_is_late_once_its_first_slot_passed_by_its_grace(finance):
+    """Counted from when beat loaded the entry: the first slot after it,
+    then the grace (one period, at least a minute, at most an hour)."""
+    _beat_loaded(
+        ago={
+            # every 15 s: first slot 1 min 45 s ago, grace 1 min
+            "replicas-scrape": timedelta(minutes=2),
+            # every minute: first slot in 30 s
+            "metering-run": timedelta(seconds=30),
+            # hourly: first slot 30 min ago, still within its hour of grace
+            "metering-conservation": timedelta(minutes=90),
+            # hourly at :10: its first slot was at least 2 h ago
+            "metering-reconcile": timedelta(hours=3, minutes=10),
+        }
+    )
+
+    html = finance.get("/jobs/").content.decode()
+
+    assert _late(html) == {"replicas-scrape", "metering-reconcile"}
+    assert 'data-testid="late-count">2 late</span>' in html
+    rows = _rows(finance)
+    assert "never" in rows["metering-reconcile"]
+
+
+def test_a_job_that_ran_is_late_once_its_next_slot_passed_by_its_grace(finance):
     now = timezone.now()
+    _beat_loaded()
     JobStatus.objects.create(
         task="billing.budgets_check", entry="billing-budgets-check", last_success_at=now
     )
@@ -73,21 +136,43 @@ def test_never_run_and_long_silent_jobs_are_late_a_recent_success_is_not(finance
         last_failure_at=now - timedelta(seconds=20),
         last_error="OperationalError: the database went away",
     )
-    JobStatus.objects.create(  # daily, sent without the entry's name: still its row
+    JobStatus.objects.create(  # every 5 minutes, last success 7 minutes ago: due 2 min ago
+        task="billing.stripe_sweep",
+        entry="billing-stripe-sweep",
+        last_success_at=now - timedelta(minutes=7),
+    )
+    JobStatus.objects.create(  # daily at 02:00, sent without the entry's name: still its row
         task="billing.invoice_daily", last_success_at=now - timedelta(hours=30)
+    )
+    # Sent 10 minutes ago (every 5 minutes), failed, never succeeded.
+    PeriodicTask.objects.filter(name="billing-runs-abandoned").update(
+        last_run_at=now - timedelta(minutes=10)
+    )
+    JobStatus.objects.create(
+        task="billing.runs_abandoned",
+        entry="billing-runs-abandoned",
+        last_started_at=now - timedelta(minutes=10),
+        last_failure_at=now - timedelta(minutes=10),
+        last_error="OperationalError: no connection",
     )
 
     rows = _rows(finance)
     html = finance.get("/jobs/").content.decode()
 
-    late = set(re.findall(r'<tr data-job="([^"]+)" class="stale"', html))
-    assert "billing-budgets-check" not in late
-    assert "billing-invoice-daily" not in late  # 30 h < two days
-    assert "metering-run" in late
-    assert "replicas-scrape" in late and "never" in rows["replicas-scrape"]
+    assert _late(html) == {"metering-run", "billing-invoice-daily", "billing-runs-abandoned"}
     assert "OperationalError: the database went away" in rows["metering-run"]
-    assert f"{len(late)} late" in html
+    assert f"{len(_late(html))} late" in html
     assert now.strftime("%Y-%m-%d %H:%M") in rows["billing-budgets-check"]
+
+
+def test_a_paused_job_is_not_late(finance):
+    _beat_loaded(ago={"metering-reconcile": timedelta(days=2)})
+    PeriodicTask.objects.filter(name="metering-reconcile").update(enabled=False)
+
+    html = finance.get("/jobs/").content.decode()
+
+    assert _late(html) == set()
+    assert _rows(finance)["metering-reconcile"].endswith("paused")
 
 
 def test_next_run_follows_the_schedule_from_the_last_send(finance):
