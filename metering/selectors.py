@@ -217,11 +217,13 @@ def rollup_of_request(*, event: UsageEvent) -> UsageRollup | None:
 
 def reconciliation_gaps(*, start: datetime, end: datetime) -> tuple[list, dict]:
     """Windows where vLLM's own token counters and the metered tokens
-    disagree (largest first), and the totals over every window: tokens
-    served but not metered, hence not billed, show as a positive gap."""
+    disagree (largest first), and the totals over every window compared:
+    tokens served but not metered, hence not billed, show as a positive
+    gap. A window with fewer than two scrapes compared nothing (no counter
+    delta): it is not counted, and it cannot disagree."""
     from metering.models import ReconciliationGap
 
-    rows = ReconciliationGap.objects.filter(start__gte=start, start__lt=end)
+    rows = ReconciliationGap.objects.filter(start__gte=start, start__lt=end, samples__gt=1)
     totals = rows.aggregate(
         vllm_prompt=Coalesce(Sum("vllm_prompt_tokens"), 0),
         vllm_generation=Coalesce(Sum("vllm_generation_tokens"), 0),
@@ -241,6 +243,38 @@ def reconciliation_gaps(*, start: datetime, end: datetime) -> tuple[list, dict]:
         .order_by((F("generation_diff") + F("prompt_diff")).desc(), "-start")
     )
     return list(gaps[:200]), totals
+
+
+def reconciliation_coverage(*, start: datetime, end: datetime) -> dict:
+    """Why no window in [start, end) was compared, when none was: whether
+    any replica is registered, whether any has token counters to read,
+    the scrapes of those counters in the range (first and last), the
+    windows computed with fewer than two scrapes, and the first window
+    those scrapes could fill (an hour, compared only once it has closed:
+    whether it has, by `end`)."""
+    from metering.models import ReconciliationGap
+    from serving.models import ReplicaMetricSample
+
+    replicas = list(Replica.objects.values_list("engine", flat=True))
+    scrapes = ReplicaMetricSample.objects.filter(
+        scraped_at__gte=start, scraped_at__lt=end, up=True, prompt_tokens_total__isnull=False
+    ).aggregate(count=Count("id"), first=Min("scraped_at"), last=Max("scraped_at"))
+    first_window = None
+    if scrapes["first"] is not None:
+        hour = scrapes["first"].astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        first_window = (hour, hour + timedelta(hours=1))
+    return {
+        "replicas": len(replicas),
+        "replicas_with_counters": sum(engine_spec(e).counters is not None for e in replicas),
+        "scrapes": scrapes["count"],
+        "first_scrape_at": scrapes["first"],
+        "last_scrape_at": scrapes["last"],
+        "first_window": first_window,
+        "first_window_closed": first_window is not None and first_window[1] <= end,
+        "windows_short_of_scrapes": ReconciliationGap.objects.filter(
+            start__gte=start, start__lt=end, samples__lte=1
+        ).count(),
+    }
 
 
 def reconciliation_by_replica(*, start: datetime, end: datetime) -> list[dict]:

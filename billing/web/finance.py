@@ -34,6 +34,7 @@ from metering.selectors import (
     gateway_queue_depth_by_hour,
     phases_unpaired,
     reconciliation_by_replica,
+    reconciliation_coverage,
     reconciliation_gaps,
 )
 from serving.models import ServedModel
@@ -159,6 +160,7 @@ def reconciliation(request):
     context = {
         "gaps": gaps,
         "totals": totals,
+        "coverage": reconciliation_coverage(start=start, end=end),
         "unpriced": unpriced,
         "unpriced_tokens": sum(row["tokens"] for row in unpriced),
         "drifts": spend_drift_latest(),

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from serving.models import Replica
-from serving.services import local_gpu_ensure
+from serving.services import local_gpu_ensure, pool_ensure
 from tests.services import free_port
 
 
@@ -72,4 +72,16 @@ def test_an_unknown_gpu_or_a_silent_server_registers_nothing(db, vllm_like):
     silent = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(CommandError, match="did not answer within 1 s"):
         call_command("replica_register", "r", silent, "--model", "m", "--wait", "1")
+    assert not Replica.objects.exists()
+
+
+def test_a_disaggregated_pool_refuses_a_whole_replica_in_one_line(db, vllm_like):
+    pool_ensure(name="split", disaggregated=True)
+
+    with pytest.raises(CommandError) as refused:
+        call_command("replica_register", "r", vllm_like, "--model", "m", "--pool", "split")
+
+    assert str(refused.value) == (
+        "--pool: pool split is disaggregated: a replica there is a prefill or a decode one"
+    )
     assert not Replica.objects.exists()

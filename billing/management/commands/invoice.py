@@ -9,7 +9,7 @@ from billing.errors import BillingInputError, InvoicePeriodOpenError
 from billing.invoicing.finalizing import finalize_early_request
 from billing.invoicing.runs import invoice_run_create, invoice_run_execute, invoice_run_summary
 from billing.tasks import invoice_run_enqueue
-from core.calendar import utc_moment
+from core.commands import moment_option
 
 
 def _shell_user() -> str:
@@ -28,7 +28,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--as-of", type=utc_moment)
+        parser.add_argument("--as-of", type=moment_option)
         parser.add_argument("--draft", action="store_true", help="build drafts, do not finalize")
         parser.add_argument("--queue", action="store_true", help="hand it to a Celery worker")
         parser.add_argument(

@@ -1,7 +1,7 @@
 from io import StringIO
 
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from demo.history import demo_history_fill
@@ -22,8 +22,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, months: int, seed: int, **options):
         if months < 0:
-            self.stderr.write("--months must be 0 or more")
-            raise SystemExit(2)
+            raise CommandError(f"--months: must be 0 or more, not {months}")
         call_command("seed_demo", stdout=self.stdout if options["verbosity"] > 1 else StringIO())
         cost_rates_demo_seed()
         prices_demo_seed()

@@ -4,7 +4,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Min
 from tqdm import tqdm
 
-from core.calendar import month_starts_between, months_add, utc_moment
+from core.calendar import month_starts_between, months_add
+from core.commands import moment_option
 from metering.days import usage_days_check, usage_days_repair
 from metering.models import UsageRollup
 
@@ -29,8 +30,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--since", type=utc_moment)
-        parser.add_argument("--until", type=utc_moment)
+        parser.add_argument("--since", type=moment_option)
+        parser.add_argument("--until", type=moment_option)
         parser.add_argument("--repair", action="store_true", help="rebuild drifted days")
 
     def handle(self, *args, since=None, until=None, repair=False, **options):

@@ -7,6 +7,7 @@ import time
 import httpx
 from django.core.management.base import BaseCommand, CommandError
 
+from core.commands import refusals_as_command_errors
 from serving.choices import Engine, PoolKind
 from serving.engines import engine_spec
 from serving.models import Gpu, ServedModel
@@ -44,14 +45,16 @@ class Command(BaseCommand):
                 raise CommandError(f"{ready_url} did not answer within {wait:.0f} s")
             time.sleep(2)
         served, _ = ServedModel.objects.get_or_create(name=model)
-        replica = replica_register(
-            name=name,
-            base_url=base_url.rstrip("/"),
-            model=served,
-            pool=pool_ensure(name=pool, kind=pool_kind),
-            gpus=gpus,
-            engine=engine,
-        )
+        # The replica's role is both; an existing disaggregated pool refuses it.
+        with refusals_as_command_errors(options={"role": "--pool"}):
+            replica = replica_register(
+                name=name,
+                base_url=base_url.rstrip("/"),
+                model=served,
+                pool=pool_ensure(name=pool, kind=pool_kind),
+                gpus=gpus,
+                engine=engine,
+            )
         self.stdout.write(
             f"replica {replica.name} ({replica.get_engine_display()}) up in pool {pool}: "
             f"{replica.base_url}"

@@ -32,7 +32,9 @@ class Command(BaseCommand):
         timeout: float,
         **opts,
     ):
-        owner_tenant = Tenant.objects.get(slug=owner) if owner else None
+        owner_tenant = Tenant.objects.filter(slug=owner).first() if owner else None
+        if owner and owner_tenant is None:
+            raise CommandError(f"--owner: no tenant with slug {owner!r}")
         if pool_kind != PoolKind.SHARED and owner_tenant is None:
             raise CommandError("--owner is required for reserved and dedicated pools")
         target_pool = pool_ensure(name=pool, kind=pool_kind, owner=owner_tenant)

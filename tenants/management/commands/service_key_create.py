@@ -1,5 +1,6 @@
 from django.core.management.base import BaseCommand
 
+from core.commands import refusals_as_command_errors
 from tenants.services import service_key_create
 
 
@@ -13,6 +14,7 @@ class Command(BaseCommand):
         parser.add_argument("name", help="what the key is for, e.g. 'eu-west vLLM fleet'")
 
     def handle(self, *args, name: str, **options):
-        key, secret = service_key_create(name=name)
+        with refusals_as_command_errors(options={"name": "name"}):
+            key, secret = service_key_create(name=name)
         self.stderr.write(f"created {key.display_prefix} ({key.name}); the secret follows, once:")
         self.stdout.write(secret)

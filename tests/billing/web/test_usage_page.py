@@ -4,16 +4,20 @@ totals, spend against its budget, its invoices, exports; nobody else's."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
+from metering.choices import EventSource
+from metering.ledger import usage_record_batch
 from metering.models import UsageRollup
 from serving.models import Pool, ServedModel
 from tenants.models import TenantPolicy
-from tests.factories import make_finance_user
+from tests.factories import make_finance_user, make_member
+from tests.ledger import T0
 
 
 @pytest.fixture
@@ -112,3 +116,29 @@ def test_a_prepaid_member_sees_the_balance_and_what_requests_in_flight_hold(
     assert cells[:3] == ["5.0000 USD", "1.2500", "0.5000"]
     assert "3.2500 USD" in row  # left: 5 - 1.25 - 0.5
     assert "Figures are the gateway's own" in html
+
+
+def test_recent_requests_show_the_part_of_their_ids_that_differs(client, ledger):
+    """The gateway's ids of one process share all but their last digits
+    ("gw-", the process's half, a count): the rows show those digits, and
+    the whole id on hover; another tenant's request is not there."""
+    shared = "gw-3f9a1c0e5b7d2a64" + "0" * 15
+    usage_record_batch(
+        events=[
+            ledger.event(f"{shared}1"),
+            ledger.event(f"{shared}2", at=T0 + timedelta(seconds=1)),
+            ledger.event(f"{shared}3", tenant=ledger.b),
+        ],
+        source=EventSource.API,
+    )
+    client.force_login(make_member(ledger.a).user)
+
+    html = client.get("/usage/").content.decode()
+
+    table = html.split('data-testid="recent-requests"')[1].split("</table>")[0]
+    shown = re.findall(r"<code>([^<]*)</code>", table)
+    assert len(shown) == 2 and len(set(shown)) == 2
+    assert {s[-2:] for s in shown} == {"01", "02"}
+    assert all(s.startswith("gw-3f") for s in shown)
+    assert f'title="{shared}1"' in table and f'title="{shared}2"' in table
+    assert f"{shared}3" not in html
