@@ -7,10 +7,11 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
+from core.currencies import currency_validate
 from serving.choices import (
     Engine,
     GpuSharing,
@@ -22,19 +23,34 @@ from serving.choices import (
 from serving.gpu_shares import GPU_UNITS
 from tenants.models import Tenant
 
-MONEY = {"max_digits": 20, "decimal_places": 4, "validators": [MinValueValidator(Decimal(0))]}
-RATE = {"max_digits": 24, "decimal_places": 9, "validators": [MinValueValidator(Decimal(0))]}
+
+def _money(ceiling: int) -> list:
+    return [MinValueValidator(Decimal(0)), MaxValueValidator(Decimal(ceiling))]
+
+
+# What is physically possible, in any currency's units (a GPU bought for
+# 1,000,000,000 yen or won is possible; 6e12 is a typo): bad input is a 400
+# naming the field, not a fleet whose cost is off by orders of magnitude.
+MAX_GPU_PRICE = 1_000_000_000
+MAX_LEASE_PER_HOUR = 1_000_000
+MAX_WATTS = 5_000  # per GPU; the largest accelerators draw 1-1.5 kW
+MONEY = {"max_digits": 20, "decimal_places": 4, "validators": _money(MAX_GPU_PRICE)}
+RATE = {"max_digits": 24, "decimal_places": 9, "validators": _money(MAX_LEASE_PER_HOUR)}
+CURRENCY = {"max_length": 3, "default": "USD", "validators": [currency_validate]}
+WATTS = [MaxValueValidator(MAX_WATTS)]
 
 
 class GpuSku(models.Model):
     """A GPU model as bought: its list price and power draw idle and busy."""
 
     name = models.CharField(max_length=100, unique=True)
-    memory_gb = models.PositiveIntegerField(default=80)
+    memory_gb = models.PositiveIntegerField(
+        default=80, validators=[MinValueValidator(1), MaxValueValidator(4096)]
+    )
     list_price = models.DecimalField(**MONEY, default=Decimal(0))
-    currency = models.CharField(max_length=3, default="USD")
-    power_idle_watts = models.PositiveIntegerField()
-    power_busy_watts = models.PositiveIntegerField()
+    currency = models.CharField(**CURRENCY)
+    power_idle_watts = models.PositiveIntegerField(validators=WATTS)
+    power_busy_watts = models.PositiveIntegerField(validators=[MinValueValidator(1), *WATTS])
     mig_capable = models.BooleanField(
         default=False, help_text="Can be partitioned into MIG instances (A100, H100, H200)."
     )
@@ -76,10 +92,12 @@ class Gpu(models.Model):
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="gpus")
     in_service_date = models.DateField()
     capex = models.DecimalField(**MONEY, null=True, blank=True)
-    useful_life_months = models.PositiveSmallIntegerField(null=True, blank=True)
+    useful_life_months = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(240)]
+    )
     salvage_value = models.DecimalField(**MONEY, default=Decimal(0))
     lease_rate_per_hour = models.DecimalField(**RATE, null=True, blank=True)
-    currency = models.CharField(max_length=3, default="USD")
+    currency = models.CharField(**CURRENCY)
 
     class Meta:
         ordering = ["serial"]

@@ -54,6 +54,7 @@ def fleet_placement() -> pd.DataFrame:
             "lease_nano_per_hour": 0 if owned else to_nano(gpu.lease_rate_per_hour),
             "idle_watts": gpu.sku.power_idle_watts,
             "busy_watts": gpu.sku.power_busy_watts,
+            "currency": gpu.currency,
         }
         held = shares.get(gpu.pk, [])
         pieces = list(held)
@@ -85,11 +86,21 @@ PLACEMENT_COLUMNS = [
     "lease_nano_per_hour",
     "idle_watts",
     "busy_watts",
+    "currency",  # of the GPU's capex, salvage or lease
 ]
 
 
-def fleet_arrays(placement: pd.DataFrame, *, scope: np.ndarray) -> FleetArrays:
+def fleet_arrays(
+    placement: pd.DataFrame, *, scope: np.ndarray, currency: str | None = None
+) -> FleetArrays:
+    """The placement as the cost model's arrays; with `currency`, the
+    capital of GPUs priced in another currency left out (zero)."""
     _, gpu = np.unique(placement["gpu_id"].to_numpy(np.int64), return_inverse=True)
+    mine = (
+        np.ones(len(placement), dtype=bool)
+        if currency is None
+        else (placement["currency"] == currency).to_numpy()
+    )
     return FleetArrays(
         scope=scope,
         gpu=gpu.astype(np.int64),
@@ -97,8 +108,8 @@ def fleet_arrays(placement: pd.DataFrame, *, scope: np.ndarray) -> FleetArrays:
         last=placement["last"].to_numpy(bool),
         in_service=placement["in_service"].to_numpy(np.int64),
         life_hours=placement["life_hours"].to_numpy(np.int64),
-        depreciable_nano=placement["depreciable_nano"].to_numpy(np.int64),
-        lease_nano_per_hour=placement["lease_nano_per_hour"].to_numpy(np.int64),
+        depreciable_nano=np.where(mine, placement["depreciable_nano"].to_numpy(np.int64), 0),
+        lease_nano_per_hour=np.where(mine, placement["lease_nano_per_hour"].to_numpy(np.int64), 0),
         idle_watts=placement["idle_watts"].to_numpy(np.int64),
         busy_watts=placement["busy_watts"].to_numpy(np.int64),
     )

@@ -2,12 +2,23 @@
 once per run (the fleet, pools, rates, reservations: an AllocationBook) and
 the vectorised computation of any stretch of its hours from that stretch's
 usage rollups (allocation_stretch), which is pure and runs in a thread
-while the previous stretch is written."""
+while the previous stretch is written.
+
+Currency. Cost is booked in the reporting currency. A GPU priced, or a
+rate entered, in another currency is costed in its own currency first (the
+cost model is linear in money: one pass per currency, each with only that
+currency's facts) and converted at the rate of each hour's UTC day, the
+same dated rates revenue is converted at (billing.reports.fx: stored,
+inverse or cross; none within a week before: the run fails naming the pair
+and the day). Each pool-hour keeps, beside its converted cost, what of it
+was in each other currency and the rate used."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from datetime import datetime
+import json
+from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -31,6 +42,8 @@ from billing.costs.inputs import (
 )
 from billing.costs.rates import RateScope, rate_arrays, rates_in_force
 from billing.models import CostScenario
+from billing.money import from_nano
+from billing.reports.fx import FxTable, reporting_currency
 from metering.selectors import usage_device_frame
 from serving.choices import IdleCostPolicy, PoolKind
 from serving.gpu_shares import GPU_UNITS
@@ -38,20 +51,39 @@ from serving.models import Pool
 
 
 @dataclass(frozen=True)
+class CurrencyPass:
+    """The cost facts entered in one currency (the others zero), and the
+    rate of each hour of the book into the book's currency (None: it is
+    the book's currency)."""
+
+    currency: str
+    fleet: FleetArrays
+    rates: RateArrays
+    fx: np.ndarray | None = None  # float per hour
+    fx_text: list[str] | None = None  # the same rates as stored, per hour
+
+
+@dataclass(frozen=True)
 class AllocationBook:
     """Everything a run reads once: its hours, the fleet and where each GPU
-    sits, the pools, the rates resolved per scope and hour, reservations."""
+    sits, the pools, the rates resolved per scope and hour (a pass per
+    currency they are in), reservations, and the currency it books in."""
 
     hours: np.ndarray
     pools: dict[int, Pool]
     placement: pd.DataFrame
     scopes: list[RateScope]
     gpu_scope: np.ndarray
-    fleet: FleetArrays
-    rates: RateArrays
+    passes: list[CurrencyPass]
+    currency: str
     warnings: list[str]
     idle_policy: str | None
     reservations: pd.DataFrame
+
+    @property
+    def fleet(self) -> FleetArrays:
+        """The whole fleet (every currency's facts): for what is not money."""
+        return self.passes[0].fleet
 
 
 def allocation_book(
@@ -68,20 +100,57 @@ def allocation_book(
         [scope_of_pool.get(p if pd.notna(p) else None, 0) for p in placement["pool_id"]],
         dtype=np.int64,
     )
+    currency = reporting_currency()
     rates, warnings = rate_arrays(
-        rates=rates_in_force(start=start, end=end, scenario=scenario), scopes=scopes, hours=hours
+        rates=rates_in_force(start=start, end=end, scenario=scenario),
+        scopes=scopes,
+        hours=hours,
+        currencies={currency, *placement["currency"]},
     )
+    passes = [_pass(c, placement, gpu_scope, rates, hours, book=currency) for c in sorted(rates)]
     return AllocationBook(
         hours=hours,
         pools=pools,
         placement=placement,
         scopes=scopes,
         gpu_scope=gpu_scope,
-        fleet=fleet_arrays(placement, scope=gpu_scope),
-        rates=rates,
+        # The book's own currency first (and alone, as a rule): its fleet is
+        # the one `fleet` gives.
+        passes=sorted(passes, key=lambda p: p.fx is not None),
+        currency=currency,
         warnings=warnings,
         idle_policy=scenario.idle_cost_policy if scenario and scenario.idle_cost_policy else None,
         reservations=reservations_overlapping(start=start, end=end),
+    )
+
+
+def _pass(
+    currency: str,
+    placement: pd.DataFrame,
+    gpu_scope: np.ndarray,
+    rates: dict[str, RateArrays],
+    hours: np.ndarray,
+    *,
+    book: str,
+) -> CurrencyPass:
+    """Currency `currency`'s facts; for another than `book`, the rates of
+    each hour's day into it (FxRateMissingError naming a missing one)."""
+    alone = set(placement["currency"]) <= {book} and set(rates) == {book}
+    fleet = fleet_arrays(placement, scope=gpu_scope, currency=None if alone else currency)
+    if currency == book:
+        return CurrencyPass(currency, fleet, rates[currency])
+    day_of = [datetime.fromtimestamp(int(h), UTC).date() for h in hours]
+    rate: list[Decimal] = []
+    if day_of:
+        table = FxTable.load(currencies={currency, book}, first=day_of[0], last=day_of[-1])
+        by_day = {d: table.day_rate(base=currency, quote=book, day=d)[0] for d in set(day_of)}
+        rate = [by_day[d] for d in day_of]
+    return CurrencyPass(
+        currency,
+        fleet,
+        rates[currency],
+        fx=np.array([float(r) for r in rate]),  # ok-float: each GPU-hour rounded once to 1e-9
+        fx_text=[f"{r.normalize():f}" for r in rate],
     )
 
 
@@ -107,17 +176,37 @@ def stretch_gpu_costs(
     book: AllocationBook, first: int, stop: int, rollups: pd.DataFrame
 ) -> GpuHourCosts:
     """Each GPU's cost in hours [first, stop) of the book (GPUs x hours,
-    nano-units): what allocation sums per pool-hour."""
+    nano-units of the book's currency): what allocation sums per pool-hour."""
+    return _stretch_costs(book, first, stop, rollups)[0]
+
+
+def _stretch_costs(
+    book: AllocationBook, first: int, stop: int, rollups: pd.DataFrame
+) -> tuple[GpuHourCosts, dict[str, np.ndarray]]:
+    """The stretch's GPU costs in the book's currency, and for each other
+    currency the part of them entered in it (GPUs x hours, nano-units of
+    that currency, the three components together)."""
     hours = book.hours[first:stop]
-    rates = RateArrays(
-        **{f.name: getattr(book.rates, f.name)[:, first:stop] for f in fields(RateArrays)}
-    )
-    return gpu_hour_costs(
-        fleet=book.fleet,
-        rates=rates,
-        hours=hours,
-        busy_fraction=_busy_fraction(book.placement, hours, replica_busy_seconds(rollups)),
-    )
+    busy = _busy_fraction(book.placement, hours, replica_busy_seconds(rollups))
+    total: GpuHourCosts | None = None
+    foreign: dict[str, np.ndarray] = {}
+    for cost_pass in book.passes:
+        rates = RateArrays(
+            **{f.name: getattr(cost_pass.rates, f.name)[:, first:stop] for f in fields(RateArrays)}
+        )
+        costs = gpu_hour_costs(fleet=cost_pass.fleet, rates=rates, hours=hours, busy_fraction=busy)
+        if cost_pass.fx is not None:
+            foreign[cost_pass.currency] = costs.capital + costs.energy + costs.other_opex
+            fx = cost_pass.fx[None, first:stop]
+            costs = replace(
+                costs, **{c: np.rint(getattr(costs, c) * fx).astype(np.int64) for c in COMPONENTS}
+            )
+        total = costs if total is None else _costs_add(total, costs)
+    return total, foreign
+
+
+def _costs_add(a: GpuHourCosts, b: GpuHourCosts) -> GpuHourCosts:
+    return replace(a, **{c: getattr(a, c) + getattr(b, c) for c in COMPONENTS})
 
 
 def allocation_stretch(
@@ -126,15 +215,15 @@ def allocation_stretch(
     """Hours [first, stop) of the book, from those hours' usage rollups."""
     hours = book.hours[first:stop]
     pools, scopes, gpu_scope = book.pools, book.scopes, book.gpu_scope
-    costs = stretch_gpu_costs(book, first, stop, rollups)
+    costs, foreign = _stretch_costs(book, first, stop, rollups)
 
     # Pool-hours: (scope x hour) sums over the GPU pieces in each scope; a
     # GPU counts once in each scope it has pieces in, its capacity by units.
     n_scopes = len(scopes)
     per_scope = {name: _scope_sum(getattr(costs, name), gpu_scope, n_scopes) for name in COMPONENTS}
-    first = ~book.placement.duplicated(["gpu_id", "pool_id"]).to_numpy()
+    counted = ~book.placement.duplicated(["gpu_id", "pool_id"]).to_numpy()
     for name in ("in_service", "fully_depreciated"):
-        per_scope[name] = _scope_sum(getattr(costs, name) & first[:, None], gpu_scope, n_scopes)
+        per_scope[name] = _scope_sum(getattr(costs, name) & counted[:, None], gpu_scope, n_scopes)
     units = book.placement["units"].to_numpy(np.int64)[:, None]
     capacity_units = _scope_sum(costs.in_service * units, gpu_scope, n_scopes)
     cell_scope, cell_hour = np.nonzero(per_scope["in_service"] > 0)
@@ -194,9 +283,35 @@ def allocation_stretch(
             "total": total,
             "allocated": allocated,
             "unallocated": total - allocated,
+            "currency": book.currency,
+            "original": _originals(book, foreign, gpu_scope, cell_scope, cell_hour, first),
         }
     )
     return AllocationResult(hours, pool_hours, rows, book.warnings)
+
+
+def _originals(book, foreign, gpu_scope, cell_scope, cell_hour, first: int) -> list[str]:
+    """Per pool-hour, as JSON: what of its cost was entered in each other
+    currency, in that currency, and the rate it was converted at
+    ({"EUR": {"amount": "12.5", "rate": "1.0956"}}; {} when none was)."""
+    if not foreign:
+        return ["{}"] * len(cell_scope)
+    texts: dict[str, list[str]] = {}
+    amounts: dict[str, np.ndarray] = {}
+    for cost_pass in book.passes:
+        if cost_pass.currency in foreign:
+            per_scope = _scope_sum(foreign[cost_pass.currency], gpu_scope, len(book.scopes))
+            amounts[cost_pass.currency] = per_scope[cell_scope, cell_hour]
+            texts[cost_pass.currency] = cost_pass.fx_text[first:]
+    out = []
+    for i, hour in enumerate(cell_hour):
+        entry = {
+            currency: {"amount": f"{from_nano(int(nano[i])):f}", "rate": texts[currency][hour]}
+            for currency, nano in amounts.items()
+            if nano[i]
+        }
+        out.append(json.dumps(entry, sort_keys=True))
+    return out
 
 
 def _busy_fraction(placement: pd.DataFrame, hours: np.ndarray, seconds: pd.DataFrame) -> np.ndarray:

@@ -7,7 +7,7 @@ the scenario prices, and leave the others as booked."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -22,12 +22,23 @@ from billing.costs.cost_model import HOUR, RateArrays
 from billing.models import CostRate, CostScenario
 from billing.money import NANO
 from core.calendar import month_hours_array
+from core.currencies import currency_is_iso
 from core.locks import advisory_xact_lock
 from serving.models import Pool
 
 # One writer of rates at a time, so two overlapping rows cannot both pass
 # the overlap check.
 RATES_LOCK = "billing_cost_rates"
+# What is physically possible, in any currency's units (an energy tariff of
+# 1,500 rupiah per kWh is real; 6e12 is a typo). A PUE is 1.0 (every watt
+# reaches the GPUs) to 3.0 (the worst data centres measured).
+RATE_CEILING = {
+    RateBasis.PER_KWH: Decimal(10_000),
+    RateBasis.RATIO: Decimal(3),
+    RateBasis.PER_GPU_HOUR: Decimal(1_000_000),
+    RateBasis.PER_GPU_MONTH: Decimal(1_000_000_000),
+    RateBasis.PER_KW_MONTH: Decimal(1_000_000_000),
+}
 EDITABLE = ("amount", "basis", "effective_from", "effective_to", "hour_from", "hour_to", "note")
 
 
@@ -133,6 +144,13 @@ def _validate(rate: CostRate, *, now: datetime | None = None) -> None:
         raise ValidationError({"amount": "must not be negative"})
     if rate.component == CostComponent.PUE and rate.amount < 1:
         raise ValidationError({"amount": "a PUE is at least 1"})
+    ceiling = RATE_CEILING[RateBasis(rate.basis)]
+    if rate.amount > ceiling:
+        raise ValidationError({"amount": f"at most {ceiling:,} {RateBasis(rate.basis).label}"})
+    if not currency_is_iso(rate.currency):
+        raise ValidationError(
+            {"currency": f"{rate.currency!r} is not an ISO 4217 currency code (e.g. USD, EUR)"}
+        )
     if rate.effective_to is not None and rate.effective_to <= rate.effective_from:
         raise ValidationError({"effective_to": "must be after effective_from"})
     if now is not None and rate.effective_from <= now:
@@ -192,25 +210,37 @@ def rates_in_force(*, start: datetime, end: datetime, scenario: CostScenario | N
 
 
 def rate_arrays(
-    *, rates: Sequence[CostRate], scopes: Sequence[RateScope], hours: np.ndarray
-) -> tuple[RateArrays, list[str]]:
-    """Resolve rates into (scope x hour) arrays, and say what was missing."""
+    *,
+    rates: Sequence[CostRate],
+    scopes: Sequence[RateScope],
+    hours: np.ndarray,
+    currencies: Iterable[str] = (),
+) -> tuple[dict[str, RateArrays], list[str]]:
+    """Resolve rates into (scope x hour) arrays, one set per currency of
+    `currencies` and of the money rates (each set holding that currency's
+    amounts only, zero where a rate in another currency is in force; the
+    PUE, a ratio, in every set), and say what was missing."""
     per_month = month_hours_array(hours)
 
-    def amounts(component: str) -> np.ndarray:
-        """The amount in force per cell, NaN where none is."""
+    def in_force(component: str) -> tuple[np.ndarray, np.ndarray]:
+        """The amount in force per cell (NaN where none is) and its currency."""
         rows = [r for r in rates if r.component == component]
+        chosen = _winning_rows(rows, scopes, hours)
         # Rates enter the vectorised model as floats; each GPU-hour is rounded once to 1e-9.
         values = np.array([float(r.amount) for r in rows] + [np.nan])  # ok-float
-        return values[_winning_rows(rows, scopes, hours)]
+        currencies = np.array([r.currency for r in rows] + [""])
+        return values[chosen], currencies[chosen]
 
-    tariff = amounts(CostComponent.ENERGY)
-    pue = amounts(CostComponent.PUE)
+    tariff, tariff_currency = in_force(CostComponent.ENERGY)
+    pue, _ = in_force(CostComponent.PUE)
     warnings = _missing(tariff, scopes, "no energy tariff (energy costs nothing)")
     warnings += _missing(pue, scopes, "no PUE (1.0 assumed)")
+    pue = np.where(np.isnan(pue), 1.0, pue)
 
-    per_gpu_hour = np.zeros((len(scopes), len(hours)))
-    per_kw_hour = np.zeros((len(scopes), len(hours)))
+    shape = (len(scopes), len(hours))
+    money = [r for r in rates if r.component != CostComponent.PUE]
+    per_gpu_hour = {c: np.zeros(shape) for c in {r.currency for r in money} | set(currencies)}
+    per_kw_hour = {c: np.zeros(shape) for c in per_gpu_hour}
     for component in OVERHEAD_COMPONENTS:
         rows = [r for r in rates if r.component == component]
         chosen = _winning_rows(rows, scopes, hours)
@@ -218,18 +248,22 @@ def rate_arrays(
             cells = chosen == i
             nano = float(rate.amount) * NANO  # ok-float: as above
             if rate.basis == RateBasis.PER_GPU_HOUR:
-                per_gpu_hour[cells] += nano
+                per_gpu_hour[rate.currency][cells] += nano
             elif rate.basis == RateBasis.PER_GPU_MONTH:
-                per_gpu_hour += np.where(cells, nano / per_month[None, :], 0.0)
+                per_gpu_hour[rate.currency] += np.where(cells, nano / per_month[None, :], 0.0)
             else:
-                per_kw_hour += np.where(cells, nano / per_month[None, :], 0.0)
+                per_kw_hour[rate.currency] += np.where(cells, nano / per_month[None, :], 0.0)
 
-    arrays = RateArrays(
-        tariff_nano_per_kwh=np.nan_to_num(tariff) * NANO,
-        pue=np.where(np.isnan(pue), 1.0, pue),
-        nano_per_gpu_hour=per_gpu_hour,
-        nano_per_kw_hour=per_kw_hour,
-    )
+    arrays = {
+        currency: RateArrays(
+            tariff_nano_per_kwh=np.where(tariff_currency == currency, np.nan_to_num(tariff), 0.0)
+            * NANO,
+            pue=pue,
+            nano_per_gpu_hour=per_gpu_hour[currency],
+            nano_per_kw_hour=per_kw_hour[currency],
+        )
+        for currency in per_gpu_hour
+    }
     return arrays, warnings
 
 

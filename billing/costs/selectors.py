@@ -7,20 +7,18 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import F, Q, QuerySet, Sum
+from django.db.models import F, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 
-from billing.choices import RateBasis, ReportKind, RunStatus
+from billing.choices import ReportKind, RunStatus
 from billing.errors import CostCurrencyError
 from billing.models import (
     CostAllocation,
-    CostRate,
     CostScenario,
     MarginReport,
     PoolHourCost,
 )
 from metering.selectors import usage_tokens_by_model_pool
-from serving.models import Gpu
 
 COST_COLUMNS = ("capital", "energy", "other_opex", "idle", "total")
 GROUP_KEYS = {
@@ -211,22 +209,19 @@ def margin_report_failed_after(*, report: MarginReport | None) -> MarginReport |
 
 
 def cost_currency_check(*, start, end, currency) -> None:
-    """Allocation adds cost rates and GPU prices as they are entered, so a
-    report refuses any that were entered in another currency."""
-    rates = (
-        CostRate.objects.filter(scenario__isnull=True, effective_from__lt=end)
-        .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
-        .exclude(basis=RateBasis.RATIO)
+    """Booked cost is in the currency it was booked in (the reporting
+    currency then, costs entered in others converted: billing.costs.period);
+    a report in another currency refuses it, naming the hour to re-run."""
+    other = (
+        PoolHourCost.objects.filter(scenario__isnull=True, hour__gte=start, hour__lt=end)
         .exclude(currency=currency)
+        .order_by("hour")
+        .values_list("hour", "currency")
+        .first()
     )
-    for rate in rates[:1]:
+    if other is not None:
+        hour, booked = other
         raise CostCurrencyError(
-            f"cost rate {rate.pk} ({rate.component}) is in {rate.currency} but the reporting "
-            f"currency is {currency}: enter cost rates in {currency}"
-        )
-    gpus = Gpu.objects.filter(in_service_date__lt=end.date()).exclude(currency=currency)
-    for gpu in gpus[:1]:
-        raise CostCurrencyError(
-            f"GPU {gpu.serial} is priced in {gpu.currency} but the reporting currency is "
-            f"{currency}: enter GPU capex and lease rates in {currency}"
+            f"cost from {hour:%Y-%m-%d %H:00} UTC is booked in {booked} but the reporting "
+            f"currency is {currency}: run the allocation of that period again"
         )

@@ -52,6 +52,8 @@ def pool_hour_table(frame: pd.DataFrame, *, scenario_id: int | None) -> pa.Table
         "busy_seconds": decimal_text(frame["busy_us"], 6),
     }
     columns |= {c: decimal_text(frame[c], 9) for c in POOL_HOUR_MONEY}
+    columns["currency"] = pa.array(frame["currency"], pa.string())
+    columns["original"] = pa.array(frame["original"], pa.string())
     return pa.table(columns)
 
 

@@ -14,6 +14,7 @@ from django.db.models import F, Q
 from billing.choices import CostComponent, RateBasis, RunStatus
 from billing.models.runs import RunLifecycle
 from billing.money import COST
+from core.currencies import currency_validate
 from serving.choices import IdleCostPolicy, PoolKind
 from serving.models import Pool, ServedModel
 from tenants.models import Tenant
@@ -62,7 +63,7 @@ class CostRate(models.Model):
     component = models.CharField(max_length=16, choices=CostComponent.choices)
     basis = models.CharField(max_length=16, choices=RateBasis.choices)
     amount = models.DecimalField(max_digits=24, decimal_places=9, validators=[MinValueValidator(0)])
-    currency = models.CharField(max_length=3, default="USD")
+    currency = models.CharField(max_length=3, default="USD", validators=[currency_validate])
     pool = models.ForeignKey(
         Pool, null=True, blank=True, on_delete=models.PROTECT, related_name="cost_rates"
     )
@@ -151,7 +152,8 @@ class AllocationRun(RunLifecycle):
 class PoolHourCost(models.Model):
     """What one pool's GPUs cost in one hour, how busy they were, and how
     much of the cost was allocated to tenants: allocated + unallocated =
-    total, exactly. A row with no pool holds GPUs no replica holds."""
+    total, exactly. A row with no pool holds GPUs no replica holds. Its
+    tenants' CostAllocation rows are in its `currency`."""
 
     scenario = models.ForeignKey(
         CostScenario, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
@@ -169,6 +171,11 @@ class PoolHourCost(models.Model):
     total = models.DecimalField(**COST)
     allocated = models.DecimalField(**COST)
     unallocated = models.DecimalField(**COST)
+    # The money columns' currency (the reporting currency when booked) and,
+    # of cost entered in other currencies, what it was there and the rate
+    # of the hour's day it was converted at: {"EUR": {"amount", "rate"}}.
+    currency = models.CharField(max_length=3, default="USD")
+    original = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-hour", "pool_id"]

@@ -14,13 +14,12 @@ is "cost": nobody is invoiced for these rows."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.utils import timezone
 
 from billing.costs.gpu_days import GpuDay, gpu_day_costs
-from billing.costs.selectors import cost_currency_check
 from billing.invoicing.invoices import issuer_default
 from billing.reports.focus_columns import (
     COMMITMENT_COLUMNS,
@@ -50,15 +49,13 @@ def focus_fleet_rows(
     *, start: datetime, end: datetime, now: datetime | None = None
 ) -> Iterator[dict]:
     """Up to the hour now began: a cost not yet incurred is not exported.
-    Raises CostCurrencyError, before the first row, when a cost was entered
-    in another currency than the reporting one (they would be added as if
-    the same)."""
+    Cost entered in another currency than the reporting one is converted
+    at the rate of its day (FxRateMissingError, before the first row, when
+    there is none)."""
     now = now or timezone.now()
     hour = {"minute": 0, "second": 0, "microsecond": 0}
     end = min(end.astimezone(UTC).replace(**hour), now.astimezone(UTC).replace(**hour))
     currency = reporting_currency()
-    # Through the end's whole day: a GPU in service from today is costed today.
-    cost_currency_check(start=start, end=end + timedelta(days=1), currency=currency)
     operator = issuer_default().name
     pools = {p.pk: p for p in Pool.objects.all()}
     return (

@@ -24,9 +24,11 @@ its invoices) is converted at the period's average rate, once per (tenant,
 pool, model) row, rounded half-even to a nano-unit; levels sum converted
 rows, so margin = revenue - cost stays exact. The amounts as billed are
 kept beside it, one `revenue_in_<CUR>` column per billing currency. Cost
-is booked in the reporting currency: a cost rate or GPU price entered in
-another currency fails the report (CostCurrencyError) rather than being
-added to it as if it were the same money."""
+is booked in the reporting currency (a cost rate or GPU price entered in
+another currency converted at the rate of each hour's day when it is
+allocated: billing.costs.period); cost booked in another reporting
+currency fails the report (CostCurrencyError) rather than being added to
+it as if it were the same money."""
 
 from __future__ import annotations
 

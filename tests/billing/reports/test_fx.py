@@ -149,22 +149,6 @@ def test_a_missing_rate_fails_the_report_naming_the_pair_and_the_day(two_currenc
     assert again.status == RunStatus.DONE and again.totals["revenue"] == "5.446865220"
 
 
-def test_cost_entered_in_another_currency_fails_the_report(world):
-    world.price()
-    world.rate("staff", "0.04", "per_gpu_hour", currency="EUR")
-    pool = world.pool("shared", policy="platform")
-    replica = world.replica("r1", pool, [world.gpu("g1")])
-    _use(world, world.a, replica, hour=T0, seconds=1800, completion=1_000_000)
-    world.allocate(start=T0, end=T1)
-
-    report = margin_report_build(
-        report_id=margin_report_request(kind=ReportKind.ADHOC, start=T0, end=T1).pk
-    )
-
-    assert report.status == RunStatus.FAILED
-    assert "is in EUR but the reporting currency is USD" in report.error
-
-
 def test_reporting_in_euros_inverts_the_stored_rate(two_currencies, world, settings):
     """Reporting in EUR: Alpha's 4 USD at USD/EUR = 1 / 1.0850 on both days
     = 0.921658986175 (12 places); 4,000,000,000 nano x 0.921658986175
@@ -177,17 +161,18 @@ def test_reporting_in_euros_inverts_the_stored_rate(two_currencies, world, setti
         report_id=margin_report_request(kind=ReportKind.ADHOC, start=T0, end=T1).pk
     )
 
-    # Cost is in USD (the GPU's currency): refused rather than mixed.
-    assert report.status == RunStatus.FAILED and "GPU g1 is priced in USD" in report.error
-    from serving.models import Gpu
-
-    Gpu.objects.update(currency="EUR")
+    # Cost was booked in USD (the reporting currency then): refused rather
+    # than mixed, until the allocation is run again.
+    assert report.status == RunStatus.FAILED
+    assert "booked in USD but the reporting currency is EUR" in report.error
+    world.allocate(start=T0, end=T1)  # the $1/h GPU now costs 1 / 1.0850 EUR an hour
     report = margin_report_build(report_id=report.pk)
     assert report.status == RunStatus.DONE, report.error
     assert report.fx_rates[0]["pair"] == "USD/EUR"
     assert report.fx_rates[0]["rate"] == "0.921658986175"
     assert report.fx_rates[0]["derived"] == "inverse"
     assert report.totals["revenue"] == "5.019967945"  # 3.686635945 + 1.333332 EUR
+    assert report.totals["cost"] == "1.843317972"  # 2 x 0.921658986
 
 
 def test_daily_rates_direct_inverse_cross_and_the_days_before():
