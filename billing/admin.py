@@ -9,11 +9,14 @@ from django.contrib import admin
 from django.forms.models import construct_instance
 from django.utils import timezone
 
+from billing.costs.closing import cost_period_reopen, cost_period_reopen_check
 from billing.costs.rates import EDITABLE, cost_rate_check, cost_rate_create, cost_rate_update
+from billing.errors import BillingInputError, CostPeriodClosedError
 from billing.models import (
     AllocationRun,
     BudgetState,
     CostAllocation,
+    CostPeriodReopening,
     CostRate,
     CostScenario,
     CreditGrant,
@@ -48,8 +51,41 @@ class CostRateForm(forms.ModelForm):
         if not self.errors:
             candidate = construct_instance(self, copy.copy(self.instance))
             now = timezone.now() if candidate.pk else None
-            cost_rate_check(candidate, now=now)  # a ValidationError lands on its field
+            try:
+                cost_rate_check(candidate, now=now)  # a ValidationError lands on its field
+            except CostPeriodClosedError as error:
+                self.add_error("effective_from", str(error).removeprefix("effective_from: "))
         return cleaned
+
+
+class CostPeriodReopeningForm(forms.ModelForm):
+    class Meta:
+        model = CostPeriodReopening
+        fields = ["start", "end", "reason"]
+
+    def clean(self):
+        cleaned = super().clean()
+        if not self.errors:
+            try:
+                cost_period_reopen_check(**cleaned)
+            except BillingInputError as error:
+                self.add_error(error.field if error.field in cleaned else None, error.message)
+        return cleaned
+
+
+@admin.register(CostPeriodReopening)
+class CostPeriodReopeningAdmin(admin.ModelAdmin):
+    """Added with a reason, through the same service as the API; never
+    edited after (the record of who reopened what, when and why)."""
+
+    form = CostPeriodReopeningForm
+    list_display = ["start", "end", "reason", "reopened_by", "reopened_at"]
+
+    def has_change_permission(self, request, obj=None):
+        return obj is None
+
+    def save_model(self, request, obj, form, change):
+        obj.pk = cost_period_reopen(**form.cleaned_data, user=request.user).pk
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -25,6 +25,21 @@ class InvoicePeriodOpenError(InvoiceStateError):
         )
 
 
+class CostPeriodClosedError(ConflictError):
+    """A dated cost change inside a period already invoiced (409): re-running
+    it would change cost booked and reported; finance reopens it first."""
+
+    code = "cost_period_closed"
+
+    def __init__(self, *, effective_from, closed_until) -> None:
+        self.effective_from, self.closed_until = effective_from, closed_until
+        super().__init__(
+            f"effective_from: {effective_from:%Y-%m-%d %H:%M} UTC is inside the closed cost "
+            f"period (invoiced up to {closed_until:%Y-%m-%d %H:%M} UTC); finance reopens it, "
+            f"with a reason, before a rate can take effect there"
+        )
+
+
 class BillingInputError(InputError):
     """Bad input to a billing service, naming the field (400)."""
 

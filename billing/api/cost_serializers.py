@@ -11,7 +11,7 @@ from rest_framework import serializers
 from billing.choices import CostComponent, RateBasis
 from billing.costs.scenarios import COMPARE_BY
 from billing.costs.selectors import GROUP_KEYS
-from billing.models import AllocationRun, CostRate, CostScenario
+from billing.models import AllocationRun, CostPeriodReopening, CostRate, CostScenario
 from core.api_query import QueryIn, range_help, range_validated
 from core.api_time import SupportedDateTimeField
 from serving.choices import IdleCostPolicy
@@ -91,6 +91,20 @@ class CostRateOut(serializers.ModelSerializer):
     class Meta:
         model = CostRate
         fields = ["id", *CostRate.INPUT_FIELDS, "created_at"]
+
+
+class CostReopeningIn(serializers.Serializer):
+    start = SupportedDateTimeField(input_formats=DATE_OR_TIME)
+    end = SupportedDateTimeField(input_formats=DATE_OR_TIME)
+    reason = serializers.CharField(max_length=500, help_text="Why; kept with who and when.")
+
+
+class CostReopeningOut(serializers.ModelSerializer):
+    reopened_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = CostPeriodReopening
+        fields = ["id", "start", "end", "reason", "reopened_by", "reopened_at"]
 
 
 class AllocationRunIn(serializers.Serializer):

@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.api import cost_serializers as s
+from billing.costs.closing import cost_period_reopen
 from billing.costs.rates import cost_rate_create, cost_rate_delete, cost_rate_update
 from billing.costs.runs import allocation_run_create
 from billing.costs.scenarios import cost_scenario_create, scenario_compare
@@ -22,7 +23,7 @@ from billing.costs.selectors import (
     pool_utilization,
     unallocated_summary,
 )
-from billing.models import AllocationRun, CostRate, CostScenario
+from billing.models import AllocationRun, CostPeriodReopening, CostRate, CostScenario
 from billing.tasks import allocation_run_enqueue
 from core.api_errors import validated
 from tenants.api.permissions import IsFinanceStaff
@@ -56,6 +57,29 @@ class CostRateListView(FinanceView):
     def post(self, request):
         rate = cost_rate_create(**validated(s.CostRateIn, request.data), user=request.user)
         return Response(s.CostRateOut(rate).data, status=status.HTTP_201_CREATED)
+
+
+class CostReopeningListView(FinanceView):
+    @extend_schema(
+        summary="Closed cost periods reopened for dated rate changes (newest first)",
+        responses={200: s.CostReopeningOut(many=True)},
+        tags=TAGS,
+    )
+    def get(self, request):
+        reopenings = CostPeriodReopening.objects.select_related("reopened_by")
+        return Response(s.CostReopeningOut(reopenings, many=True).data)
+
+    @extend_schema(
+        summary="Reopen part of the invoiced (closed) cost periods, with a reason",
+        request=s.CostReopeningIn,
+        responses={201: s.CostReopeningOut},
+        tags=TAGS,
+    )
+    def post(self, request):
+        reopening = cost_period_reopen(
+            **validated(s.CostReopeningIn, request.data), user=request.user
+        )
+        return Response(s.CostReopeningOut(reopening).data, status=status.HTTP_201_CREATED)
 
 
 class CostRateDetailView(FinanceView):

@@ -5,6 +5,7 @@ from billing.api import costs, focus, fx, invoices, margins, slo, spend
 urlpatterns = [
     path("costs/rates", costs.CostRateListView.as_view(), name="cost-rates"),
     path("costs/rates/<int:pk>", costs.CostRateDetailView.as_view(), name="cost-rate"),
+    path("costs/reopenings", costs.CostReopeningListView.as_view(), name="cost-reopenings"),
     path("costs/runs", costs.AllocationRunListView.as_view(), name="cost-runs"),
     path("costs/runs/<int:pk>", costs.AllocationRunDetailView.as_view(), name="cost-run"),
     path("costs/allocations", costs.AllocationSummaryView.as_view(), name="cost-allocations"),

@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.choices import BASES_FOR, OVERHEAD_COMPONENTS, CostComponent, RateBasis
+from billing.costs.closing import cost_change_check
 from billing.costs.cost_model import HOUR, RateArrays
 from billing.models import CostRate, CostScenario
 from billing.money import NANO
@@ -92,9 +93,12 @@ def cost_rate_create(
 
 
 def cost_rate_check(rate: CostRate, *, now: datetime | None = None) -> list[CostRate]:
-    """Raise what is wrong with a new or edited rate, naming the field;
+    """Raise what is wrong with a new or edited rate, naming the field (a
+    booked rate taking effect in a closed period: CostPeriodClosedError);
     return the open rates it would close."""
     _validate(rate, now=now)
+    if rate.scenario_id is None:
+        cost_change_check(effective_from=rate.effective_from)
     overlapping = _overlapping(rate)
     superseded = [r for r in overlapping if rate.pk is None and _supersedes(rate, r)]
     clashes = [r for r in overlapping if r not in superseded]

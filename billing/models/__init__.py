@@ -7,6 +7,7 @@ from billing.models.budgets import BudgetState, SpendCorrection  # noqa: F401
 from billing.models.costs import (  # noqa: F401
     AllocationRun,
     CostAllocation,
+    CostPeriodReopening,
     CostRate,
     CostScenario,
     PoolHourCost,

@@ -116,6 +116,30 @@ class CostRate(models.Model):
         return f"{self.component} {self.amount} {self.basis} ({scope}) from {since}"
 
 
+class CostPeriodReopening(models.Model):
+    """Finance reopened [start, end), inside the closed cost periods (those
+    invoiced: billing.costs.closing), so dated cost rates may be entered
+    there; who did, when and why stay on record."""
+
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    reason = models.CharField(max_length=500)
+    reopened_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reopened_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-reopened_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(end__gt=F("start")), name="reopening_end_after"),
+            models.CheckConstraint(condition=~Q(reason=""), name="reopening_has_reason"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.start:%Y-%m-%d} to {self.end:%Y-%m-%d} reopened: {self.reason}"
+
+
 class AllocationRun(RunLifecycle):
     """One allocation of [start, end), booked or for a scenario: its status
     and progress (hours written of hours to do) for a person to watch. Each
