@@ -218,7 +218,8 @@ def _csv(tables: dict[str, pd.DataFrame], *, currency: str) -> str:
     buffer = io.StringIO()
     # `currency` is that of every amount but the revenue_in_<CUR> columns
     # (revenue as billed, in <CUR>).
-    columns = ["level", "tier", "pool", "tenant", "model", *PLATFORM_KEYS, "currency", *MONEY_OUT]
+    columns = ["level", "tier", "tenant_tier", "pool", "tenant", "model", *PLATFORM_KEYS]
+    columns += ["currency", *MONEY_OUT]
     columns += [*sorted(originals), "tokens", "device_seconds", "busy_hours", *RATIOS, *PER_UNIT]
     combined = pd.concat(frames, ignore_index=True).reindex(columns=columns)
     # Decimals and floats as plain fixed-point text ("0.000000000", never "0E-9").

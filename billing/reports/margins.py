@@ -12,8 +12,12 @@ Revenue is net of SLA credits (revenue given back for missed service
 levels, billing.reports.revenue); `sla_credit` shows them, the revenue
 lost, at every level.
 
-Levels: tier (shared, reserved, dedicated), pool, tenant, model, and model
-by pool and by tenant (a model's drill-down); each row
+Levels: tier, the kind of pool it ran in (shared, reserved, dedicated:
+where it ran), tenant_tier, the tier the tenant bought (what was sold: a
+reserved-tier tenant with no reservation runs in the shared pool), pool,
+tenant, model, and model by pool and by tenant (a model's drill-down);
+unabsorbed idle and spare GPUs are rows of their own in both tier views, so
+each sums to the total; each row
 with margin %, tokens, cost per million tokens and, where capacity is
 known (tier and pool), GPU-hours, utilization and revenue per GPU-hour.
 `previous` adds the same figures for the period before (month over month).
@@ -48,9 +52,11 @@ from serving.models import Pool, ServedModel
 from tenants.models import Tenant
 
 KEYS = ["tier", "pool", "tenant", "model"]
+DETAIL_KEYS = [*KEYS, "tenant_tier"]
 MONEY = ["revenue", "capital", "energy", "other_opex", "idle", "unabsorbed"]
 LEVELS = {
-    "tier": ["tier"],
+    "tier": ["tier"],  # the pool's kind: where it ran
+    "tenant_tier": ["tenant_tier"],  # the tenant's tier: what was sold
     "pool": ["tier", "pool"],
     "tenant": ["tenant"],
     "model": ["model"],
@@ -65,7 +71,7 @@ LOST = "sla_credit"  # revenue given back for missed service levels (not a cost)
 
 @dataclass
 class MarginData:
-    detail: pd.DataFrame  # KEYS + MONEY + LOST (int nano) + tokens, device_seconds, ORIGINAL*
+    detail: pd.DataFrame  # DETAIL_KEYS + MONEY + LOST (int nano) + tokens, device_seconds, ORIGINAL*
     capacity: pd.DataFrame  # tier, pool, capacity_seconds, busy_seconds
     currency: str = "USD"  # of every MONEY column
     conversions: list[FxConversion] = field(default_factory=list)
@@ -99,10 +105,14 @@ def margin_data(*, start: datetime, end: datetime, currency: str | None = None) 
         detail[column] = detail.get(column, 0)
     detail["device_seconds"] = detail.get("device_seconds", 0.0)
     detail[KEYS] = detail[KEYS].fillna("")
+    # What was sold: the tier of the tenant, whatever pool served it; cost
+    # no tenant carries (unabsorbed idle, spare GPUs) is a row of its own.
+    tier_of = {slug: tier for slug, tier, _ in tenants.values()}
+    detail["tenant_tier"] = [tier_of.get(slug, UNABSORBED) for slug in detail["tenant"]]
     integers = [*MONEY, LOST, "tokens", *original_columns(detail)]
     detail[integers] = detail[integers].fillna(0).astype(np.int64)
     detail["device_seconds"] = detail["device_seconds"].fillna(0.0).astype(np.float64)
-    detail = detail.groupby(KEYS, as_index=False).sum()
+    detail = detail.groupby(DETAIL_KEYS, as_index=False).sum()
     return MarginData(
         detail=detail,
         capacity=_capacity(start=start, end=end, pools=pools),

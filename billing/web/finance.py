@@ -100,6 +100,7 @@ def finance_overview(request):
     }
     context = report_context(report) | {
         "tiers": tiers,
+        "tenant_tiers": tables.get("tenant_tier", []),
         "tenants": tables.get("tenant", []),
         "models": tables.get("model", []),
         "pools": tables.get("pool", []),

@@ -274,3 +274,63 @@ def test_a_tier_that_loses_money_is_marked_on_the_overview(world, client):
 
     tier_row = html.split('data-testid="by-tier"')[1].split("</tr>")[1]
     assert '<td class="error">-0.90</td>' in tier_row
+
+
+def test_by_tenant_tier_and_by_pool_kind_are_two_views_each_summing_to_the_total(world, client):
+    """Initech bought the reserved tier but holds no reservation: its usage
+    runs in the shared pool. By pool kind it is shared revenue; by tenant
+    tier, reserved. Bravo (EUR, reserved tier) holds a reserved GPU."""
+    import csv
+    import io
+    from datetime import date
+
+    from billing.choices import ReportKind, RunStatus
+    from billing.models import FxRate
+    from billing.reports.margin_reports import margin_report_build, margin_report_request
+    from tests.factories import make_finance_user, make_tenant
+
+    world.price(reservation=D("0.5"))
+    world.b.tier = "reserved"
+    world.b.billing_currency = "EUR"
+    world.b.save()
+    for day in (H0.date(), H0.date() + timedelta(days=1), date(2026, 10, 4)):
+        FxRate.objects.create(base="EUR", quote="USD", date=day, rate=D("1.1"), source="test")
+    initech = make_tenant(name="Initech", tier="reserved")
+    shared = world.pool("shared", policy="platform")
+    reserved = world.pool("reserved", kind="reserved", owner=world.b)
+    r1 = world.replica("r1", shared, [world.gpu("g1")])
+    r2 = world.replica("r2", reserved, [world.gpu("g2")])
+    world.reserve(world.b, reserved, 1)
+    _use(world, world.a, r1, seconds=600, completion=1_000_000)
+    _use(world, initech, r1, seconds=1200, completion=2_000_000)
+    _use(world, world.b, r2, seconds=1800, completion=500_000)
+    world.allocate()
+
+    report = margin_report_build(
+        report_id=margin_report_request(kind=ReportKind.ADHOC, start=H0, end=H0 + HOUR).pk
+    )
+    assert report.status == RunStatus.DONE, report.error
+    rows = list(csv.DictReader(io.StringIO(report.csv)))
+    by_kind = {r["tier"]: r for r in rows if r["level"] == "tier"}
+    by_tier = {r["tenant_tier"]: r for r in rows if r["level"] == "tenant_tier"}
+    initech_row = next(r for r in rows if r["level"] == "tenant" and r["tenant"] == initech.slug)
+    alpha_row = next(r for r in rows if r["level"] == "tenant" and r["tenant"] == world.a.slug)
+    bravo_row = next(r for r in rows if r["level"] == "tenant" and r["tenant"] == world.b.slug)
+    # Where it ran: Initech's revenue is in the shared pool kind.
+    assert D(by_kind["shared"]["revenue"]) == D(alpha_row["revenue"]) + D(initech_row["revenue"])
+    # What was sold: Initech is reserved-tier revenue, beside Bravo's.
+    assert D(by_tier["reserved"]["revenue"]) == D(initech_row["revenue"]) + D(
+        bravo_row["revenue"]
+    )
+    assert D(by_tier["shared"]["revenue"]) == D(alpha_row["revenue"])
+    for view in (by_kind, by_tier):
+        for figure in ("revenue", "cost", "margin"):
+            assert sum(D(r[figure]) for r in view.values()) == D(report.totals[figure])
+
+    client.force_login(make_finance_user())
+    page = client.get("/finance/").content.decode()
+    sold = page.split('data-testid="by-tenant-tier"')[1].split("</table>")[0]
+    ran = page.split('data-testid="by-tier"')[1].split("</table>")[0]
+    assert "Tenant tier" in sold and "<td>reserved</td>" in sold and "<td>shared</td>" in sold
+    assert "Pool kind" in ran
+    assert "what was sold" in page and "where it ran" in page
