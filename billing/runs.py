@@ -10,10 +10,12 @@ that connection goes, however the worker died (SIGKILL, out of memory, a
 lost host). A run marked running whose lock is free has no worker left:
 `runs_abandoned_fail` marks it failed, so its page stops saying running
 (the broker hands the message again only after its visibility timeout, an
-hour; running it again is safe)."""
+hour; running it again is safe). A run's Celery task runs inside
+`run_task`, so an error before the run gets that far fails it too."""
 
 from __future__ import annotations
 
+import logging
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +27,7 @@ from billing.choices import RunStatus
 from billing.models.runs import RunLifecycle
 from core.locks import advisory_lock, advisory_lock_try
 
+logger = logging.getLogger(__name__)
 ABANDONED = "abandoned: its worker stopped before finishing (run it again to complete)"
 
 
@@ -42,6 +45,33 @@ def run_executing(run: RunLifecycle) -> Iterator[None]:
                 **run.failed_because(f"{type(exc).__name__}: {exc}"),
             )
             raise
+
+
+@contextmanager
+def run_task(model: type[RunLifecycle], pk: int) -> Iterator[None]:
+    """The task of `model`'s run `pk`: an error escaping it fails the run
+    with that error unless a worker executes the run now (it holds the
+    liveness lock) or the run has finished, and is raised on. What
+    run_executing records happens inside the run; this covers the rest:
+    reading the run's row, the sweep before it, an error before the run
+    is marked running (nothing else would move it from queued)."""
+    try:
+        yield
+    except Exception as exc:
+        try:
+            _unfinished_fail(model, pk, reason=f"{type(exc).__name__}: {exc}")
+        except Exception:  # the database too is gone: the sweep or a person picks it up
+            logger.exception("%s %s: could not record that it failed", model.__name__, pk)
+        raise
+
+
+def _unfinished_fail(model: type[RunLifecycle], pk: int, *, reason: str) -> None:
+    with advisory_lock_try(_liveness_key(model, pk)) as free:
+        if free:
+            runs_fail(
+                model.objects.filter(pk=pk, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]),
+                **model.failed_because(reason),
+            )
 
 
 def runs_abandoned_fail(model: type[RunLifecycle]) -> int:

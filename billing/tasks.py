@@ -19,7 +19,7 @@ from billing.pricing.budgets import budgets_check
 from billing.pricing.spend_corrections import spend_corrections_write
 from billing.queueing import INVOICE_STRIPE_SYNC_TASK, after_commit
 from billing.reports.margin_reports import margin_report_build, margin_report_request, report_period
-from billing.runs import runs_abandoned_fail, runs_fail
+from billing.runs import run_task, runs_abandoned_fail, runs_fail
 
 
 @shared_task(
@@ -32,8 +32,10 @@ from billing.runs import runs_abandoned_fail, runs_fail
 )
 def allocation_run_task(run_id: int) -> str:
     """Compute one queued run. Acknowledged only when done, so a worker
-    killed mid-run hands it to the next worker, which rewrites it whole."""
-    return allocation_run_execute(run_id=run_id).status
+    killed mid-run hands it to the next worker, which rewrites it whole.
+    Whatever it raises fails the run, the error on its page (run_task)."""
+    with run_task(AllocationRun, run_id):
+        return allocation_run_execute(run_id=run_id).status
 
 
 def _run_enqueue(task, model, pk: int, *, what: str, **failed) -> None:
@@ -62,7 +64,8 @@ def allocation_daily_task() -> int:
     """Daily: book yesterday (UTC)."""
     today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
     run = allocation_run_create(start=today - timedelta(days=1), end=today)
-    return allocation_run_execute(run_id=run.pk).pk
+    with run_task(AllocationRun, run.pk):
+        return allocation_run_execute(run_id=run.pk).pk
 
 
 @shared_task(
@@ -83,8 +86,10 @@ def allocation_check_task() -> int:
 )
 def invoice_run_task(run_id: int) -> str:
     """One queued invoice run. Safe to run again: each tenant is one
-    transaction, and finalized invoices are skipped."""
-    return invoice_run_execute(run_id=run_id).status
+    transaction, and finalized invoices are skipped. Whatever it raises
+    fails the run, the error on its page (run_task)."""
+    with run_task(InvoiceRun, run_id):
+        return invoice_run_execute(run_id=run_id).status
 
 
 def invoice_run_enqueue(run_id: int) -> None:
@@ -104,7 +109,8 @@ def invoice_daily_task() -> str:
     """Daily: invoice every tenant whose billing period ended (the monthly
     run of each anchor day)."""
     run = invoice_run_create(as_of=timezone.now())
-    return invoice_run_execute(run_id=run.pk).status
+    with run_task(InvoiceRun, run.pk):
+        return invoice_run_execute(run_id=run.pk).status
 
 
 @shared_task(
@@ -161,7 +167,8 @@ def spend_correct_task() -> int:
     name="billing.margin_report", time_limit=1800, soft_time_limit=1740, ignore_result=True
 )
 def margin_report_task(report_id: int) -> str:
-    return margin_report_build(report_id=report_id).status
+    with run_task(MarginReport, report_id):
+        return margin_report_build(report_id=report_id).status
 
 
 def margin_report_enqueue(report_id: int) -> None:
@@ -179,4 +186,5 @@ def margin_report_scheduled_task(kind: str) -> str:
     month to date (nightly, for the finance overview)."""
     start, end = report_period(kind=kind, now=timezone.now())
     report = margin_report_request(kind=kind, start=start, end=end)
-    return margin_report_build(report_id=report.pk).status
+    with run_task(MarginReport, report.pk):
+        return margin_report_build(report_id=report.pk).status

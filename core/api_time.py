@@ -1,24 +1,20 @@
 """The span of time the API accepts: every datetime or date a request
 carries (a period's start and end, an effective date, an as-of, an expiry)
-lies within [SUPPORTED_FROM, SUPPORTED_UNTIL].
+lies within [SUPPORTED_FROM, SUPPORTED_UNTIL] (core.calendar).
 
 Outside it the product cannot hold a period: "the period before" a
 report of year 1 falls before year 1 (OverflowError), the ledger's monthly
 partitions and the calendar maths assume a modern date, and PostgreSQL's
 range is narrower than Python's. So a request for 0001-01-01 is a 400
-naming its field, checked once here for every serializer that takes time."""
+naming its field, checked here for every serializer that takes time; the
+services that take such a moment refuse it with the same message, so a
+page's form says what the API says."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from rest_framework import serializers
 
-SUPPORTED_FROM = datetime(2000, 1, 1, tzinfo=UTC)
-SUPPORTED_UNTIL = datetime(2100, 1, 1, tzinfo=UTC)
-OUT_OF_RANGE = (
-    f"must be between {SUPPORTED_FROM:%Y-%m-%d} and {SUPPORTED_UNTIL:%Y-%m-%d} (UTC), inclusive"
-)
+from core.calendar import OUT_OF_RANGE, moment_supported
 
 
 class SupportedDateTimeField(serializers.DateTimeField):
@@ -29,7 +25,7 @@ class SupportedDateTimeField(serializers.DateTimeField):
 
     def to_internal_value(self, value):
         moment = super().to_internal_value(value)
-        if not SUPPORTED_FROM <= moment <= SUPPORTED_UNTIL:
+        if not moment_supported(moment):
             self.fail("out_of_range")
         return moment
 
@@ -41,6 +37,6 @@ class SupportedDateField(serializers.DateField):
 
     def to_internal_value(self, value):
         day = super().to_internal_value(value)
-        if not SUPPORTED_FROM.date() <= day <= SUPPORTED_UNTIL.date():
+        if not moment_supported(day):
             self.fail("out_of_range")
         return day

@@ -22,6 +22,28 @@ Day = TypeVar("Day", bound=date)  # a date or a datetime, returned as given
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
+# The span of time the product takes as input (a period, an as-of, an
+# effective date, an expiry), inclusive. Outside it the calendar maths
+# fail ("the period before" one in year 1 is before year 1: OverflowError),
+# the ledger's monthly partitions and PostgreSQL's range do not reach.
+# Every service that takes such a moment refuses one outside it, naming
+# the field, with OUT_OF_RANGE; the API's time fields say the same.
+SUPPORTED_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+SUPPORTED_UNTIL = datetime(2100, 1, 1, tzinfo=UTC)
+OUT_OF_RANGE = (
+    f"must be between {SUPPORTED_FROM:%Y-%m-%d} and {SUPPORTED_UNTIL:%Y-%m-%d} (UTC), inclusive"
+)
+
+
+def moment_supported(moment: date | datetime) -> bool:
+    """Whether `moment` (a naive datetime read as UTC, a date as its
+    00:00 UTC) lies within [SUPPORTED_FROM, SUPPORTED_UNTIL]."""
+    if not isinstance(moment, datetime):
+        return SUPPORTED_FROM.date() <= moment <= SUPPORTED_UNTIL.date()
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return SUPPORTED_FROM <= moment <= SUPPORTED_UNTIL
+
 
 def epoch_hour(seconds: float) -> int:  # ok-float: epoch seconds
     """Whole hours since the epoch, floored: an hour as an integer (exact

@@ -1,6 +1,6 @@
 """The tenant pages' forms: choosing which tenant to act for, and creating
 an API key. A form reads what was typed; api_key_create keeps the rules
-on names and scopes, so the page refuses what the API refuses."""
+on names, scopes and expiry, so the page refuses what the API refuses."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
+from core.calendar import OUT_OF_RANGE, moment_supported
 from core.changes import terms_changed
 from core.errors import InputError
 from tenants.choices import Role, Scope, ServiceScope, TenantStatus, Tier
@@ -28,6 +29,14 @@ from tenants.keys import (
 from tenants.models import ApiKey, Membership, ServiceKey, Tenant, TenantPolicy
 
 API_KEY_NAME_MAX = ApiKey._meta.get_field("name").max_length
+# An expiry is a promise to rotate: at most a year ahead, as GitHub's
+# fine-grained tokens, GitLab's and Supabase's access tokens allow; a key
+# meant to live longer is made without one (and revoked when done with).
+API_KEY_EXPIRY_MAX = timedelta(days=366)
+API_KEY_EXPIRY_TOO_LATE = (
+    f"must be at most {API_KEY_EXPIRY_MAX.days} days ahead "
+    "(leave it empty for a key that does not expire)"
+)
 # Compared against when no key has the presented prefix, so that an unknown
 # prefix costs the same HMAC as a known one.
 _DUMMY_HASH = "0" * 64
@@ -124,10 +133,7 @@ def api_key_create(
             {"scopes": [f"unknown scope {unknown[0]!r}; known: {', '.join(Scope.values)}"]}
         )
     if expires_at is not None:
-        if timezone.is_naive(expires_at):
-            raise ValidationError({"expires_at": ["must include a timezone"]})
-        if expires_at <= timezone.now():
-            raise ValidationError({"expires_at": ["must be in the future"]})
+        api_key_expiry_check(expires_at=expires_at)
 
     for _attempt in range(3):  # a prefix collision is astronomically rare; retry anyway
         prefix, raw = key_generate()
@@ -146,6 +152,21 @@ def api_key_create(
         except IntegrityError:
             continue
     raise RuntimeError("could not allocate a unique API key prefix")
+
+
+def api_key_expiry_check(*, expires_at: datetime, now: datetime | None = None) -> None:
+    """A key's expiry: an aware moment within the supported span, in the
+    future and at most API_KEY_EXPIRY_MAX ahead (else ValidationError
+    naming expires_at). The key page and the API both come through here."""
+    now = now or timezone.now()
+    if timezone.is_naive(expires_at):
+        raise ValidationError({"expires_at": ["must include a timezone"]})
+    if not moment_supported(expires_at):
+        raise ValidationError({"expires_at": [OUT_OF_RANGE]})
+    if expires_at <= now:
+        raise ValidationError({"expires_at": ["must be in the future"]})
+    if expires_at > now + API_KEY_EXPIRY_MAX:
+        raise ValidationError({"expires_at": [API_KEY_EXPIRY_TOO_LATE]})
 
 
 def api_key_revoke(

@@ -8,12 +8,18 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.choices import INVOICE_TARGET_STATUSES, InvoiceStatus
+from billing.invoicing.credit_notes import REASON_MAX as CREDIT_NOTE_REASON_MAX
+from billing.invoicing.finalizing import REASON_MAX as FINALIZE_EARLY_REASON_MAX
 from billing.invoicing.invoices import invoice_amount_due_minor
 from billing.models import CreditNote, Invoice, InvoiceLine, InvoiceRun
 from billing.money import from_minor
 from core.api_query import QueryIn
 from core.api_schema import DECIMAL_STRING
 from core.api_time import SupportedDateTimeField
+
+# The services' words (credit_note_create, finalize_early_request), so the
+# invoice page and the API refuse a long reason alike.
+REASON_TOO_LONG = {"max_length": "at most {max_length} characters"}
 
 
 @extend_schema_field(DECIMAL_STRING)
@@ -124,7 +130,8 @@ class FinalizeEarlyIn(serializers.Serializer):
     reason = serializers.CharField(
         required=False,
         allow_blank=True,
-        max_length=300,
+        max_length=FINALIZE_EARLY_REASON_MAX,
+        error_messages=REASON_TOO_LONG,
         help_text="Why finalize early; required with finalize_early.",
     )
 
@@ -138,7 +145,9 @@ class InvoiceTransitionIn(FinalizeEarlyIn):
 
 class CreditNoteIn(serializers.Serializer):
     amount_minor = serializers.IntegerField(min_value=1)
-    reason = serializers.CharField(max_length=300)
+    reason = serializers.CharField(
+        max_length=CREDIT_NOTE_REASON_MAX, error_messages=REASON_TOO_LONG
+    )
 
 
 class InvoiceRunIn(FinalizeEarlyIn):

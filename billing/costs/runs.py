@@ -24,6 +24,7 @@ from billing.costs.store import (
 )
 from billing.models import AllocationRun, CostScenario
 from billing.runs import run_executing, run_finish, run_progress, run_start, runs_abandoned_fail
+from core.calendar import OUT_OF_RANGE, moment_supported
 from core.locks import advisory_lock
 from metering.selectors import usage_device_frame
 
@@ -37,10 +38,13 @@ Progress = Callable[[int, int], None]
 def allocation_run_create(
     *, start: datetime, end: datetime, scenario: CostScenario | None = None, user=None
 ) -> AllocationRun:
-    """A queued run of [start, end), whole UTC hours."""
+    """A queued run of [start, end), whole UTC hours, within the supported
+    span (core.calendar)."""
     for name, moment in (("start", start), ("end", end)):
         if moment.tzinfo is None:
             raise ValidationError({name: "must carry a timezone"})
+        if not moment_supported(moment):
+            raise ValidationError({name: OUT_OF_RANGE})
         if moment.astimezone(UTC) != _hour_floor(moment):
             raise ValidationError({name: "must be a whole hour (UTC)"})
     if end <= start:

@@ -15,14 +15,23 @@ from billing.models import CreditGrant, CreditNote, Invoice, Issuer
 from billing.money import from_minor
 from billing.queueing import invoice_sync_enqueue
 
+REASON_MAX = CreditNote._meta.get_field("reason").max_length
+
 
 def credit_note_create(
     *, invoice_id: int, amount_minor: int, reason: str, created_by=None
 ) -> CreditNote:
+    """A credit note of `amount_minor` on a finalized (or paid, or
+    uncollectible) invoice, with a reason of at most REASON_MAX characters;
+    bad input is a BillingInputError naming the field, before anything is
+    written. The invoice page and the API both come through here."""
     if not isinstance(amount_minor, int) or amount_minor <= 0:
         raise BillingInputError("amount_minor", "must be a positive whole number of minor units")
-    if not reason.strip():
+    reason = (reason or "").strip()
+    if not reason:
         raise BillingInputError("reason", "a credit note needs a reason")
+    if len(reason) > REASON_MAX:
+        raise BillingInputError("reason", f"at most {REASON_MAX} characters")
     with transaction.atomic():
         invoice = Invoice.objects.select_for_update().get(pk=invoice_id)
         if invoice.status not in (
@@ -57,7 +66,7 @@ def credit_note_create(
             issuer=issuer,
             sequence=sequence,
             number=f"{issuer.credit_note_prefix}-{sequence:06d}",
-            reason=reason.strip(),
+            reason=reason,
             amount_minor=amount_minor,
             wallet_grant=grant,
             created_by=created_by,

@@ -29,6 +29,7 @@ from billing.runs import (
     run_start,
     runs_abandoned_fail,
 )
+from core.calendar import OUT_OF_RANGE, moment_supported
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -42,11 +43,11 @@ def invoice_run_create(
     requested_by=None,
     early: FinalizeEarly | None = None,
 ) -> InvoiceRun:
-    """A run, checked before anything is written: the periods it picks
-    must have begun (else BillingInputError naming as_of) and, when it
-    finalizes, have ended unless `early` (else InvoicePeriodOpenError
-    naming the period's end). The page, the API and the command all
-    come through here."""
+    """A run, checked before anything is written: `as_of` within the
+    supported span (core.calendar) and the periods it picks begun (else
+    BillingInputError naming as_of) and, when it finalizes, ended unless
+    `early` (else InvoicePeriodOpenError naming the period's end). The
+    page, the API and the command all come through here."""
     early = invoice_run_periods_check(as_of=as_of, finalize=finalize, early=early)
     return InvoiceRun.objects.create(
         as_of=as_of,
@@ -62,6 +63,8 @@ def invoice_run_periods_check(
 ) -> FinalizeEarly | None:
     """What finalizing early the run needs: None when every period it
     picks has ended (then `early` is not recorded), else `early`."""
+    if not moment_supported(as_of):  # year 1 overflows the calendar in the worker
+        raise BillingInputError("as_of", OUT_OF_RANGE)
     if early is not None and not finalize:
         raise BillingInputError("finalize_early", "a run that leaves drafts finalizes nothing")
     now = timezone.now()

@@ -43,14 +43,16 @@ class AllocationRunForm(forms.Form):
         start, last_day = cleaned.get("first_day"), cleaned.get("last_day")
         if start is None or last_day is None:
             return cleaned
-        end = last_day + timedelta(days=1)
         now_hour = timezone.now().astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-        if end <= start:
+        if last_day < start:
             self.add_error("last_day", "must be on or after first_day")
         elif start >= now_hour:
             self.add_error("first_day", "must be before the current hour")
         else:
-            cleaned["start"], cleaned["end"] = start, min(end, now_hour)
+            # min(last_day + a day, now_hour), cut before adding the day:
+            # 9999-12-31 has no day after it.
+            end = min(last_day, now_hour - timedelta(days=1)) + timedelta(days=1)
+            cleaned["start"], cleaned["end"] = start, end
         return cleaned
 
 

@@ -6,7 +6,7 @@ from rest_framework import serializers
 from core.api_time import SupportedDateTimeField
 from tenants.choices import Scope
 from tenants.models import ApiKey, Tenant, TenantPolicy
-from tenants.services import API_KEY_NAME_MAX
+from tenants.services import API_KEY_EXPIRY_MAX, API_KEY_NAME_MAX
 
 
 class PolicyOut(serializers.ModelSerializer):
@@ -98,8 +98,17 @@ class ApiKeyCreatedOut(ApiKeyOut):
 
 
 class ApiKeyCreateIn(serializers.Serializer):
-    name = serializers.CharField(max_length=API_KEY_NAME_MAX)
+    name = serializers.CharField(
+        max_length=API_KEY_NAME_MAX,
+        # What api_key_create says, so the page and the API read the same.
+        error_messages={"max_length": "must be at most {max_length} characters"},
+    )
     scopes = serializers.ListField(
         child=serializers.ChoiceField(choices=Scope.choices), allow_empty=False
     )
-    expires_at = SupportedDateTimeField(required=False, allow_null=True)
+    expires_at = SupportedDateTimeField(
+        required=False,
+        allow_null=True,
+        help_text=f"When the key stops working: in the future, at most "
+        f"{API_KEY_EXPIRY_MAX.days} days ahead. Null or absent: it does not expire.",
+    )
