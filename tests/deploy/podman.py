@@ -22,9 +22,12 @@ def podman_env(**extra: str) -> dict[str, str]:
 
 def podman_missing() -> str | None:
     """Why podman cannot run containers here, or None when it can."""
-    for tool in ("podman", "runc", "debootstrap"):
+    for tool in ("podman", "runc", "debootstrap", "iptables"):
         if shutil.which(tool) is None:
-            return f"{tool} (Debian packages podman, runc, debootstrap; ./dev test installs them)"
+            return (
+                f"{tool} (Debian packages podman, runc, debootstrap, iptables; "
+                "./dev test installs them)"
+            )
     return None
 
 

