@@ -41,7 +41,12 @@ from billing.reports.margins import (
     margin_totals,
     original_columns,
 )
-from billing.reports.platforms import PLATFORM_KEYS, platform_frame, platform_table
+from billing.reports.platforms import (
+    PLATFORM_KEYS,
+    model_platform_frame,
+    platform_frame,
+    platform_table,
+)
 from billing.runs import run_executing, run_finish, run_start, runs_abandoned_fail
 from core.calendar import day_start, month_containing, month_start, months_add
 from core.fixed_point import fixed_point
@@ -143,7 +148,15 @@ def _build(report: MarginReport) -> None:
             start=report.period_start, end=report.period_end, revenue=now.detail
         )
         tables["platform"] = platform_table(platforms)
-        tables["model_platform"] = platform_table(platforms, ["model", *PLATFORM_KEYS])
+        # A model's drill-down (issue 40): the model's own figures (its
+        # revenue and allocated cost) on the platforms that served it, so
+        # they add up to its margin row; the replicas' totals are above.
+        mine = model_platform_frame(
+            start=report.period_start, end=report.period_end, detail=now.detail
+        )
+        tables["model_platform"] = platform_table(mine, ["model", *PLATFORM_KEYS]).drop(
+            columns=["busy_hours", "utilization_pct"]  # GPU-hours are the model's busy hours
+        )
         totals = margin_totals(now)
         report.currency = now.currency
         report.totals = {k: fixed_point(from_nano(v)) for k, v in totals.items()} | {

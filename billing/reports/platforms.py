@@ -15,7 +15,13 @@ dedicated pool's fee in a quiet month) by the replicas' GPU units; revenue
 tied to no pool (a commitment's true-up) stays on a "(no replica)" row.
 Tokens are billed tokens (a disaggregated request once). So revenue and
 cost add up to the report's totals, less the unabsorbed-idle and spare
-split the report shows by pool."""
+split the report shows by pool.
+
+That is the replica-level view (the overview's). A model's drill-down
+(model_platform_frame) shows the model's own figures instead: its margin
+rows (revenue naming it, the cost allocation booked to it) placed on the
+engine and GPU kind of the replicas that served it in each pool, so they
+add up to the model's margin row."""
 
 from __future__ import annotations
 
@@ -23,10 +29,12 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
+from django.db.models import F, Sum
 
 from billing.costs.allocation import COMPONENTS
 from billing.costs.period import allocation_book, stretch_gpu_costs
 from metering.apportion import apportion
+from metering.models import UsageRollup
 from metering.selectors import usage_by_replica, usage_device_frame
 from serving.choices import Engine, GpuSharing
 from serving.gpu_shares import GPU_UNITS
@@ -71,6 +79,124 @@ def platform_frame(*, start: datetime, end: datetime, revenue: pd.DataFrame) -> 
     frame = pd.concat([per_replica, spare, unplaced], ignore_index=True)[COLUMNS]
     frame[["tokens", "revenue", "cost"]] = frame[["tokens", "revenue", "cost"]].astype(np.int64)
     return frame
+
+
+def model_platform_frame(*, start: datetime, end: datetime, detail: pd.DataFrame) -> pd.DataFrame:
+    """Each model's own figures by engine and GPU kind: per (model, pool) of
+    the margin detail (billing.reports.margins), its revenue (rows naming
+    the model), its allocated cost (capital, energy, other opex, idle
+    carried: as the model's margin row counts it) and its tokens, split
+    over the replicas of that pool that served the model by the model's
+    device-seconds on each (exactly, by largest remainder; else evenly
+    over the pool's replicas of the model; tokens by the model's tokens on
+    each); what no replica served stays
+    on a "(no replica)" row. GPU-hours (and busy hours) are the model's own
+    device-hours on each replica. Rows: model, engine, gpu_kind,
+    gpu_hours, busy_hours, tokens, revenue, cost (nano-units); per model
+    they sum exactly to the model's margin row."""
+    figures = _model_figures(detail)
+    device = _model_device(start=start, end=end)
+    if figures.empty and device.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    facts = _replica_facts()
+    served: dict[tuple[str, str], list[int]] = {}
+    for replica_id, (pool, model, _engine, _kind) in facts.items():
+        served.setdefault((model, pool), []).append(replica_id)
+    on_replica: dict[tuple[str, str], dict[int, int]] = {}
+    tokens_on: dict[tuple[str, str], dict[int, int]] = {}
+    for model, pool, replica_id, device_us, tokens in device.itertuples(index=False):
+        on_replica.setdefault((model, pool), {})[int(replica_id)] = int(device_us)
+        tokens_on.setdefault((model, pool), {})[int(replica_id)] = int(tokens)
+    rows = []
+    for key in sorted(set(figures.index) | set(on_replica)):
+        model, pool = key
+        amounts = figures.loc[key] if key in figures.index else None
+        used = {r: us for r, us in on_replica.get(key, {}).items() if r in facts}
+        ids = sorted(used) if sum(used.values()) else sorted(served.get(key, []))
+        weights = np.array([used.get(r, 1) for r in ids], dtype=np.float64)
+        if not ids:  # no replica of that pool served the model: no platform
+            ids, weights = [-1], np.ones(1)
+        # Tokens where they ran (the model's own on each replica), money
+        # by device-seconds.
+        counted = np.array([tokens_on.get(key, {}).get(r, 0) for r in ids], dtype=np.float64)
+        by = {"tokens": counted if counted.sum() else weights}
+        parts = {
+            column: _split(int(amounts[column]), by.get(column, weights))
+            if amounts is not None
+            else np.zeros(len(ids), dtype=np.int64)
+            for column in ("tokens", "revenue", "cost")
+        }
+        for i, replica_id in enumerate(ids):
+            engine, kind = facts[replica_id][2:] if replica_id >= 0 else (NO_REPLICA, "")
+            hours = used.get(replica_id, 0) / 3.6e9  # ok-float: device-hours, a ratio
+            rows.append(
+                {"model": model, "engine": engine, "gpu_kind": kind}
+                | {"gpu_hours": hours, "busy_hours": hours}
+                | {column: int(parts[column][i]) for column in parts}
+            )
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame[["tokens", "revenue", "cost"]] = frame[["tokens", "revenue", "cost"]].astype(np.int64)
+    return frame
+
+
+def _model_figures(detail: pd.DataFrame) -> pd.DataFrame:
+    """Revenue, cost (every cost column, as margin_table sums it) and
+    tokens per (model, pool) of the margin detail's rows naming a model."""
+    cost_columns = ["capital", "energy", "other_opex", "idle", "unabsorbed"]
+    if detail.empty:
+        return pd.DataFrame(columns=["tokens", "revenue", "cost"])
+    named = detail[detail["model"] != ""]
+    frame = named.assign(cost=named[cost_columns].sum(axis=1))
+    sums = frame.groupby(["model", "pool"])[["tokens", "revenue", "cost"]].sum()
+    return sums[(sums != 0).any(axis=1)]
+
+
+def _model_device(*, start: datetime, end: datetime) -> pd.DataFrame:
+    """Attributed device-microseconds and billed tokens per (model name,
+    pool name, replica) of the rollups that name all three."""
+    rows = (
+        UsageRollup.objects.filter(
+            hour__gte=start,
+            hour__lt=end,
+            replica__isnull=False,
+            served_model__isnull=False,
+            pool__isnull=False,
+        )
+        .values("served_model__name", "pool__name", "replica_id")
+        .annotate(
+            device=Sum("device_seconds"),
+            tokens=Sum(F("prompt_tokens") + F("completion_tokens")),
+        )
+    )
+    return pd.DataFrame(
+        [
+            (
+                r["served_model__name"],
+                r["pool__name"],
+                r["replica_id"],
+                int((r["device"] or 0) * 10**6),
+                int(r["tokens"] or 0),
+            )
+            for r in rows
+        ],
+        columns=["model", "pool", "replica_id", "device_us", "tokens"],
+    )
+
+
+def _replica_facts() -> dict[int, tuple[str, str, str, str]]:
+    """Per replica: its pool's name, its model's name, its engine and its
+    GPU kind (as _pieces names them, joined when it holds several)."""
+    kinds: dict[int, set[str]] = {}
+    for replica_id, sku, sharing, profile in ReplicaGpu.objects.values_list(
+        "replica_id", "gpu__sku__name", "sharing", "mig_profile"
+    ):
+        kinds.setdefault(replica_id, set()).add(_kind(sku, (sharing, profile), held=True))
+    return {
+        pk: (pool, model, engine, " + ".join(sorted(kinds.get(pk, ()))))
+        for pk, pool, model, engine in Replica.objects.values_list(
+            "pk", "pool__name", "model__name", "engine"
+        )
+    }
 
 
 def platform_table(frame: pd.DataFrame, keys: list[str] = PLATFORM_KEYS) -> pd.DataFrame:

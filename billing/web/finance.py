@@ -178,8 +178,9 @@ def reconciliation(request):
 def finance_model(request, name: str):
     """One model, from the stored margin report like the overview: its
     margin, where it ran (revenue, cost and cost per million tokens by
-    pool, and by engine and GPU kind) and who used it (the heaviest tenants
-    by tokens, with margin)."""
+    pool, and by engine and GPU kind: the model's own figures, adding up
+    to its margin, not the replicas' totals) and who used it (the heaviest
+    tenants by tokens, with margin)."""
     model = get_object_or_404(ServedModel, name=name)
     report = margin_report_latest()
     tables = report.tables if report else {}
