@@ -52,6 +52,24 @@ def money_format(minor: int, currency: str) -> str:
     return f"{from_minor(minor, currency):,} {currency.upper()}"
 
 
+def amount_format(amount: Decimal, currency: str) -> str:
+    """An exact amount as people read money: rounded to the currency's
+    minor units the one way invoice lines are (LINE_ROUNDING), grouped,
+    with its code: '956.15 USD'. For display only."""
+    return money_format(to_minor(amount, currency), currency)
+
+
+def price_format(price: Decimal, currency: str) -> str:
+    """A unit price or rate with its code, never rounded (it is a term of
+    the contract: 0.0000045 a token is not 0.00), but given at least the
+    currency's minor places: '0.60 USD', '1,450.00 USD', '0.0002 USD'."""
+    exponent = minor_exponent(currency)
+    exact = Decimal(price).normalize()
+    if exact.as_tuple().exponent > -exponent:  # type: ignore[operator]
+        exact = exact.quantize(Decimal(1).scaleb(-exponent))
+    return f"{exact:,f} {currency.upper()}"
+
+
 def minor_parse(text: str, currency: str, *, field: str) -> int:
     """An amount typed by a person ("12.50") as minor units; more decimal
     places than the currency has, or not a positive number, is refused."""

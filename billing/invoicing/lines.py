@@ -1,16 +1,23 @@
 """Charges as invoice lines: each line rounded once to the currency's minor
 units (half-even, billing.money.LINE_ROUNDING). A line's key says which
-lines of two ratings of the same period are the same line."""
+lines of two ratings of the same period are the same line.
+
+How a line reads (`line_quantity_text`, `line_unit_price_text`,
+`line_text`) is decided here once, for the invoice page, its download,
+its print and the Stripe item alike: quantities grouped with their unit
+and rounded for display only (tokens whole, GPU-seconds to 0.1, GPU-hours
+to 0.01, GPU-months to 0.001), unit prices exact with the currency and
+what they are per ("0.60 USD / 1M tokens")."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 
 from billing.choices import LineKind
-from billing.money import from_minor, to_minor
+from billing.money import from_minor, price_format, to_minor
 from billing.pricing.rating import Charge
 
 LineKey = tuple[str, str, str, str, Decimal | None]
@@ -99,3 +106,52 @@ def credit_line(*, grant, minor: int, currency: str, start: datetime, end: datet
         service_start=start,
         service_end=end,
     )
+
+
+@dataclass(frozen=True)
+class LineUnit:
+    """What a line's quantity counts and its unit price is per."""
+
+    quantity: str  # "tokens"
+    places: int  # decimal places a quantity is shown with
+    per: str  # "1M tokens"
+
+
+# Kinds not here (discount, true-up, credits) are one amount: no quantity or unit price.
+LINE_UNITS = {
+    LineKind.TOKENS: LineUnit("tokens", 0, "1M tokens"),
+    LineKind.GPU_SECONDS: LineUnit("GPU-seconds", 1, "GPU-second"),
+    LineKind.RESERVATION: LineUnit("GPU-hours", 2, "GPU-hour"),
+    LineKind.DEDICATED: LineUnit("GPU-months", 3, "GPU-month"),
+}
+
+
+def line_quantity_text(line) -> str:
+    """The quantity with its unit: "1,553,065,625 tokens", "12,345.7
+    GPU-seconds"; "" for a line that is one amount. Rounded half-even for
+    display; the amount was computed from the exact quantity."""
+    unit = LINE_UNITS.get(line.kind)
+    if unit is None or line.quantity is None:
+        return ""
+    shown = Decimal(line.quantity).quantize(Decimal(1).scaleb(-unit.places), ROUND_HALF_EVEN)
+    return f"{shown:,f} {unit.quantity}"
+
+
+def line_unit_price_text(line, *, currency: str) -> str:
+    """The unit price, exact, with what it is per: "0.60 USD / 1M tokens";
+    "" when the line has none."""
+    unit = LINE_UNITS.get(line.kind)
+    if unit is None or line.unit_price is None:
+        return ""
+    return f"{price_format(line.unit_price, currency)} / {unit.per}"
+
+
+def line_text(line, *, currency: str) -> str:
+    """The line in one sentence, for where only a description fits (a
+    Stripe invoice item): "tiny-llama: output tokens, tier 2 (above 10M):
+    1,553,065,625 tokens at 0.60 USD / 1M tokens"."""
+    quantity = line_quantity_text(line)
+    price = line_unit_price_text(line, currency=currency)
+    if not quantity:
+        return line.description
+    return f"{line.description}: {quantity}" + (f" at {price}" if price else "")

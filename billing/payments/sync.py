@@ -1,6 +1,8 @@
 """Our invoices in Stripe. A finalized invoice is pushed as a Stripe
-invoice with one item per line, finalized there; later states (paid out
-of band, void, uncollectible) and credit notes follow. Each step saves
+invoice with one item per line (described as the invoice page reads it:
+quantity, unit price, tier; billing.invoicing.lines.line_text), finalized
+there; later states (paid out of band, void, uncollectible) and credit
+notes follow. Each step saves
 the Stripe id it learned at once and is keyed for idempotency, so a sync
 that dies anywhere is finished by the next one with nothing doubled.
 
@@ -15,6 +17,7 @@ import logging
 from django.db.models import Q
 
 from billing.choices import InvoiceStatus, StripeSync
+from billing.invoicing.lines import line_text
 from billing.models import CreditNote, Invoice
 from billing.payments import stripe_api
 from billing.payments.customers import stripe_customer_get_or_create
@@ -95,7 +98,7 @@ def _push(invoice: Invoice) -> None:
                 item=stripe_api.ItemSpec(
                     line_id=line.pk,
                     amount_minor=line.amount_minor,
-                    description=line.description,
+                    description=line_text(line, currency=invoice.currency),
                     period_start=int(line.service_start.timestamp()),
                     period_end=int(line.service_end.timestamp()),
                 ),

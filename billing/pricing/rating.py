@@ -14,6 +14,7 @@ far (what the gateway reserves and settles: issue 18)."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -77,6 +78,31 @@ class RateCard:
         if any(price != price.to_integral_value() for price in per_token):
             return None
         return tuple(int(price) for price in per_token)
+
+
+def tier_label(steps: tuple[tuple[int, Decimal], ...], index: int) -> str:
+    """Which graduated tier of a kind's steps a line is, as an invoice
+    reads it: "tier 1 (first 10M)", "tier 2 (10M to 50M)", "tier 3
+    (above 50M)"; "" for a flat price (one step: no tiers)."""
+    if len(steps) < 2:
+        return ""
+    start = steps[index][0]
+    if index + 1 == len(steps):
+        span = f"above {_tokens_short(start)}"
+    elif start == 0:
+        span = f"first {_tokens_short(steps[index + 1][0])}"
+    else:
+        span = f"{_tokens_short(start)} to {_tokens_short(steps[index + 1][0])}"
+    return f"tier {index + 1} ({span})"
+
+
+def _tokens_short(tokens: int) -> str:
+    """10M, 1.5M, 500k, 1,234: a tier boundary as price lists write it."""
+    if tokens >= 1_000_000 and tokens % 1_000 == 0:
+        return f"{(Decimal(tokens) / 1_000_000).normalize():,f}M"
+    if tokens >= 1_000 and tokens % 100 == 0:
+        return f"{(Decimal(tokens) / 1_000).normalize():,f}k"
+    return f"{tokens:,}"
 
 
 def card_pieces(card: RateCard, kind: str, done: int, tokens: int):
@@ -375,6 +401,7 @@ def _books_load(*, tier: str, start: datetime, end: datetime) -> Books:
 def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]) -> list[Charge]:
     volume: dict[tuple[int, str], int] = defaultdict(int)  # the period's tokens so far
     lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
+    tiers: dict[tuple, dict[int, str]] = defaultdict(dict)  # a line's graduated tiers
     for since, model_id, name, prompt, cached, completion, seconds, _ in usage:
         book = books.at(since)
         card = books.card(book, model_id) if book else None
@@ -385,33 +412,50 @@ def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]
             prompt=prompt, cached=cached, completion=completion
         ).items():
             done = volume[(model_id, kind)]
+            steps = card.steps[kind]
+            starts = [start for start, _ in steps]
+            position = done
             for quantity, per_mtok in card_pieces(card, kind, done, tokens):
-                line = lines[("tokens", name, kind, book.pk, per_mtok)]
+                key = ("tokens", name, kind, book.pk, per_mtok)
+                line = lines[key]
                 line[0] += quantity
                 line[1] += quantity * per_mtok / MILLION
+                index = bisect_right(starts, position) - 1
+                tiers[key][index] = tier_label(steps, index)
+                position += int(quantity)
             volume[(model_id, kind)] = done + tokens
         if card.per_gpu_second is not None and seconds:
             line = lines[("gpu_seconds", name, None, book.pk, card.per_gpu_second)]
             line[0] += seconds
             line[1] += seconds * card.per_gpu_second
-    return [
-        Charge(
-            kind=kind,
-            description=(
-                f"{model}: {token_kind.replace('_', ' ')} tokens"
-                if token_kind
-                else f"{model}: GPU-seconds"
-            ),
-            quantity=quantity,
-            unit_price=unit,
-            amount=amount,
-            model=model,
-            token_kind=token_kind,
-            book=books.label(book_id),
+    charges = []
+    for key, (quantity, amount) in lines.items():
+        if not quantity:
+            continue
+        kind, model, token_kind, book_id, unit = key
+        charges.append(
+            Charge(
+                kind=kind,
+                description=_usage_description(model, token_kind, tiers.get(key, {})),
+                quantity=quantity,
+                unit_price=unit,
+                amount=amount,
+                model=model,
+                token_kind=token_kind,
+                book=books.label(book_id),
+            )
         )
-        for (kind, model, token_kind, book_id, unit), (quantity, amount) in lines.items()
-        if quantity
-    ]
+    return charges
+
+
+def _usage_description(model: str, token_kind: str | None, tiers: dict[int, str]) -> str:
+    """Which model, kind and, for graduated prices, which volume tier(s):
+    "tiny-llama: output tokens, tier 2 (above 10M)" (two tiers of one
+    price are one line)."""
+    if not token_kind:
+        return f"{model}: GPU-seconds"
+    named = " and ".join(label for _, label in sorted(tiers.items()) if label)
+    return f"{model}: {token_kind.replace('_', ' ')} tokens" + (f", {named}" if named else "")
 
 
 def _charges_reservations(reservations, *, start, end, books: Books) -> list[Charge]:

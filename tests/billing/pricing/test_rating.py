@@ -61,6 +61,12 @@ def test_graduated_output_tiers_count_the_month_volume(world):
         (D(500_000), D(2)),
     }
     assert _total(output) == D("17")
+    # Each line names its tier, as the invoice and Stripe show it.
+    assert {c.description for c in output} == {
+        "tiny: output tokens, tier 1 (first 1M)",
+        "tiny: output tokens, tier 2 (1M to 5M)",
+        "tiny: output tokens, tier 3 (above 5M)",
+    }
 
 
 def test_one_requests_price_is_what_it_adds_to_the_periods_rating(world):
