@@ -203,6 +203,22 @@ def request_get(*, tenant: Tenant | None, request_id: str) -> UsageEvent:
     return found[0]
 
 
+def request_billed_tokens(*, tenant: Tenant | None, request_id: str) -> dict[str, int]:
+    """One request's tokens as the rollups count them for rating: a
+    disaggregated request's prompt on its prefill row, its output on its
+    decode row (billed once). Another tenant's request counts nothing."""
+    events = UsageEvent.objects.filter(request_id=request_id)
+    if tenant is not None:
+        events = events.filter(tenant=tenant)
+    not_decode, not_prefill = ~Q(phase=Phase.DECODE), ~Q(phase=Phase.PREFILL)
+    sums = events.aggregate(
+        prompt=Coalesce(Sum("prompt_tokens", filter=not_decode), 0),
+        cached=Coalesce(Sum("cached_tokens", filter=not_decode), 0),
+        completion=Coalesce(Sum("completion_tokens", filter=not_prefill), 0),
+    )
+    return {key: int(value) for key, value in sums.items()}
+
+
 def rollup_of_request(*, event: UsageEvent) -> UsageRollup | None:
     """The hourly rollup row the request was counted in."""
     return UsageRollup.objects.filter(

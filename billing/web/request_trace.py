@@ -1,9 +1,10 @@
 """One request followed through the platform: what the gateway recorded,
 the device-seconds attribution gave it window by window, the hourly rollup
-it was counted in, the invoice and the lines that bill that hour, and for
-finance staff its share of the hour's allocated GPU cost and the tenant's
-margin in the latest report. A tenant's member sees only its own requests,
-and only issued invoices."""
+it was counted in, its own charge priced part by part, the invoice lines it
+fed (its model and token kinds only), and for finance staff its share of
+the hour's allocated GPU cost and the tenant's margin in the latest
+report. A tenant's member sees only its own requests, and only issued
+invoices."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ from decimal import Decimal
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Sum
 from django.http import Http404
 from django.shortcuts import render
 
 from billing.costs.selectors import margin_report_latest
-from billing.invoicing.selectors import invoice_list
-from billing.models import CostAllocation
+from billing.reports.request_trace import (
+    request_charge,
+    request_cost_share,
+    request_invoice,
+    request_invoice_lines,
+)
 from metering.models import UsageEvent
 from metering.selectors import request_device_seconds, request_get, rollup_of_request
 from tenants.access import principal_for_session
@@ -36,49 +40,29 @@ def request_trace(request, request_id: str):
     windows = sorted(request_device_seconds(tenant=tenant, request_id=request_id).items())
     device_seconds = sum((seconds for _, seconds in windows), Decimal(0))
     hour = event.received_at.replace(minute=0, second=0, microsecond=0)
-    rollup = rollup_of_request(event=event)
-    invoice = (
-        invoice_list(tenant=tenant)
-        .filter(tenant_id=event.tenant_id, period_start__lte=hour, period_end__gt=hour)
-        .prefetch_related("lines")
-        .first()
-    )
-    lines = [
-        line
-        for line in (invoice.lines.all() if invoice else [])
-        if line.service_start <= hour < line.service_end
-        and (not line.model or line.model == event.model)
-    ]
+    charge = request_charge(tenant=tenant, event=event, device_seconds=device_seconds)
+    invoice = request_invoice(tenant=tenant, event=event)
     context = {
         "event": event,
         "windows": windows,
         "device_seconds": device_seconds,
         "hour": hour,
-        "rollup": rollup,
+        "rollup": rollup_of_request(event=event),
+        "charge": charge,
         "invoice": invoice,
-        "lines": lines,
+        "lines": request_invoice_lines(
+            invoice=invoice, event=event, charge=charge, device_seconds=device_seconds
+        ),
         "finance": tenant is None,
     }
     if tenant is None:
-        context |= _cost_and_margin(event, hour=hour, device_seconds=device_seconds)
+        context["cost"] = request_cost_share(event=event, windows=windows)
+        context |= _margin(event, hour=hour)
     return render(request, "billing/request_trace.html", context)
 
 
-def _cost_and_margin(event: UsageEvent, *, hour, device_seconds: Decimal) -> dict:
-    """The hour's booked cost for this tenant, model and pool, and this
-    request's part of it by device-seconds (allocation splits by them)."""
-    allocated = CostAllocation.objects.filter(
-        scenario=None,
-        hour=hour,
-        tenant_id=event.tenant_id,
-        pool_id=event.pool_id,
-        served_model_id=event.served_model_id,
-    ).aggregate(total=Sum("total"), seconds=Sum("device_seconds"))
-    share = None
-    if allocated["total"] is not None and allocated["seconds"]:
-        share = (allocated["total"] * device_seconds / allocated["seconds"]).quantize(
-            Decimal("0.000000001")
-        )
+def _margin(event: UsageEvent, *, hour) -> dict:
+    """The tenant's row of the latest stored margin report covering the hour."""
     report = margin_report_latest(moment=hour)
     margin = None
     if report is not None:
@@ -86,4 +70,4 @@ def _cost_and_margin(event: UsageEvent, *, hour, device_seconds: Decimal) -> dic
             (row for row in report.tables.get("tenant", []) if row["tenant"] == event.tenant.slug),
             None,
         )
-    return {"allocated": allocated, "cost_share": share, "report": report, "margin": margin}
+    return {"report": report, "margin": margin}
