@@ -394,6 +394,25 @@ def usage_by_replica(*, start: datetime, end: datetime) -> QuerySet:
     )
 
 
+def usage_by_model_pool_replica(*, start: datetime, end: datetime) -> QuerySet:
+    """Billed tokens and attributed device-seconds per (model name, pool
+    name, replica) in [start, end), of the rollups that name all three."""
+    return (
+        UsageRollup.objects.filter(
+            hour__gte=start,
+            hour__lt=end,
+            replica__isnull=False,
+            served_model__isnull=False,
+            pool__isnull=False,
+        )
+        .values("served_model__name", "pool__name", "replica_id")
+        .annotate(
+            device=Sum("device_seconds"),
+            tokens=Sum(F("prompt_tokens") + F("completion_tokens")),
+        )
+    )
+
+
 def usage_device_frame(*, start: datetime, end: datetime) -> pd.DataFrame:
     """The hourly rollups with device time in [start, end), as read: (hour
     epoch, replica_id, pool_id, tenant, model, device_us), -1 for a missing

@@ -71,7 +71,8 @@ LOST = "sla_credit"  # revenue given back for missed service levels (not a cost)
 
 @dataclass
 class MarginData:
-    detail: pd.DataFrame  # DETAIL_KEYS + MONEY + LOST (int nano) + tokens, device_seconds, ORIGINAL*
+    # DETAIL_KEYS + MONEY + LOST (int nano) + tokens, device_seconds, ORIGINAL*
+    detail: pd.DataFrame
     capacity: pd.DataFrame  # tier, pool, capacity_seconds, busy_seconds
     currency: str = "USD"  # of every MONEY column
     conversions: list[FxConversion] = field(default_factory=list)

@@ -29,13 +29,15 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from django.db.models import F, Sum
 
 from billing.costs.allocation import COMPONENTS
 from billing.costs.period import allocation_book, stretch_gpu_costs
 from metering.apportion import apportion
-from metering.models import UsageRollup
-from metering.selectors import usage_by_replica, usage_device_frame
+from metering.selectors import (
+    usage_by_model_pool_replica,
+    usage_by_replica,
+    usage_device_frame,
+)
 from serving.choices import Engine, GpuSharing
 from serving.gpu_shares import GPU_UNITS
 from serving.models import Gpu, Pool, Replica, ReplicaGpu
@@ -154,20 +156,7 @@ def _model_figures(detail: pd.DataFrame) -> pd.DataFrame:
 def _model_device(*, start: datetime, end: datetime) -> pd.DataFrame:
     """Attributed device-microseconds and billed tokens per (model name,
     pool name, replica) of the rollups that name all three."""
-    rows = (
-        UsageRollup.objects.filter(
-            hour__gte=start,
-            hour__lt=end,
-            replica__isnull=False,
-            served_model__isnull=False,
-            pool__isnull=False,
-        )
-        .values("served_model__name", "pool__name", "replica_id")
-        .annotate(
-            device=Sum("device_seconds"),
-            tokens=Sum(F("prompt_tokens") + F("completion_tokens")),
-        )
-    )
+    rows = usage_by_model_pool_replica(start=start, end=end)
     return pd.DataFrame(
         [
             (

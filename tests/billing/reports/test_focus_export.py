@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from billing.choices import InvoiceStatus
+from billing.costs.closing import cost_period_reopen
 from billing.invoicing.credit_notes import credit_note_create
 from billing.invoicing.credits import credit_grant_create
 from billing.invoicing.invoices import invoice_draft_build, invoice_estimate, invoice_finalize
@@ -212,6 +213,8 @@ def test_the_fleet_dataset_is_each_gpus_cost_as_allocation_books_it(billed, now_
     pool = world.pool("fleet-pool")
     cheap, dear = world.gpu("g1"), world.gpu("g2", capex="17520")  # $1 and $2 an hour
     replica = world.replica("r1", pool, [cheap, dear])
+    # October is invoiced (closed for cost): the tariff entered late needs it reopened.
+    cost_period_reopen(start=OCT.replace(month=1), end=NOV, reason="tariff entered late")
     world.rate("energy", "0.10", "per_kwh")
     world.use(world.a, replica, 1800)
     day = H0.replace(hour=0)
