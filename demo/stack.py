@@ -25,15 +25,26 @@ class WorkloadFailed(RuntimeError):
     """The demo workload got not one answer through the gateway."""
 
 
-def vllm_replicas_start(*, pools: dict, progress) -> list:
+def vllm_replicas_start(*, pools: dict, progress, embedder=None) -> list:
     """One local replica of the tiny model per demo pool, registered into
-    it on the pool's demo GPUs; returns the started replicas."""
+    it on the pool's demo GPUs, and the embedding replica (tiny-embed) where
+    `embedder` places it; returns the started replicas."""
     from serving.local_replicas import Placement, replicas_launch
 
     placements = [
         Placement(name=seeded.replica.name, port=free_port(), pool=seeded.pool, gpus=seeded.gpus)
         for seeded in pools.values()
     ]
+    if embedder is not None:
+        placements.append(
+            Placement(
+                name=embedder.replica.name,
+                port=free_port(),
+                pool=embedder.pool,
+                gpus=embedder.gpus,
+                embed=True,
+            )
+        )
     return replicas_launch(placements=placements, progress=progress)
 
 

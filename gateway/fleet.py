@@ -20,7 +20,7 @@ from django.db.models import Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from serving.choices import PoolKind, ReplicaRole, ReplicaStatus
+from serving.choices import ModelTask, PoolKind, ReplicaRole, ReplicaStatus
 from serving.gpu_shares import GPU_UNITS
 
 
@@ -54,6 +54,7 @@ class ModelInfo:
     name: str
     chars_per_token: float  # ok-float: an admission estimate, never billed
     max_context_tokens: int
+    task: str = ModelTask.GENERATE  # which endpoints can serve it (gateway.payload)
 
 
 @dataclass
@@ -87,6 +88,7 @@ def fleet_snapshot_load() -> FleetSnapshot:
             name=m.name,
             chars_per_token=float(m.chars_per_token),  # ok-float
             max_context_tokens=m.max_context_tokens,
+            task=m.task,
         )
     for a in LoraAdapter.objects.select_related("base_model"):
         snapshot.adapters[a.name] = AdapterInfo(

@@ -15,6 +15,7 @@ import orjson
 
 from gateway.callers import Caller
 from gateway.fleet import FleetSnapshot
+from serving.choices import ModelTask
 from serving.engines import EngineSpec
 
 # The gateway's paths (the same on every engine) and the kind each serves.
@@ -37,6 +38,15 @@ OUTPUT_BOUND_FIELDS = {
     "embeddings": (),  # nothing generated
 }
 GENERATING_KINDS = frozenset({"chat", "completion", "responses"})
+# The served model's task (serving.choices.ModelTask) each kind needs: vLLM
+# serves a generating model's routes or an embedding model's, never both.
+KIND_TASKS = {
+    "chat": ModelTask.GENERATE,
+    "completion": ModelTask.GENERATE,
+    "responses": ModelTask.GENERATE,
+    "embeddings": ModelTask.EMBED,
+}
+TASK_NAMES = {ModelTask.GENERATE: "a text generation model", ModelTask.EMBED: "an embedding model"}
 # What a disaggregated pool splits into prefill and decode (gateway.disagg).
 DISAGGREGABLE_KINDS = frozenset({"chat", "completion"})
 # vLLM's ask of a prefill replica: keep the KV cache for a decode elsewhere
@@ -191,6 +201,9 @@ def _prepare_for_model(
         route_model, upstream_model = model, model
     else:
         raise _model_not_found(model)
+    info = fleet.models[route_model]
+    if info.task != KIND_TASKS[kind]:
+        raise _model_not_supported(model, task=info.task, kind=kind)
 
     stream = payload.get("stream", False)
     if not isinstance(stream, bool):
@@ -199,7 +212,6 @@ def _prepare_for_model(
     stream = stream and generates
     max_tokens_name, max_tokens = _max_tokens(payload, kind)
     prompt_chars = _prompt_chars(payload, kind)
-    info = fleet.models[route_model]
     prompt_estimate = int(prompt_chars / info.chars_per_token) + 1  # ok-float: estimate only
     budget_tokens = max_tokens if max_tokens is not None else default_max_tokens * generates
     choices = _choices(payload)
@@ -272,6 +284,20 @@ def _model_not_found(model: str) -> BadRequest:
         param="model",
         status=404,
         code="model_not_found",
+    )
+
+
+def _model_not_supported(model: str, *, task: str, kind: str) -> BadRequest:
+    """A model asked of an endpoint its replicas do not serve: refused
+    here, as OpenAI refuses an embedding model on chat (invalid_request_error,
+    param `model`), but 400 with a code of its own: nothing is wrong with
+    the name, only with the endpoint."""
+    serves = ", ".join(path for path, k in ENDPOINTS.items() if KIND_TASKS[k] == task)
+    return BadRequest(
+        f"The model `{model}` is {TASK_NAMES.get(task, task)} and is not served on "
+        f"{PATHS[kind]}: it is served on {serves}.",
+        param="model",
+        code="model_not_supported",
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from gateway.errors import Refused, error_body
+from gateway.errors import Refused, error_body, upstream_fault
 from gateway.payload import responses_messages
 from gateway.unstream import unstreamed, usage_normalized
 from gateway.upstream_http import (
@@ -226,27 +226,29 @@ async def respond_refused(send: Send, refused: Refused, headers: list | None = N
     await respond(send, refused.status, refused.body(), [*(headers or []), *refused.headers()])
 
 
-async def _answer_whole(
-    call: UpstreamCall, resp: UpstreamResponse, raw: bytes, *, status: int | None = None
-) -> None:
-    content_type = b"application/json"
-    if status is None:
-        content_type = resp.headers.get("Content-Type", "application/json").encode()
-    await respond(call.send, status or resp.status, raw, call.extra_headers, content_type)
+async def _answer_whole(call: UpstreamCall, resp: UpstreamResponse, raw: bytes) -> None:
+    content_type = resp.headers.get("Content-Type", "application/json").encode()
+    await respond(call.send, resp.status, raw, call.extra_headers, content_type)
 
 
 async def _relay_refusal(call: UpstreamCall, resp: UpstreamResponse, sent_at: datetime) -> Outcome:
-    """A non-200 answer: 5xx may be retried elsewhere; 4xx is the client's."""
+    """A non-200 answer: 5xx may be retried elsewhere; 4xx is the client's,
+    in OpenAI's error shape whatever the engine's (a stream refused before
+    it started too)."""
     raw = await _read(resp)
     if resp.status >= 500:
         raise UpstreamUnavailable(f"replica answered {resp.status}", connection_failed=False)
-    await _answer_whole(call, resp, raw)
-    return Outcome(
-        http_status=resp.status,
-        status="error",
-        sent_at=sent_at,
-        error=raw[:300].decode(errors="replace"),
-    )
+    return await _answer_fault(call, resp.status, raw, sent_at)
+
+
+async def _answer_fault(call: UpstreamCall, status: int, raw: bytes, sent_at: datetime) -> Outcome:
+    fault = upstream_fault(status, raw, route=f"POST {_path(call.url)}")
+    await respond(call.send, status, fault.body(), call.extra_headers)
+    return Outcome(http_status=status, status="error", sent_at=sent_at, error=fault.recorded())
+
+
+def _path(url: str) -> str:
+    return "/" + url.split("://", 1)[-1].partition("/")[2]
 
 
 async def call_unary(call: UpstreamCall) -> Outcome:
@@ -574,9 +576,8 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
     if failed is not None:
         code = (failed["error"] or {}).get("code") if isinstance(failed["error"], dict) else None
         status = code if isinstance(code, int) and 400 <= code < 600 else 500
-        outcome.status, outcome.http_status = "error", status
-        outcome.error = orjson.dumps(failed)[:300].decode(errors="replace")
-        await _answer_whole(call, resp, orjson.dumps(failed), status=status)
+        answered = await _answer_fault(call, status, orjson.dumps(failed), outcome.sent_at)
+        outcome.status, outcome.http_status, outcome.error = "error", status, answered.error
         return outcome
     await respond(call.send, 200, orjson.dumps(answer.answer()), call.extra_headers)
     return outcome

@@ -66,7 +66,8 @@ class PoolAdmin(admin.ModelAdmin):
 
 @admin.register(ServedModel)
 class ServedModelAdmin(admin.ModelAdmin):
-    list_display = ["name", "chars_per_token", "max_context_tokens"]
+    list_display = ["name", "task", "chars_per_token", "max_context_tokens"]
+    list_filter = ["task"]
     search_fields = ["name"]
 
 

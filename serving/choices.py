@@ -37,6 +37,14 @@ class Engine(models.TextChoices):
     OPENAI = "openai", "Other OpenAI-compatible server"
 
 
+class ModelTask(models.TextChoices):
+    """What a served model does, as its replicas run it (vLLM's runner):
+    which OpenAI endpoints can serve it (gateway.payload.KIND_TASKS)."""
+
+    GENERATE = "generate", "Generates text (chat, completions, responses)"
+    EMBED = "embed", "Embeds text (embeddings)"
+
+
 class ReplicaRole(models.TextChoices):
     """What a replica does with a request. In a disaggregated pool one
     replica computes the prompt (prefill) and hands its KV cache to another

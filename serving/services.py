@@ -14,6 +14,7 @@ from serving.choices import (
     Engine,
     GpuSharing,
     IdleCostPolicy,
+    ModelTask,
     PoolKind,
     ReplicaRole,
     ReplicaStatus,
@@ -42,10 +43,16 @@ def served_model_ensure(
     chars_per_token: Decimal = Decimal(4),
     max_context_tokens: int = 4096,
     config: dict | None = None,
+    task: str = ModelTask.GENERATE,
 ) -> ServedModel:
     """Create or update a served model; `config` (its Hugging Face
-    config.json) gives the byte counts roofline attribution weighs by."""
-    defaults = {"chars_per_token": chars_per_token, "max_context_tokens": max_context_tokens}
+    config.json) gives the byte counts roofline attribution weighs by;
+    `task` what its replicas run it for (serving.choices.ModelTask)."""
+    defaults = {
+        "chars_per_token": chars_per_token,
+        "max_context_tokens": max_context_tokens,
+        "task": task,
+    }
     if config is not None:
         defaults["weight_bytes"], defaults["kv_bytes_per_token"] = roofline_bytes(config)
     model, _ = ServedModel.objects.update_or_create(name=name, defaults=defaults)

@@ -27,7 +27,7 @@ from django.db import connection
 from django.utils import timezone
 
 from metering.jobs import MeteringRun, metering_run
-from serving.choices import PoolKind
+from serving.choices import ModelTask, PoolKind
 from serving.launcher import (
     ENGINE_NICE,
     LocalReplica,
@@ -307,11 +307,13 @@ def wait_for_records_written(gateway_url: GatewayUrl, *, timeout: float = 30) ->
 
 
 def fleet_model(name: str = MODEL_NAME) -> ServedModel:
+    """The tiny model as served under `name`: tiny-embed is its embedding model."""
     return served_model_ensure(
         name=name,
         chars_per_token=Decimal(1),
         max_context_tokens=2048,
         config=model_config(),
+        task=ModelTask.EMBED if name == EMBEDDING_MODEL_NAME else ModelTask.GENERATE,
     )
 
 

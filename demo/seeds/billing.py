@@ -157,6 +157,36 @@ def prices_demo_seed() -> int:
     return created + 2
 
 
+# What the demo's embedding model (tiny-embed) costs per million input
+# tokens: embeddings generate nothing, so they are priced by input alone.
+DEMO_EMBED_PER_MTOK = Decimal("0.02")
+
+
+def embed_prices_demo_seed() -> int:
+    """tiny-embed's price in each demo book that has none yet (a tenant with
+    a budget or prepaid credit may call only priced models). Returns rows
+    created."""
+    from serving.models import ServedModel
+    from serving.tiny_model import EMBEDDING_MODEL_NAME
+
+    model = ServedModel.objects.filter(name=EMBEDDING_MODEL_NAME).first()
+    if model is None:
+        return 0
+    created = 0
+    for book in PriceBook.objects.filter(name__in=["Demo list", "Demo dedicated"]):
+        _, made = ModelPrice.objects.get_or_create(
+            book=book,
+            served_model=model,
+            defaults={
+                "input_per_mtok": DEMO_EMBED_PER_MTOK,
+                "cached_input_per_mtok": DEMO_EMBED_PER_MTOK,
+                "output_per_mtok": Decimal(0),
+            },
+        )
+        created += made
+    return created
+
+
 # (name, tier or None, plan, availability %, TTFT p95 ms, inter-token p95 ms)
 DEMO_SLOS = [
     ("Shared default", "shared", None, "99.5", "2000", "250"),

@@ -2,7 +2,9 @@
 behind them (owned, with a capex and a useful life, so their cost is real
 arithmetic), a reservation, and one replica per pool of the tiny model,
 registered as down until a local vLLM replica of that name starts (which
-marks it up). Idempotent."""
+marks it up); beside them, in the shared pool on a GPU of its own, the
+tiny model as an embedding model (tiny-embed), so /v1/embeddings can be
+tried too. Idempotent."""
 
 from __future__ import annotations
 
@@ -34,6 +36,10 @@ DEMO_POOLS = [
     DemoPool("demo-reserved-globex", PoolKind.RESERVED, "globex", 1, "vllm-reserved-globex"),
     DemoPool("demo-dedicated-acme", PoolKind.DEDICATED, "acme", 1, "vllm-dedicated-acme"),
 ]
+# The embedding replica: in the shared pool, on a GPU of its own.
+DEMO_EMBED_POOL = "demo-shared"
+DEMO_EMBED_REPLICA = "vllm-shared-embed"
+DEMO_EMBED_GPU = "demo-shared-embed-gpu0"
 
 
 @dataclass(frozen=True)
@@ -49,11 +55,7 @@ def fleet_demo_seed() -> dict[str, DemoPlacement]:
     from serving.local_replicas import tiny_model_served
 
     model = tiny_model_served()
-    sku, _ = GpuSku.objects.get_or_create(
-        name="H100 SXM 80GB (demo)",
-        defaults={"power_idle_watts": 90, "power_busy_watts": 700, "memory_gb": 80},
-    )
-    node, _ = Node.objects.get_or_create(name="demo-node-1", defaults={"site": "demo-dc"})
+    sku, node = _demo_sku_and_node()
     tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=["acme", "globex"])}
     out = {}
     for spec in DEMO_POOLS:
@@ -63,20 +65,7 @@ def fleet_demo_seed() -> dict[str, DemoPlacement]:
         pool, _ = Pool.objects.get_or_create(
             name=spec.name, defaults={"kind": spec.kind, "owner": owner}
         )
-        gpus = [
-            Gpu.objects.get_or_create(
-                serial=f"{spec.name}-gpu{n}",
-                defaults={
-                    "sku": sku,
-                    "node": node,
-                    "in_service_date": date(2025, 7, 1),
-                    "capex": Decimal("28000"),
-                    "useful_life_months": 48,
-                    "salvage_value": Decimal("2800"),
-                },
-            )[0]
-            for n in range(spec.gpus)
-        ]
+        gpus = [_demo_gpu(f"{spec.name}-gpu{n}", sku, node) for n in range(spec.gpus)]
         if spec.kind == PoolKind.RESERVED:
             Reservation.objects.get_or_create(
                 tenant=owner,
@@ -87,15 +76,59 @@ def fleet_demo_seed() -> dict[str, DemoPlacement]:
                     "end": datetime(2027, 1, 1, tzinfo=UTC),
                 },
             )
-        replica = Replica.objects.filter(name=spec.replica).first()
-        if replica is None:
-            replica = replica_register(
-                name=spec.replica,
-                base_url="http://127.0.0.1:9",  # replaced when a local replica starts
-                model=model,
-                pool=pool,
-                gpus=gpus,
-            )
-            replica_set_status(replica=replica, status=ReplicaStatus.DOWN)
+        replica = _demo_replica(spec.replica, model=model, pool=pool, gpus=gpus)
         out[spec.name] = DemoPlacement(pool=pool, gpus=gpus, replica=replica)
     return out
+
+
+@transaction.atomic
+def embed_demo_seed() -> DemoPlacement | None:
+    """The embedding replica (tiny-embed) in the shared pool, on its own
+    GPU; None before the demo fleet (its shared pool) is seeded."""
+    from serving.local_replicas import tiny_model_served
+
+    pool = Pool.objects.filter(name=DEMO_EMBED_POOL).first()
+    if pool is None:
+        return None
+    model = tiny_model_served(embed=True)
+    gpus = [_demo_gpu(DEMO_EMBED_GPU, *_demo_sku_and_node())]
+    replica = _demo_replica(DEMO_EMBED_REPLICA, model=model, pool=pool, gpus=gpus)
+    return DemoPlacement(pool=pool, gpus=gpus, replica=replica)
+
+
+def _demo_sku_and_node() -> tuple[GpuSku, Node]:
+    sku, _ = GpuSku.objects.get_or_create(
+        name="H100 SXM 80GB (demo)",
+        defaults={"power_idle_watts": 90, "power_busy_watts": 700, "memory_gb": 80},
+    )
+    node, _ = Node.objects.get_or_create(name="demo-node-1", defaults={"site": "demo-dc"})
+    return sku, node
+
+
+def _demo_gpu(serial: str, sku: GpuSku, node: Node) -> Gpu:
+    return Gpu.objects.get_or_create(
+        serial=serial,
+        defaults={
+            "sku": sku,
+            "node": node,
+            "in_service_date": date(2025, 7, 1),
+            "capex": Decimal("28000"),
+            "useful_life_months": 48,
+            "salvage_value": Decimal("2800"),
+        },
+    )[0]
+
+
+def _demo_replica(name: str, *, model, pool: Pool, gpus: list[Gpu]) -> Replica:
+    """The replica as seeded: down until a local replica of that name starts."""
+    replica = Replica.objects.filter(name=name).first()
+    if replica is None:
+        replica = replica_register(
+            name=name,
+            base_url="http://127.0.0.1:9",  # replaced when a local replica starts
+            model=model,
+            pool=pool,
+            gpus=gpus,
+        )
+        replica_set_status(replica=replica, status=ReplicaStatus.DOWN)
+    return replica

@@ -121,7 +121,7 @@ class PoolSerializer(serializers.ModelSerializer):
 class ServedModelSerializer(serializers.ModelSerializer):
     class Meta:
         model = ServedModel
-        fields = ["id", "name", "description", "chars_per_token", "max_context_tokens"]
+        fields = ["id", "name", "description", "task", "chars_per_token", "max_context_tokens"]
 
 
 class LoraAdapterSerializer(serializers.ModelSerializer):

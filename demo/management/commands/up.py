@@ -35,8 +35,13 @@ from core.processes import (
     uvicorn_argv,
 )
 from demo.history import demo_history_fill
-from demo.seeds.billing import cost_rates_demo_seed, fx_rates_demo_seed, prices_demo_seed
-from demo.seeds.fleet import fleet_demo_seed
+from demo.seeds.billing import (
+    cost_rates_demo_seed,
+    embed_prices_demo_seed,
+    fx_rates_demo_seed,
+    prices_demo_seed,
+)
+from demo.seeds.fleet import embed_demo_seed, fleet_demo_seed
 from demo.seeds.tenants import DEMO_TENANTS, FINANCE_USERNAME
 from demo.stack import (
     GATEWAY_OPERATOR_PORT,
@@ -50,6 +55,7 @@ from demo.stack import (
 )
 from serving.launcher import VllmVenvUnusable
 from serving.local_replicas import replicas_stop
+from serving.tiny_model import EMBEDDING_MODEL_NAME, MODEL_NAME
 
 
 class Command(BaseCommand):
@@ -143,6 +149,8 @@ class Command(BaseCommand):
                 prices_demo_seed()
                 fx_rates_demo_seed()  # demo rates up to today (EUR tenants)
                 pools = fleet_demo_seed()
+                embedder = embed_demo_seed()
+                embed_prices_demo_seed()
                 self.detail = f"{len(pools)} pools (shared, reserved, dedicated)"
             with self.step("synthetic history"):
                 history = demo_history_fill(months=history_months)
@@ -157,7 +165,9 @@ class Command(BaseCommand):
                 if no_vllm:
                     self.detail = "skipped (--no-vllm)"
                 else:
-                    replicas = vllm_replicas_start(pools=pools, progress=self._note)
+                    replicas = vllm_replicas_start(
+                        pools=pools, embedder=embedder, progress=self._note
+                    )
                     self.detail = ", ".join(f"{r.name} :{r.port}" for r in replicas)
             with self.step("web server"):
                 web = ManagedProcess(
@@ -275,6 +285,8 @@ class Command(BaseCommand):
             f"Fleet, reconciliation: {base_url}/fleet/, {base_url}/reconciliation/",
             f"Jobs, receivables: {base_url}/jobs/, {base_url}/finance/receivables/",
             f"Gateway:           {gateway_url}/v1  (OpenAI-compatible)",
+            f"                   models: {MODEL_NAME} (chat, completions, responses), "
+            f"{EMBEDDING_MODEL_NAME} (embeddings)",
             f"Gateway operator:  {operator_url}/metrics, /healthz  (not for tenants)",
             *follow,
             "",
