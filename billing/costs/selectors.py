@@ -54,17 +54,19 @@ def cost_allocation_summary(
 def unallocated_summary(
     *, start: datetime, end: datetime, group_by: str, scenario: CostScenario | None = None
 ) -> list[dict]:
-    """Cost no tenant carries (platform idle, spare GPUs), per tier or pool."""
+    """Cost no tenant carries (platform idle, spare GPUs), per tier or pool,
+    and per currency the cost is booked in (never summed across two)."""
     key = {"tier": F("pool_kind"), "pool": F("pool__name")}[group_by]
     rows = (
         PoolHourCost.objects.filter(scenario=scenario, hour__gte=start, hour__lt=end)
         .annotate(g=key)
-        .values("g")
+        .values("g", "currency")
         .annotate(unallocated=Sum("unallocated"), total=Sum("total"))
-        .order_by("g")
+        .order_by("g", "currency")
     )
     return [
-        {group_by: row["g"] or "", **{k: row[k] for k in ("unallocated", "total")}} for row in rows
+        {group_by: row["g"] or "", **{k: row[k] for k in ("currency", "unallocated", "total")}}
+        for row in rows
     ]
 
 
@@ -125,30 +127,51 @@ def pool_utilization(
 def pool_utilization_summary(
     *, start: datetime, end: datetime, scenario: CostScenario | None = None
 ) -> list[dict]:
-    """Per pool over a period: busy / available device-seconds and cost."""
+    """Per pool over a period: busy / available device-seconds, and cost
+    in `costs`, one entry per currency it is booked in (one, unless the
+    reporting currency changed within the period: never summed across two)."""
     rows = (
         PoolHourCost.objects.filter(
             scenario=scenario, hour__gte=start, hour__lt=end, pool__isnull=False
         )
-        .values("pool__name", "pool_kind")
+        .values("pool__name", "pool_kind", "currency")
         .annotate(
             busy=Sum("busy_seconds"),
             capacity=Sum("capacity_seconds"),
             total=Sum("total"),
             unallocated=Sum("unallocated"),
         )
-        .order_by("pool__name")
+        .order_by("pool__name", "currency")
     )
-    return [
-        {
-            "pool": r["pool__name"],
-            "tier": r["pool_kind"],
-            "utilization": float(r["busy"] / r["capacity"] if r["capacity"] else 0),  # ok-float
-            "total": r["total"],
-            "unallocated": r["unallocated"],
-        }
-        for r in rows
-    ]
+    pools: dict[str, dict] = {}
+    for r in rows:
+        pool = pools.setdefault(
+            r["pool__name"],
+            {
+                "pool": r["pool__name"],
+                "tier": r["pool_kind"],
+                "busy": 0,
+                "capacity": 0,
+                "costs": [],
+            },
+        )
+        pool["busy"] += r["busy"]
+        pool["capacity"] += r["capacity"]
+        pool["costs"].append(
+            {"currency": r["currency"], "total": r["total"], "unallocated": r["unallocated"]}
+        )
+    out = []
+    for pool in pools.values():
+        ratio = pool["busy"] / pool["capacity"] if pool["capacity"] else 0
+        out.append(
+            {
+                "pool": pool["pool"],
+                "tier": pool["tier"],
+                "utilization": float(ratio),  # ok-float: a ratio, not money
+                "costs": pool["costs"],
+            }
+        )
+    return out
 
 
 def pool_utilization_series(

@@ -72,6 +72,12 @@ def lines_from_charges(
     ]
 
 
+def lines_total_minor(charges: Iterable[Charge], *, currency: str) -> int:
+    """What these charges come to as invoice lines: each rounded once, then
+    summed (what a page beside an invoice's figures must show too)."""
+    return sum(to_minor(c.amount, currency) for c in charges)
+
+
 def line_difference(*, rated: LineDraft | None, billed: LineDraft | None) -> LineDraft | None:
     """What a period's line owes now beyond what was billed for it, as a
     late-usage line; None when nothing changed."""

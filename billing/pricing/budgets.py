@@ -30,7 +30,13 @@ from django.utils import timezone
 
 from billing.models import BudgetState
 from billing.pricing.periods import tenant_period, tenants_by_period
-from billing.pricing.rating import TenantInputs, charges_compute, rating_inputs, rating_session
+from billing.pricing.rating import (
+    Charge,
+    TenantInputs,
+    charges_compute,
+    rating_inputs,
+    rating_session,
+)
 from billing.queueing import after_commit
 from tenants.choices import KEY_MANAGER_ROLES
 from tenants.models import Membership, Tenant, TenantPolicy
@@ -53,10 +59,19 @@ class BudgetCheck:
 def budget_spend(
     *, tenant: Tenant, start: datetime, end: datetime, inputs: TenantInputs | None = None
 ) -> Decimal:
+    charges = spend_charges(tenant=tenant, start=start, end=end, inputs=inputs)
+    return sum((c.amount for c in charges), Decimal(0))
+
+
+def spend_charges(
+    *, tenant: Tenant, start: datetime, end: datetime, inputs: TenantInputs | None = None
+) -> list[Charge]:
+    """The charges spend counts (SPEND_KINDS), exact: summed, the budget's
+    figure; each rounded as its invoice line, what the invoice will say."""
     if inputs is None:
         inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
     charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs)
-    return sum((c.amount for c in charges if c.kind in SPEND_KINDS), Decimal(0))
+    return [c for c in charges if c.kind in SPEND_KINDS]
 
 
 def _budget_policies() -> dict[int, TenantPolicy]:

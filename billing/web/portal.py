@@ -3,7 +3,10 @@ tokens and device-seconds, its service levels against its plan's targets
 (billing.web.slo), spend this billing period against the budget,
 what is owed (open invoices per currency, each with how to pay it: the
 Stripe hosted invoice page once synced), an estimate of this period's
-invoice, recent invoices, and export downloads. Reads hourly rollups,
+invoice, recent invoices, and export downloads. Spend so far is shown
+rounded line by line, as the invoice and its estimate round it, so the
+two agree; the gateway's standing is exact, rounded once (the page says
+so). Reads hourly rollups,
 and the ledger for the SLO percentiles."""
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from billing.invoicing.invoices import invoice_estimate
+from billing.invoicing.lines import lines_total_minor
 from billing.invoicing.selectors import days_overdue, invoice_list, invoices_open
 from billing.pricing.balances import spend_standing
-from billing.pricing.budgets import budget_spend
+from billing.pricing.budgets import spend_charges
 from billing.pricing.periods import tenant_period
 from billing.web.forms import PeriodFilterForm
 from billing.web.slo import slo_tenant_context
@@ -58,7 +62,8 @@ def usage_context(*, tenant, days: int) -> dict:
             totals[name] += row[name]
         totals["requests"] += sum(row[f"requests_{s}"] for s in ("ok", "aborted", "error"))
     period_start, period_end = tenant_period(tenant=tenant, moment=now)
-    spend = budget_spend(tenant=tenant, start=period_start, end=now)
+    charges = spend_charges(tenant=tenant, start=period_start, end=now)
+    spend = sum((c.amount for c in charges), Decimal(0))  # exact: what the budget counts
     policy = tenant.policy
     budget = policy.monthly_budget
     open_invoices = list(invoices_open(tenant=tenant))
@@ -77,6 +82,8 @@ def usage_context(*, tenant, days: int) -> dict:
         "period_start": period_start,
         "period_end": period_end,
         "spend": spend,
+        # Shown rounded line by line, as the invoice (and its estimate below) rounds it.
+        "spend_minor": lines_total_minor(charges, currency=tenant.billing_currency),
         "budget": budget,
         "spend_pct": float(spend / budget * 100) if budget else None,  # ok-float: a bar width
         "soft_pct": policy.budget_soft_percent,

@@ -39,7 +39,7 @@ def test_finance_sees_runs_costs_and_utilization(world):
     assert "shared-eu" in html and "25.0% busy" in html
     assert 'value="1"' in html and "1/1 h" in html and "0/2 h" in html
     # $1 + 0 energy: a quarter carried by Alpha, the idle rest unallocated (platform policy).
-    assert "1.00 (0.75 unallocated)" in html
+    assert "1.00 USD (0.75 USD unallocated)" in html
     # Hour by hour over the week: the pool's one hour at 25 % busy.
     series = page.context["series"]
     assert series["labels"] == [hour.strftime("%Y-%m-%d %H:00")]

@@ -113,8 +113,8 @@ def test_a_prepaid_member_sees_the_balance_and_what_requests_in_flight_hold(
     row = html.split('data-testid="standing-prepaid"')[1].split("</tr>")[0]
     assert "Prepaid balance" in row
     cells = [c.split(">", 1)[1].split("<")[0] for c in row.split('<td class="num"')[1:]]
-    assert cells[:3] == ["5.0000 USD", "1.2500", "0.5000"]
-    assert "3.2500 USD" in row  # left: 5 - 1.25 - 0.5
+    assert cells[:3] == ["5.00 USD", "1.25 USD", "0.50 USD"]
+    assert "3.25 USD" in row  # left: 5 - 1.25 - 0.5
     assert "Figures are the gateway's own" in html
 
 
