@@ -115,9 +115,10 @@ def demo_history_fill(
     report.allocation = allocation_run_execute(run_id=run.pk, progress=step("allocation")).status
     closed = month_starts_between(first, end)[1:]  # the first instant after each closed month
     for n, month_end in enumerate(closed, start=1):
-        run = invoice_run_execute(
-            run_id=invoice_run_create(as_of=month_end + timedelta(hours=2)).pk
-        )
+        # Issued when the month's run would have run: due NET_DAYS after
+        # that, so past invoices age as real ones do.
+        issued = month_end + timedelta(hours=2)
+        run = invoice_run_execute(run_id=invoice_run_create(as_of=issued, issued_at=issued).pk)
         report.invoices += run.invoices_created
         step("invoices")(n, len(closed))
     months_done = month_starts_between(first, end)

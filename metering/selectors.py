@@ -394,6 +394,20 @@ def usage_by_replica(*, start: datetime, end: datetime) -> QuerySet:
     )
 
 
+def usage_synthetic_span(
+    *, start: datetime, end: datetime, tenant=None
+) -> tuple[datetime, datetime] | None:
+    """The first and last hour in [start, end) of usage that is synthetic
+    hourly totals (the demo's history: rollups with no request behind
+    them), for every tenant or one; None when there is none. Pages that
+    measure request by request say those days have nothing to measure."""
+    rows = UsageRollup.objects.filter(hour__gte=start, hour__lt=end, synthetic=True)
+    if tenant is not None:
+        rows = rows.filter(tenant=tenant)
+    span = rows.aggregate(first=Min("hour"), last=Max("hour"))
+    return None if span["first"] is None else (span["first"], span["last"])
+
+
 def usage_by_model_pool_replica(*, start: datetime, end: datetime) -> QuerySet:
     """Billed tokens and attributed device-seconds per (model name, pool
     name, replica) in [start, end), of the rollups that name all three."""

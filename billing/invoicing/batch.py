@@ -12,10 +12,8 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from django.utils import timezone
-
 from billing.errors import InvoicePeriodOpenError
-from billing.invoicing.finalizing import finalize_early_check, finalize_early_of_run
+from billing.invoicing.finalizing import finalize_early_check, finalize_early_of_run, issue_moment
 from billing.invoicing.invoices import Outcome, invoices_bill, period_reads
 from billing.models import InvoiceRun
 from tenants.models import Tenant
@@ -40,7 +38,7 @@ def invoices_bill_many(
             finalize_early_check(
                 period_start=start,
                 period_end=end,
-                now=timezone.now(),
+                now=issue_moment(run),
                 early=finalize_early_of_run(run),
             )
         except InvoicePeriodOpenError as refused:

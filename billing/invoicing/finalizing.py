@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection
+from django.utils import timezone
 
 from billing.choices import InvoiceStatus, StripeSync
 from billing.errors import BillingInputError, InvoicePeriodOpenError
@@ -82,6 +83,12 @@ def finalize_early_check(
     if early is None:
         raise InvoicePeriodOpenError(period_start=period_start, period_end=period_end)
     return early
+
+
+def issue_moment(run: InvoiceRun | None) -> datetime:
+    """When invoices finalized now (by `run`) are issued: the run's
+    `issued_at` (a backfill of past months), else now."""
+    return run.issued_at if run is not None and run.issued_at else timezone.now()
 
 
 def finalize_early_of_run(run: InvoiceRun | None) -> FinalizeEarly | None:

@@ -35,6 +35,7 @@ from billing.invoicing.finalizing import (
     drafts_save,
     finalize_early_check,
     finalize_early_of_run,
+    issue_moment,
 )
 from billing.invoicing.late_usage import EarlierPeriods, earlier_periods, late_usage_lines
 from billing.invoicing.lines import LineDraft, lines_from_charges
@@ -253,7 +254,7 @@ def invoices_bill(
         _drafts_clear(kept=[d.invoice.pk for d in drafts if d.invoice.pk], emptied=emptied)
         moves: dict[str, list[Invoice]] = {}
         if finalize and drafts:
-            now = timezone.now()
+            now = issue_moment(run)
             early = finalize_early_check(
                 period_start=start, period_end=end, now=now, early=finalize_early_of_run(run)
             )

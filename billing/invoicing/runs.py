@@ -42,15 +42,22 @@ def invoice_run_create(
     finalize: bool = True,
     requested_by=None,
     early: FinalizeEarly | None = None,
+    issued_at: datetime | None = None,
 ) -> InvoiceRun:
     """A run, checked before anything is written: `as_of` within the
     supported span (core.calendar) and the periods it picks begun (else
     BillingInputError naming as_of) and, when it finalizes, ended unless
     `early` (else InvoicePeriodOpenError naming the period's end). The
-    page, the API and the command all come through here."""
+    page, the API and the command all come through here. `issued_at`: the
+    issue date of what it finalizes (a backfill of past months; due
+    NET_DAYS after it), never in the future; default the moment each is
+    finalized."""
+    if issued_at is not None and issued_at > timezone.now():
+        raise BillingInputError("issued_at", "an invoice cannot be issued in the future")
     early = invoice_run_periods_check(as_of=as_of, finalize=finalize, early=early)
     return InvoiceRun.objects.create(
         as_of=as_of,
+        issued_at=issued_at,
         finalize=finalize,
         requested_by=requested_by,
         finalize_early_reason=early.reason if early else "",

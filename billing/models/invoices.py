@@ -67,6 +67,10 @@ class InvoiceRun(RunLifecycle):
     finalize_early_reason = models.CharField(max_length=300, blank=True, default="")
     finalize_early_by = models.CharField(max_length=200, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
+    # When the invoices it finalizes are issued (finalized_at; due NET_DAYS
+    # later): empty is the moment each is finalized. Set for a backfill of
+    # past months (the demo's history, an import), never in the future.
+    issued_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

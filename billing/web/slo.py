@@ -18,6 +18,7 @@ from django.utils import timezone
 from billing.pricing.periods import tenant_period
 from billing.sla.selectors import TenantSlo, TierSlo, slo_by_tier, slo_compliance, slo_days
 from billing.web.forms import PeriodFilterForm
+from metering.selectors import usage_synthetic_span
 from tenants.access import finance_staff_required
 from tenants.models import Tenant
 
@@ -46,6 +47,7 @@ def finance_slo(request):
         "tenants": sorted(tenants, key=lambda t: (not _breached(t), t.tenant.slug)),
         "breached": sum(1 for t in tenants if _breached(t)),
         "chart": slo_tier_chart(tiers, tenants, start=start, end=end),
+        "synthetic": usage_synthetic_span(start=start, end=end),
     }
     return render(request, "billing/slo.html", context)
 
@@ -100,6 +102,7 @@ def slo_tenant_context(*, tenant: Tenant, start: datetime, end: datetime, now: d
         return points
 
     return {
+        "synthetic": usage_synthetic_span(start=start, end=end, tenant=tenant),
         "policy": period.policy,
         "period_start": period_start,
         "period_end": period_end,

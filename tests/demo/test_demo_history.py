@@ -76,3 +76,56 @@ def test_the_command_is_safe_to_run_again(db):
     assert Invoice.objects.count() == invoices
     assert not Invoice.objects.filter(lines__late=True).exists()  # same rows: nothing late
     assert "usage rows" in out.getvalue()
+
+
+def test_past_invoices_are_issued_and_fall_due_on_their_own_dates(db, client, settings):
+    """September's invoices, issued at 02:00 on October 1, are due 30 days
+    later: on November 22 they are 22 days overdue and October's are
+    current (all were "current", due a month after the history was
+    written). The receivables page shows each one's own due date."""
+    from datetime import timedelta
+
+    from billing.invoicing.selectors import receivables_aging
+    from tests.factories import make_finance_user
+
+    _seed()
+    demo_history_fill(months=2, now=NOW)
+    invoices = Invoice.objects.filter(status=InvoiceStatus.FINALIZED)
+    for invoice in invoices:
+        issued = invoice.period_end + timedelta(hours=2)
+        assert invoice.finalized_at == issued
+        assert invoice.due_at == issued + timedelta(days=settings.BILLING["NET_DAYS"])
+    aging = receivables_aging(as_of=NOW)
+    september = invoices.filter(period_start__month=9)
+    october = invoices.filter(period_start__month=10)
+    for currency in ("USD", "EUR"):
+        assert aging.counts[currency]["1-30"] == september.filter(currency=currency).count() > 0
+        assert aging.counts[currency]["current"] == october.filter(currency=currency).count() > 0
+
+    client.force_login(make_finance_user())
+    page = client.get("/finance/receivables/").content.decode()
+    first = september.order_by("pk").first()
+    row = page.split(f">{first.number}</a>")[1].split("</tr>")[0]
+    assert "2026-10-31" in row  # its own due date
+
+
+def test_the_slo_pages_say_the_history_has_no_per_request_data(db, client):
+    """The history is hourly totals: the SLO pages say those days have
+    nothing to measure, for finance and for a tenant; a tenant with no
+    synthetic usage is told nothing of the kind."""
+    from django.utils import timezone
+
+    from tenants.models import Tenant
+    from tests.factories import make_finance_user, make_member, make_tenant
+
+    _seed()
+    demo_history_fill(months=1, now=timezone.now())
+    client.force_login(make_finance_user())
+    notice = client.get("/finance/slo/").content.decode().split('data-testid="slo-synthetic"')
+    assert len(notice) == 2 and "No per-request data from" in notice[1]
+    assert "synthetic hourly totals" in notice[1]
+
+    client.force_login(make_member(Tenant.objects.get(slug="hooli")).user)
+    assert 'data-testid="slo-synthetic"' in client.get("/usage/").content.decode()
+    client.force_login(make_member(make_tenant(name="Fresh Co")).user)
+    assert 'data-testid="slo-synthetic"' not in client.get("/usage/").content.decode()
