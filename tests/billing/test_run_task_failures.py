@@ -48,8 +48,12 @@ def _broker_at(url: str):
 
 @pytest.fixture
 def broker():
-    """An in-memory broker the page's sends reach."""
+    """An in-memory broker the page's sends reach, empty: the memory
+    transport is one per process, and earlier tests may have left
+    messages in it (a Stripe sync queued after a commit)."""
     with _broker_at("memory://"):
+        with Connection("memory://") as conn:
+            conn.SimpleQueue(app.conf.task_default_queue).clear()
         yield
 
 
