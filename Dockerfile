@@ -18,18 +18,20 @@ RUN if ! command -v python3 >/dev/null || ! python3 -c "import ensurepip" 2>/dev
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
 
 FROM python AS build
-# A build machine behind a TLS proxy names its CA bundle here (and mounts it
-# into the build, e.g. podman build -v /etc/ssl/certs:/etc/ssl/host-certs:ro);
-# neither the path nor the bundle is kept in the image.
-ARG PIP_CERT=
+# A build machine behind a TLS-intercepting proxy passes the proxy's CA
+# bundle as the build secret pip-cert (docker build / podman build --secret
+# id=pip-cert,src=FILE; deploy/images/build does it from PIP_CERT): mounted
+# for the install step only, never kept in the image. A local wheel folder
+# (PIP_FIND_LINKS) is a path the builder mounts (podman -v).
 ARG PIP_FIND_LINKS=
 RUN python3 -m venv /opt/venv
 WORKDIR /src
 COPY pyproject.toml ./
 # The runtime dependencies only (not the dev extras), in their own layer:
 # a code change does not reinstall them.
-RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
- && if [ -z "$PIP_CERT" ]; then unset PIP_CERT; fi \
+RUN --mount=type=secret,id=pip-cert,required=false \
+    python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
+ && if [ -f /run/secrets/pip-cert ]; then export PIP_CERT=/run/secrets/pip-cert; fi \
  && if [ -z "$PIP_FIND_LINKS" ]; then unset PIP_FIND_LINKS; fi \
  && pip install --no-cache-dir -q -r requirements.txt
 COPY . /app
