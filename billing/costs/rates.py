@@ -148,9 +148,13 @@ def _validate(rate: CostRate, *, now: datetime | None = None) -> None:
         raise ValidationError({"amount": "must not be negative"})
     if rate.component == CostComponent.PUE and rate.amount < 1:
         raise ValidationError({"amount": "a PUE is at least 1"})
-    ceiling = RATE_CEILING[RateBasis(rate.basis)]
+    basis = RateBasis(rate.basis)
+    ceiling = RATE_CEILING[basis]
     if rate.amount > ceiling:
-        raise ValidationError({"amount": f"at most {ceiling:,} {RateBasis(rate.basis).label}"})
+        if basis == RateBasis.RATIO:
+            raise ValidationError({"amount": f"a PUE is at most {ceiling}"})
+        unit = basis.label[0].lower() + basis.label[1:]  # "per kWh", "per GPU-month"
+        raise ValidationError({"amount": f"at most {ceiling:,} {unit}"})
     if not currency_is_iso(rate.currency):
         raise ValidationError(
             {"currency": f"{rate.currency!r} is not an ISO 4217 currency code (e.g. USD, EUR)"}

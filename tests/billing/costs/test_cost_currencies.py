@@ -171,6 +171,20 @@ def test_a_rate_in_no_currency_or_of_an_impossible_amount_is_a_400(finance, worl
     assert not CostRate.objects.exists()
 
 
+def test_the_ceilings_say_their_unit(finance, world):
+    pue = RATE | {"component": "pue", "basis": "ratio", "amount": "3.5"}
+    tariff = RATE | {"component": "energy", "basis": "per_kwh", "amount": "50000"}
+    messages = [
+        finance.post("/api/v1/costs/rates", body, format="json").json()["error"]["message"]
+        for body in (pue, tariff, RATE | {"amount": "2000000000"})
+    ]
+    assert messages == [
+        "amount: a PUE is at most 3",
+        "amount: at most 10,000 per kWh",
+        "amount: at most 1,000,000,000 per GPU-month",
+    ]
+
+
 def test_a_pue_of_three_and_a_euro_rate_are_accepted(finance, world):
     pue = {"component": "pue", "basis": "ratio", "amount": "3"}
     assert finance.post("/api/v1/costs/rates", RATE | pue, format="json").status_code == 201
