@@ -56,16 +56,33 @@ class Stack:
     def python(self, service: str, code: str, *, timeout: float = 300):
         """Run `code` by `manage.py shell` in the service's container; the
         last line it prints, as JSON."""
-        result = podman(
-            "exec", "-i", self.container(service), "python", "manage.py", "shell",
-            timeout=timeout, input=code,
-        )  # fmt: skip
-        return json.loads(result.stdout.strip().splitlines()[-1])
+        out = self._manage(service, ["shell"], timeout=timeout, code=code)
+        return json.loads(out.strip().splitlines()[-1])
 
     def manage(self, service: str, *args: str, timeout: float = 300) -> str:
-        return podman(
-            "exec", self.container(service), "python", "manage.py", *args, timeout=timeout
-        ).stdout
+        return self._manage(service, list(args), timeout=timeout)
+
+    def _manage(self, service: str, args: list[str], *, timeout: float, code=None) -> str:
+        """`manage.py ARGS` in the service's container; its output. A lookup
+        of a service's name that fails while podman's DNS (aardvark-dns)
+        reloads, right after a container of the network (re)started, is
+        tried again for up to 30 s (nothing was written: it fails on
+        connecting): seen once in CI, the web container could not resolve
+        `postgres` just after the worker was restarted."""
+        deadline = time.monotonic() + 30
+        while True:
+            result = podman(
+                "exec", "-i", self.container(service), "python", "manage.py", *args,
+                timeout=timeout, input=code or "", check=False,
+            )  # fmt: skip
+            if result.returncode == 0:
+                return result.stdout
+            if "failed to resolve host" not in result.stderr or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"manage.py {' '.join(args)} in {service} exited {result.returncode}:\n"
+                    f"{result.stderr[-3000:]}"
+                )
+            time.sleep(1)
 
     # --- waiting -----------------------------------------------------------
     def wait_http(self, url: str, *, timeout: float, expect: int = 200) -> None:
