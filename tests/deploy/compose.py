@@ -50,6 +50,13 @@ class Stack:
     def container(self, service: str) -> str:
         return f"{self.project}_{service}_1"
 
+    def revived(self, service: str) -> None:
+        """After a kill: the container running again. Its `restart:
+        unless-stopped` does not bring it back under podman 4.3 here (no
+        systemd: nothing runs the policy; waited 30 s), so it is started."""
+        if self.state(service)["Status"] != "running":
+            podman("start", self.container(service))
+
     def state(self, service: str) -> dict:
         return json.loads(podman("inspect", self.container(service)).stdout)[0]["State"]
 
