@@ -131,7 +131,10 @@ def start_gateway(
     """A `manage.py gateway` on free ports, ready: its operator /healthz
     answers 200 once every worker has started (the tenants' port is bound
     before)."""
-    port, operator_port = free_port(), free_port()
+    port = free_port()
+    operator_port = free_port()
+    while operator_port == port:  # two free ports asked for in a row can be the same one
+        operator_port = free_port()
     log_dir = Path(settings.VAR_DIR) / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     log = open(log_dir / f"test-gateway-{port}.log", "wb")  # noqa: SIM115
