@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -79,3 +80,32 @@ class Worker:
         if self.alive():
             self.process.kill()
             self.process.wait()
+
+
+@contextlib.contextmanager
+def broker_at(url: str):
+    """Point the Celery app (what tasks' .delay() publish to) at `url`."""
+    from config.celery_app import app
+
+    def reset():
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    before = app.conf.broker_url
+    app.conf.broker_url = url
+    reset()
+    try:
+        yield
+    finally:
+        app.conf.broker_url = before
+        reset()
+
+
+def worker_wait(predicate, worker: Worker | None = None, *, timeout: float = 120) -> None:
+    """Until `predicate()`, failing with the worker's log if it dies or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, worker.output() if worker else "timed out"
+        if worker is not None:
+            assert worker.alive(), worker.output()
+        time.sleep(0.1)

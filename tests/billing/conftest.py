@@ -57,7 +57,7 @@ class World:
         replica.gpus.set(gpus)
         return replica
 
-    def use(self, tenant: Tenant, replica: Replica, seconds, *, hour=H0, model=None):
+    def use(self, tenant: Tenant, replica: Replica, seconds, *, hour=H0, model=None, completion=0):
         UsageRollup.objects.create(
             hour=hour,
             tenant=tenant,
@@ -65,6 +65,7 @@ class World:
             pool=replica.pool,
             replica=replica,
             device_seconds=Decimal(str(seconds)),
+            completion_tokens=completion,
             requests_ok=1,
         )
 

@@ -10,7 +10,6 @@ invoice run as of year 1 said "running 0/6" for ever."""
 from __future__ import annotations
 
 import html
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,26 +23,11 @@ from billing.invoicing import runs as invoice_runs
 from billing.models import AllocationRun, InvoiceRun
 from billing.runs import _liveness_key
 from config.celery_app import app
+from tests.celery_worker import broker_at
 from tests.factories import make_finance_user
 from tests.services import database_session
 
 pytestmark = pytest.mark.django_db(transaction=True)  # on_commit sends, as in production
-
-
-@contextmanager
-def _broker_at(url: str):
-    def reset():
-        app._pool = None
-        app.amqp._producer_pool = None
-
-    before = app.conf.broker_url
-    app.conf.broker_url = url
-    reset()
-    try:
-        yield
-    finally:
-        app.conf.broker_url = before
-        reset()
 
 
 @pytest.fixture
@@ -51,7 +35,7 @@ def broker():
     """An in-memory broker the page's sends reach, empty: the memory
     transport is one per process, and earlier tests may have left
     messages in it (a Stripe sync queued after a commit)."""
-    with _broker_at("memory://"):
+    with broker_at("memory://"):
         with Connection("memory://") as conn:
             conn.SimpleQueue(app.conf.task_default_queue).clear()
         yield

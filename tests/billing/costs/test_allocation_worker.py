@@ -15,18 +15,10 @@ from billing.costs.runs import allocation_run_create
 from billing.models import AllocationRun, CostAllocation, PoolHourCost
 from billing.tasks import allocation_run_task
 from tests.billing.conftest import H0, make_world
-from tests.celery_worker import Worker
+from tests.celery_worker import Worker, worker_wait
 from tests.services import database_session
 
 DAYS = 6
-
-
-def _wait(predicate, worker: Worker, *, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, worker.output()
-        assert worker.alive(), worker.output()
-        time.sleep(0.1)
 
 
 def _colocation_by_day() -> list[set]:
@@ -67,7 +59,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_a_rerun_completes(tmp_path):
     try:
         run = allocation_run_create(start=start, end=end)
         worker.send(allocation_run_task, run.pk)
-        _wait(lambda: AllocationRun.objects.get(pk=run.pk).hours_done == 72, worker)
+        worker_wait(lambda: AllocationRun.objects.get(pk=run.pk).hours_done == 72, worker)
         time.sleep(0.5)  # blocked on day 4
         os.kill(worker.process.pid, signal.SIGKILL)
         worker.process.wait(timeout=30)
@@ -89,7 +81,7 @@ def test_a_worker_killed_mid_run_loses_nothing_and_a_rerun_completes(tmp_path):
     worker = Worker("filesystem", tmp_path).start()
     try:
         worker.send(allocation_run_task, rerun.pk)
-        _wait(lambda: AllocationRun.objects.get(pk=rerun.pk).status == "done", worker)
+        worker_wait(lambda: AllocationRun.objects.get(pk=rerun.pk).status == "done", worker)
     finally:
         worker.stop()
     assert _colocation_by_day() == [{1440}] * DAYS

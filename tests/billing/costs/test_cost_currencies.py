@@ -19,7 +19,6 @@ from billing.choices import ReportKind, RunStatus
 from billing.costs.runs import allocation_run_execute
 from billing.models import CostRate, FxRate, PoolHourCost
 from billing.reports.margin_reports import margin_report_build, margin_report_request
-from metering.models import UsageRollup
 from serving.models import Gpu, GpuSku
 from tests.conftest import client_for_user
 from tests.factories import make_finance_user, make_tenant
@@ -33,19 +32,6 @@ T1 = T0 + 2 * HOUR
 @pytest.fixture
 def finance(db):
     return client_for_user(make_finance_user())
-
-
-def _use(world, tenant, replica, *, hour, seconds, completion):
-    UsageRollup.objects.create(
-        hour=hour,
-        tenant=tenant,
-        served_model=world.model,
-        pool=replica.pool,
-        replica=replica,
-        device_seconds=D(seconds),
-        completion_tokens=completion,
-        requests_ok=1,
-    )
 
 
 def test_a_euro_gpu_and_euro_staff_cost_are_converted_hour_by_hour(
@@ -86,8 +72,8 @@ def test_a_euro_gpu_and_euro_staff_cost_are_converted_hour_by_hour(
     pool = world.pool("shared", policy="platform")
     replica = world.replica("r1", pool, [Gpu.objects.get(serial="g-eur")])
     world.rate("staff", "0.10", "per_gpu_hour", currency="EUR")
-    _use(world, world.a, replica, hour=T0, seconds=1800, completion=1_000_000)
-    _use(world, euro, replica, hour=T0 + HOUR, seconds=900, completion=333_333)
+    world.use(world.a, replica, hour=T0, seconds=1800, completion=1_000_000)
+    world.use(euro, replica, hour=T0 + HOUR, seconds=900, completion=333_333)
 
     sent: list[int] = []
     monkeypatch.setattr(tasks.allocation_run_task, "delay", sent.append)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,19 +18,10 @@ from billing.models import Invoice, InvoiceRun
 from billing.runs import ABANDONED
 from billing.tasks import invoice_run_task, runs_abandoned_task
 from tests.billing.conftest import NOV, OCT, make_world
-from tests.celery_worker import Worker
+from tests.celery_worker import Worker, worker_wait
 from tests.services import database_session
 
 AS_OF = datetime(2026, 11, 2, tzinfo=UTC)
-
-
-def _wait(predicate, worker: Worker | None = None, *, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, worker.output() if worker else "timed out"
-        if worker is not None:
-            assert worker.alive(), worker.output()
-        time.sleep(0.1)
 
 
 def _waiting_on_a_row_lock() -> bool:
@@ -60,7 +50,7 @@ def test_a_worker_killed_mid_run_is_abandoned_and_the_rerun_bills_each_tenant_on
     try:
         run = invoice_run_create(as_of=AS_OF, finalize=False)
         worker.send(invoice_run_task, run.pk)
-        _wait(_waiting_on_a_row_lock, worker)
+        worker_wait(_waiting_on_a_row_lock, worker)
         assert InvoiceRun.objects.get(pk=run.pk).status == "running"
         # Alive and waiting is not abandoned, however long it waits.
         assert runs_abandoned_task() == 0
@@ -78,7 +68,7 @@ def test_a_worker_killed_mid_run_is_abandoned_and_the_rerun_bills_each_tenant_on
     # Its session ends once the server notices the client is gone (right
     # after the lock is granted); then the sweep marks the run failed.
     marked: list[int] = []
-    _wait(lambda: marked.append(runs_abandoned_task()) or sum(marked) == 1, timeout=30)
+    worker_wait(lambda: marked.append(runs_abandoned_task()) or sum(marked) == 1, timeout=30)
     abandoned = InvoiceRun.objects.get(pk=run.pk)
     assert (abandoned.status, abandoned.failures) == (
         "failed",
@@ -91,7 +81,7 @@ def test_a_worker_killed_mid_run_is_abandoned_and_the_rerun_bills_each_tenant_on
     worker = Worker("filesystem", tmp_path).start()
     try:
         worker.send(invoice_run_task, rerun.pk)
-        _wait(lambda: InvoiceRun.objects.get(pk=rerun.pk).status == "done", worker)
+        worker_wait(lambda: InvoiceRun.objects.get(pk=rerun.pk).status == "done", worker)
     finally:
         worker.stop()
     drafts = Invoice.objects.filter(period_start=OCT, period_end=NOV)

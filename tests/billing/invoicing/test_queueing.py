@@ -7,7 +7,6 @@ reason instead of staying queued."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from datetime import timedelta
 from io import StringIO
 
@@ -22,29 +21,12 @@ from billing.models import AllocationRun, Invoice, InvoiceRun
 from billing.tasks import invoice_stripe_sync_task, stripe_sweep_task
 from config.celery_app import app
 from tests.billing.conftest import NOV, OCT
+from tests.celery_worker import broker_at
 from tests.conftest import client_for_user
 from tests.factories import make_finance_user, make_tenant
 
 UNREACHABLE = "redis://127.0.0.1:1/0"  # nothing listens on port 1
 pytestmark = pytest.mark.django_db(transaction=True)  # on_commit runs as in production
-
-
-@contextmanager
-def broker_at(url: str):
-    """Point the Celery app (what tasks' .delay() publish to) at `url`."""
-
-    def reset():
-        app._pool = None
-        app.amqp._producer_pool = None
-
-    before = app.conf.broker_url
-    app.conf.broker_url = url
-    reset()
-    try:
-        yield
-    finally:
-        app.conf.broker_url = before
-        reset()
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from billing.errors import FxRateMissingError
 from billing.models import FxRate
 from billing.reports.fx import FxTable
 from billing.reports.margin_reports import margin_report_build, margin_report_request
-from metering.models import UsageRollup
 from tests.conftest import client_for_key, client_for_user
 from tests.factories import make_finance_user, make_key, make_tenant
 
@@ -27,19 +26,6 @@ HOUR = timedelta(hours=1)
 # Two hours across midnight: the period touches two days, one hour each.
 T0 = datetime(2026, 10, 5, 23, tzinfo=UTC)
 T1 = T0 + 2 * HOUR
-
-
-def _use(world, tenant, replica, *, hour, seconds, completion):
-    UsageRollup.objects.create(
-        hour=hour,
-        tenant=tenant,
-        served_model=world.model,
-        pool=replica.pool,
-        replica=replica,
-        device_seconds=D(seconds),
-        completion_tokens=completion,
-        requests_ok=1,
-    )
 
 
 def _rate(base, quote, day, rate):
@@ -55,8 +41,8 @@ def two_currencies(world):
     euro = make_tenant(name="Euro Co", billing_currency="EUR")
     pool = world.pool("shared", policy="platform")
     replica = world.replica("r1", pool, [world.gpu("g1")])
-    _use(world, world.a, replica, hour=T0, seconds=1800, completion=1_000_000)
-    _use(world, euro, replica, hour=T0 + HOUR, seconds=900, completion=333_333)
+    world.use(world.a, replica, hour=T0, seconds=1800, completion=1_000_000)
+    world.use(euro, replica, hour=T0 + HOUR, seconds=900, completion=333_333)
     world.allocate(start=T0, end=T1)
     return euro
 

@@ -12,24 +12,10 @@ from decimal import Decimal
 import pytest
 
 from billing.reports.margins import margin_data, margin_table, margin_totals
-from metering.models import UsageRollup
 from tests.billing.conftest import H0
 
 D = Decimal
 HOUR = timedelta(hours=1)
-
-
-def _use(world, tenant, replica, *, seconds, completion, hour=H0):
-    UsageRollup.objects.create(
-        hour=hour,
-        tenant=tenant,
-        served_model=world.model,
-        pool=replica.pool,
-        replica=replica,
-        device_seconds=D(seconds),
-        completion_tokens=completion,
-        requests_ok=1,
-    )
 
 
 def test_one_shared_gpu_by_hand(world):
@@ -38,7 +24,7 @@ def test_one_shared_gpu_by_hand(world):
     world.price()
     pool = world.pool("shared", policy="platform")
     replica = world.replica("r1", pool, [world.gpu("g1")])
-    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.use(world.a, replica, seconds=1800, completion=1_000_000)
     world.allocate()
 
     data = margin_data(start=H0, end=H0 + HOUR)
@@ -67,9 +53,9 @@ def test_margin_is_revenue_minus_cost_at_every_level_and_month_over_month(world)
     world.reserve(world.b, reserved, 1)
     world.gpu("spare")  # held by no replica: the (spare) tier
     for hour, scale in ((H0 - HOUR, 1), (H0, 2)):
-        _use(world, world.a, r1, seconds=700 * scale, completion=333_333 * scale, hour=hour)
-        _use(world, world.b, r1, seconds=1100, completion=123_457, hour=hour)
-        _use(world, world.b, r2, seconds=2000 * scale, completion=777_777, hour=hour)
+        world.use(world.a, r1, seconds=700 * scale, completion=333_333 * scale, hour=hour)
+        world.use(world.b, r1, seconds=1100, completion=123_457, hour=hour)
+        world.use(world.b, r2, seconds=2000 * scale, completion=777_777, hour=hour)
     world.allocate(start=H0 - HOUR, end=H0 + HOUR)
 
     now, before = margin_data(start=H0, end=H0 + HOUR), margin_data(start=H0 - HOUR, end=H0)
@@ -110,7 +96,7 @@ def test_reports_are_stored_as_csv_and_html_and_downloadable_by_finance_only(
     world.price()
     pool = world.pool("shared", policy="platform")
     replica = world.replica("r1", pool, [world.gpu("g1")])
-    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.use(world.a, replica, seconds=1800, completion=1_000_000)
     world.allocate()
     finance = client_for_user(make_finance_user())
     monkeypatch.setattr(tasks.margin_report_task, "delay", lambda pk: tasks.margin_report_task(pk))
@@ -179,7 +165,7 @@ def test_the_finance_overview_shows_the_month_to_date_report(world, client):
     world.price()
     pool = world.pool("shared", policy="platform")
     replica = world.replica("r1", pool, [world.gpu("g1")])
-    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.use(world.a, replica, seconds=1800, completion=1_000_000)
     world.allocate()
     report = margin_report_request(kind="mtd", start=H0, end=H0 + HOUR)
     margin_report_build(report_id=report.pk)
@@ -216,7 +202,7 @@ def test_a_period_with_cost_against_one_without_capacity(world):
     world.reserve(world.b, world.pool("res", kind="reserved", owner=world.b), 1)
     pool = world.pool("shared", policy="platform")
     replica = world.replica("r1", pool, [world.gpu("g1")])
-    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.use(world.a, replica, seconds=1800, completion=1_000_000)
     world.allocate()
     before = margin_data(start=H0 - 2 * HOUR, end=H0)
 
@@ -237,8 +223,8 @@ def test_a_row_only_last_period_had_is_zero_now_and_the_report_builds(world):
     world.price()
     pool = world.pool("shared", policy="platform")
     replica = world.replica("r1", pool, [world.gpu("g1")])
-    _use(world, world.b, replica, seconds=900, completion=500_000, hour=H0 - HOUR)
-    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.use(world.b, replica, seconds=900, completion=500_000, hour=H0 - HOUR)
+    world.use(world.a, replica, seconds=1800, completion=1_000_000)
     world.allocate(start=H0 - HOUR, end=H0 + HOUR)
 
     table = margin_table(
@@ -265,7 +251,7 @@ def test_a_tier_that_loses_money_is_marked_on_the_overview(world, client):
     world.price(output_per_mtok=Decimal("0.1"))  # $0.10 of revenue against $1 of cost
     pool = world.pool("shared", policy="platform")
     replica = world.replica("r1", pool, [world.gpu("g1")])
-    _use(world, world.a, replica, seconds=1800, completion=1_000_000)
+    world.use(world.a, replica, seconds=1800, completion=1_000_000)
     world.allocate()
     margin_report_build(report_id=margin_report_request(kind="mtd", start=H0, end=H0 + HOUR).pk)
     client.force_login(make_finance_user())
@@ -301,9 +287,9 @@ def test_by_tenant_tier_and_by_pool_kind_are_two_views_each_summing_to_the_total
     r1 = world.replica("r1", shared, [world.gpu("g1")])
     r2 = world.replica("r2", reserved, [world.gpu("g2")])
     world.reserve(world.b, reserved, 1)
-    _use(world, world.a, r1, seconds=600, completion=1_000_000)
-    _use(world, initech, r1, seconds=1200, completion=2_000_000)
-    _use(world, world.b, r2, seconds=1800, completion=500_000)
+    world.use(world.a, r1, seconds=600, completion=1_000_000)
+    world.use(initech, r1, seconds=1200, completion=2_000_000)
+    world.use(world.b, r2, seconds=1800, completion=500_000)
     world.allocate()
 
     report = margin_report_build(
@@ -319,9 +305,7 @@ def test_by_tenant_tier_and_by_pool_kind_are_two_views_each_summing_to_the_total
     # Where it ran: Initech's revenue is in the shared pool kind.
     assert D(by_kind["shared"]["revenue"]) == D(alpha_row["revenue"]) + D(initech_row["revenue"])
     # What was sold: Initech is reserved-tier revenue, beside Bravo's.
-    assert D(by_tier["reserved"]["revenue"]) == D(initech_row["revenue"]) + D(
-        bravo_row["revenue"]
-    )
+    assert D(by_tier["reserved"]["revenue"]) == D(initech_row["revenue"]) + D(bravo_row["revenue"])
     assert D(by_tier["shared"]["revenue"]) == D(alpha_row["revenue"])
     for view in (by_kind, by_tier):
         for figure in ("revenue", "cost", "margin"):
