@@ -16,7 +16,7 @@ Timed: the invoice run for the month, in a fresh process whose memory is
 sampled (every tenant rated, late usage checked, drafted, credit applied,
 numbered and finalized, one transaction per tenant); then the same run
 again, which finds everything finalized. Beside it, in the same process:
-issue 21's floor (the month's hourly rollups summed in one GROUP BY), what
+the floor (the month's hourly rollups summed in one GROUP BY), what
 the run reads now (the month's daily totals), and what keeping those
 totals costs the rollups' writer (a day rebuilt with and without them).
 Everything sits in January 2001 and is removed afterwards."""
@@ -32,7 +32,7 @@ from decimal import Decimal
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django.setup()
 
 from django.db import connection, transaction  # noqa: E402
@@ -52,7 +52,7 @@ from billing.models import (  # noqa: E402
 )
 from metering.days import usage_days_check  # noqa: E402
 from metering.models import UsageRollup  # noqa: E402
-from metering.selectors import rated_sums, usage_by_stretch  # noqa: E402
+from metering.selectors.rating import rated_sums, usage_by_stretch  # noqa: E402
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation, ServedModel  # noqa: E402
 from tenants.models import Tenant, TenantPolicy  # noqa: E402
 
@@ -258,7 +258,7 @@ def _best_of_three(fn) -> float:
 
 
 def _aggregate_floor() -> float:
-    """Issue 21's floor: the month's hourly rollups summed per tenant and
+    """The floor: the month's hourly rollups summed per tenant and
     model in one GROUP BY (what the run read before the daily totals)."""
     hours = (
         UsageRollup.objects.filter(hour__gte=EPOCH, hour__lt=MONTH_END, served_model__isnull=False)
@@ -271,7 +271,7 @@ def _aggregate_floor() -> float:
 
 def _read_floor() -> float:
     """What the run reads of the month's usage now, alone: its whole days'
-    totals (metering.selectors.usage_by_stretch, every tenant, one stretch)."""
+    totals (metering.selectors.rating.usage_by_stretch, every tenant, one stretch)."""
     return _best_of_three(
         lambda: usage_by_stretch(start=EPOCH, end=MONTH_END, edges=[EPOCH], tenant_ids=None)
     )
@@ -444,14 +444,14 @@ def main() -> None:
             f"| floor: the month's hourly rollups summed per tenant and model (one GROUP BY) "
             f"| {tenants:,} | | {floor:.2f} | | |",
             f"| what the run reads of the usage now: the month's daily totals "
-            f"(metering.selectors.usage_by_stretch) | {tenants:,} | | {read:.3f} | | |",
+            f"(metering.selectors.rating.usage_by_stretch) | {tenants:,} | | {read:.3f} | | |",
             f"| the nightly check of the month's daily totals against their hours "
             f"(metering.days.usage_days_check; none differ) | {tenants:,} | | {check:.2f} | | |",
             f"| cost on the rollups' writer: a day's hourly rows rebuilt ({day_rows:,} rows), "
             f"daily totals kept by the triggers | | | {rebuild:.3f} | | |",
             f"| the same with the daily totals' triggers disabled | | | {rebuild_bare:.3f} | | |",
             "",
-            f"Issue 21's target: the invoice run {seconds:.2f} s against its floor "
+            f"The target: the invoice run {seconds:.2f} s against its floor "
             f"{floor:.2f} s: x {seconds / floor:.2f} (target ≤ 1.5 s and ≤ x 1.4: "
             f"{'met' if seconds <= 1.5 and seconds <= 1.4 * floor else 'not met'}). "
             f"The run reads its usage from the daily totals in {read:.3f} s, so what is "
@@ -469,7 +469,7 @@ def main() -> None:
         f"PostgreSQL: {'DATABASE_URL' if os.environ.get('DATABASE_URL') else 'embedded'}. "
         "The run takes every tenant in the database (the benchmark's and any others). "
         "Peak RSS: sampled in a fresh process that runs only the job. "
-        "Target (issue #6): 10 M events across 1,000 tenants into invoices in at most 10 s."
+        "The original target: 10 M events across 1,000 tenants into invoices in at most 10 s."
     )
     report_write(
         name="billing",

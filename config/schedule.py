@@ -38,7 +38,7 @@ BEAT_SCHEDULE = {
         "args": ("close",),
     },
     "billing-budgets-check": {"task": "billing.budgets_check", "schedule": 60.0},
-    # The gateways' spend counters corrected from the ledger (issue 18).
+    # The gateways' spend counters corrected from the ledger.
     "billing-spend-correct": {"task": "billing.spend_correct", "schedule": 300.0},
     "billing-stripe-sweep": {"task": "billing.stripe_sweep", "schedule": 300.0},
     # Runs whose worker died marked failed, not left "running".

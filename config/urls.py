@@ -10,7 +10,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("", include("billing.urls")),
-    path("", include("tenants.urls")),
 ]
 
 handler400 = "dashboard.views.bad_request"

@@ -70,7 +70,7 @@ def instances_create(model, instances: Sequence, connection) -> None:
     for auto_now_add, `get_db_prep_save`), each row checked by the table's
     constraints and triggers as an INSERT's is. No SQL is composed per row:
     bulk_create's client-side binding of every value was most of its time
-    for a run's invoices (issue 21, profiled). No signals, as bulk_create."""
+    for a run's invoices (profiled). No signals, as bulk_create."""
     if not instances:
         return
     meta = model._meta

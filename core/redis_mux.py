@@ -1,5 +1,5 @@
 """One Redis connection shared by every request of a process, for the calls
-on a request's hot path (the spend accounts' scripts, core.spend_accounts;
+on a request's hot path (the spend accounts' scripts, billing.spend.accounts;
 the admission limits', gateway.admission).
 
 redis-py's asyncio client checks a connection out of its pool for each

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class DashboardConfig(AppConfig):
-    """Cross-app platform pages (health, metrics, jobs, errors)."""
+    """The web app: every page, health, metrics and the error pages."""
 
     name = "dashboard"
     default_auto_field = "django.db.models.BigAutoField"

@@ -12,11 +12,11 @@ from datetime import datetime, timedelta
 from celery.schedules import BaseSchedule, crontab, schedule
 from django.shortcuts import render
 from django.utils import timezone
-from django_celery_beat.models import PeriodicTask
 from prometheus_client.core import GaugeMetricFamily
 
 from config.celery_app import app
 from config.schedule import BEAT_SCHEDULE
+from core.jobs import beat_entry_list, job_status_list, job_status_list_except
 from core.models import JobStatus
 from tenants.access import finance_staff_required
 
@@ -119,9 +119,9 @@ def jobs_list() -> list[Job]:
     """Every beat entry, as beat runs it: the database scheduler's row when
     there is one (operators may retime or pause it), else the declaration
     in config/schedule.py."""
-    rows = {p.name: p for p in PeriodicTask.objects.filter(name__in=list(BEAT_SCHEDULE))}
+    rows = {p.name: p for p in beat_entry_list(names=list(BEAT_SCHEDULE))}
     tasks = {spec["task"] for spec in BEAT_SCHEDULE.values()}
-    statuses = {(s.task, s.entry): s for s in JobStatus.objects.filter(task__in=tasks)}
+    statuses = {(s.task, s.entry): s for s in job_status_list(tasks=tasks)}
     entries_per_task = {t: sum(s["task"] == t for s in BEAT_SCHEDULE.values()) for t in tasks}
     jobs = []
     for name, spec in BEAT_SCHEDULE.items():
@@ -218,7 +218,7 @@ def jobs_page(request):
     ]
     return render(
         request,
-        "platform/jobs.html",
+        "dashboard/jobs.html",
         {"rows": rows, "now": now, "late_count": sum(r["late"] for r in rows)},
     )
 
@@ -247,7 +247,7 @@ class JobsCollector:
             labels = [job.name, job.task]
             success.add_metric(labels, _timestamp(job.last_success_at))
             failure.add_metric(labels, _timestamp(job.last_failure_at))
-        for status in JobStatus.objects.exclude(pk__in=shown).order_by("task", "entry"):
+        for status in job_status_list_except(ids=shown):
             labels = [status.entry or status.task, status.task]
             success.add_metric(labels, _timestamp(status.last_success_at))
             failure.add_metric(labels, _timestamp(status.last_failure_at))

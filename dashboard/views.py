@@ -32,7 +32,7 @@ def metrics(request):
     token = settings.METRICS_TOKEN
     if token and request.headers.get("Authorization") != f"Bearer {token}":
         return json_error(status_code=401, code="unauthorized", message="metrics token required")
-    from billing.pricing.spend_corrections import SpendDriftCollector
+    from billing.spend.corrections import SpendDriftCollector
     from dashboard.jobs import JobsCollector
     from metering.telemetry import MeteringCollector
 

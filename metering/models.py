@@ -182,7 +182,7 @@ class RequestShares(models.Model):
     """Every request's device-nanoseconds in one window, as two parallel
     arrays (a row per window rather than per request: a day of a busy fleet
     is millions of requests). A request that spans windows appears in each.
-    Read them through metering.selectors.request_device_seconds."""
+    Read them through metering.selectors.requests.request_device_seconds."""
 
     window = models.OneToOneField(
         AttributionWindow, on_delete=models.CASCADE, related_name="request_shares"

@@ -74,7 +74,7 @@ BATCH_SPAN = timedelta(hours=24)
 # Replicas whose usage is read from the ledger in one query. Their rows
 # interleave on the ledger's pages, so a query for one replica's day visits
 # every page of that day: reading several at once saves those passes
-# (issue 21: 0.4 s a pass over a day of 1 M requests), at the memory of
+# (0.4 s a pass over a day of 1 M requests, measured), at the memory of
 # that many replicas' usage.
 REPLICAS_PER_READ = 4
 
@@ -215,7 +215,7 @@ def _compute_replica(
     results, residents, vectors = {}, [], []
     # Rows are taken by position from these, once per window: two boolean
     # .loc selections of the whole frame per window cost more than the
-    # attribution itself (issue 21, profiled).
+    # attribution itself (profiled).
     grouped = frame[["request_id", *GROUP_COLUMNS]]
     request_ids = frame["request_id"].to_numpy(dtype=object)
     for window in windows:

@@ -1,4 +1,4 @@
-"""How much of a GPU a replica holds (issue 20): the whole GPU, a MIG
+"""How much of a GPU a replica holds: the whole GPU, a MIG
 instance, or a time-sliced share. Pure rules, no database.
 
 Every share is a whole number of GPU units (GPU_UNITS to a GPU), so that a

@@ -1,6 +1,7 @@
 """Reads of the fleet for platform staff: pools with their GPUs and
 replicas counted, replicas with their GPUs, GPUs with where they sit, and
-reservations."""
+reservations, and
+served models."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 
 from serving.choices import GpuSharing, ReplicaStatus
 from serving.gpu_shares import GPU_UNITS
-from serving.models import Gpu, Pool, Replica, ReplicaGpu, Reservation
+from serving.models import Gpu, Pool, Replica, ReplicaGpu, Reservation, ServedModel
 
 
 def pools_overview() -> QuerySet[Pool]:
@@ -66,3 +67,8 @@ def reservations_overview(*, now: datetime) -> list[Reservation]:
     for row in rows:
         row.active = row.start <= now < row.end
     return rows
+
+
+def served_model_get(*, name: str) -> ServedModel:
+    """One served model by name (ServedModel.DoesNotExist if none)."""
+    return ServedModel.objects.get(name=name)

@@ -6,7 +6,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
 from tenants.choices import FINANCE_PERMISSION
-from tenants.models import ApiKey, Membership, Tenant
+from tenants.models import ApiKey, Membership, Tenant, TenantPolicy
 
 
 def api_key_list(*, tenant: Tenant) -> QuerySet[ApiKey]:
@@ -15,6 +15,11 @@ def api_key_list(*, tenant: Tenant) -> QuerySet[ApiKey]:
 
 def membership_list_for_user(*, user: AbstractBaseUser) -> QuerySet[Membership]:
     return Membership.objects.filter(user=user).select_related("tenant", "tenant__policy")
+
+
+def user_is_member(*, user: AbstractBaseUser, tenant_slug: str) -> bool:
+    """Whether `user` is a member of the tenant with this slug."""
+    return Membership.objects.filter(user=user, tenant__slug=tenant_slug).exists()
 
 
 def user_is_finance_staff(*, user: AbstractBaseUser | None) -> bool:
@@ -32,3 +37,9 @@ def tenant_for_finance(*, slug: str) -> Tenant:
     """One tenant by slug (Tenant.DoesNotExist if none). Only for platform
     finance staff code paths."""
     return Tenant.objects.get(slug=slug)
+
+
+def tenant_policy_count() -> int:
+    """How many tenants have a policy (every tenant has one). Only for
+    platform finance staff code paths."""
+    return TenantPolicy.objects.count()

@@ -13,11 +13,11 @@ from rest_framework.views import APIView
 
 from billing.api import invoice_serializers as s
 from billing.invoicing.credit_notes import credit_note_create
-from billing.invoicing.credits import wallet_balances
 from billing.invoicing.finalizing import FinalizeEarly, finalize_early_request
 from billing.invoicing.invoices import invoice_status_set
 from billing.invoicing.runs import invoice_run_create
 from billing.invoicing.selectors import invoice_get, invoice_list, invoice_run_list
+from billing.spend.wallet import wallet_balances
 from billing.tasks import invoice_run_enqueue
 from core.api_errors import validated
 from tenants.api.permissions import (

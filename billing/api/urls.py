@@ -1,6 +1,7 @@
 from django.urls import path, re_path
 
-from billing.api import costs, focus, fx, invoices, margins, slo, spend
+from billing.api import costs, focus, fx, invoices, margins, slo
+from billing.spend import api as spend
 
 urlpatterns = [
     path("costs/rates", costs.CostRateListView.as_view(), name="cost-rates"),

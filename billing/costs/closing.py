@@ -1,6 +1,6 @@
 """Closed cost periods. Once an invoice is finalized, the hours up to the
 end of its billing period are closed for cost: re-running their allocation
-must price them as they were priced when reported (the README's promise),
+must price them as they were priced when reported (docs/features.md's promise),
 so a dated cost rate may not take effect inside them. Finance reopens a
 stretch with a reason (who and when are recorded, CostPeriodReopening);
 a rate that takes effect inside a reopened stretch is accepted. What-if

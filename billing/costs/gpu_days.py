@@ -22,8 +22,8 @@ import numpy as np
 
 from billing.costs.allocation import COMPONENTS
 from billing.costs.period import allocation_book, stretch_gpu_costs
-from billing.money import from_nano
-from metering.selectors import usage_device_frame
+from core.nanos import from_nano
+from metering.selectors.totals import usage_device_frame
 from serving.models import Gpu
 
 DAY = 86_400

@@ -1,7 +1,7 @@
 """What allocation reads, aggregated in SQL: where each GPU sits and what it
 cost to buy or lease, each replica's busy device-seconds per hour, each
 pool's use per (hour, tenant, model), and reservations. Usage comes from
-the hourly rollups, read through metering.selectors.usage_device_frame,
+the hourly rollups, read through metering.selectors.totals.usage_device_frame,
 never from raw events."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from billing.costs.cost_model import HOUR, FleetArrays
-from billing.money import to_nano
 from core.calendar import months_add
+from core.nanos import to_nano
 from serving.gpu_shares import GPU_UNITS
 from serving.models import Gpu, Pool, ReplicaGpu, Reservation
 
@@ -21,7 +21,7 @@ US = 1_000_000
 
 
 def fleet_placement() -> pd.DataFrame:
-    """One row per piece of a GPU (issue 20): a GPU held whole, or by no
+    """One row per piece of a GPU (MIG and time-sliced shares): a GPU held whole, or by no
     replica, is one piece; a MIG-partitioned or time-sliced GPU is a piece
     per replica's share and, for what no replica holds, a piece in the
     pool of its lowest-numbered replica (that pool's idle capacity). Each

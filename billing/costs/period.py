@@ -42,9 +42,9 @@ from billing.costs.inputs import (
 )
 from billing.costs.rates import RateScope, rate_arrays, rates_in_force
 from billing.models import CostScenario
-from billing.money import from_nano
 from billing.reports.fx import FxTable, reporting_currency
-from metering.selectors import usage_device_frame
+from core.nanos import from_nano
+from metering.selectors.totals import usage_device_frame
 from serving.choices import IdleCostPolicy, PoolKind
 from serving.gpu_shares import GPU_UNITS
 from serving.models import Pool

@@ -21,10 +21,10 @@ from billing.choices import BASES_FOR, OVERHEAD_COMPONENTS, CostComponent, RateB
 from billing.costs.closing import cost_change_check
 from billing.costs.cost_model import HOUR, RateArrays
 from billing.models import CostRate, CostScenario
-from billing.money import NANO
 from core.calendar import month_hours_array
 from core.currencies import currency_is_iso
 from core.locks import advisory_xact_lock
+from core.nanos import NANO
 from serving.models import Pool
 
 # One writer of rates at a time, so two overlapping rows cannot both pass

@@ -26,7 +26,7 @@ from billing.models import AllocationRun, CostScenario
 from billing.runs import run_executing, run_finish, run_progress, run_start, runs_abandoned_fail
 from core.calendar import OUT_OF_RANGE, moment_supported
 from core.locks import advisory_lock
-from metering.selectors import usage_device_frame
+from metering.selectors.totals import usage_device_frame
 
 logger = logging.getLogger(__name__)
 

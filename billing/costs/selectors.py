@@ -1,6 +1,7 @@
 """Reads of allocation results for finance staff: cost by period and any of
 tier, pool, tenant and model; cost per million tokens; utilization per
-pool-hour. Booked results unless a scenario is named."""
+pool-hour; the allocation runs and the booked cost rates. Booked results
+unless a scenario is named."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from django.db.models.functions import TruncDay, TruncMonth
 from billing.choices import ReportKind, RunStatus
 from billing.errors import CostCurrencyError
 from billing.models import (
+    AllocationRun,
     CostAllocation,
+    CostRate,
     CostScenario,
     MarginReport,
     PoolHourCost,
 )
-from metering.selectors import usage_tokens_by_model_pool
+from metering.selectors.totals import usage_tokens_by_model_pool
 
 COST_COLUMNS = ("capital", "energy", "other_opex", "idle", "total")
 GROUP_KEYS = {
@@ -248,3 +251,18 @@ def cost_currency_check(*, start, end, currency) -> None:
             f"cost from {hour:%Y-%m-%d %H:00} UTC is booked in {booked} but the reporting "
             f"currency is {currency}: run the allocation of that period again"
         )
+
+
+def allocation_run_list() -> QuerySet[AllocationRun]:
+    """Allocation runs, the newest first, with their scenario."""
+    return AllocationRun.objects.select_related("scenario").order_by("-created_at")
+
+
+def cost_rate_booked_list() -> QuerySet[CostRate]:
+    """The booked cost rates (no scenario's), history included, with their
+    pool: by component, pool and hour band, the newest first in each."""
+    return (
+        CostRate.objects.filter(scenario__isnull=True)
+        .select_related("pool")
+        .order_by("component", "pool__name", "hour_from", "-effective_from")
+    )

@@ -28,10 +28,11 @@ from django.utils import timezone
 
 from billing.choices import InvoiceStatus, StripeSync
 from billing.errors import BillingInputError, InvoicePeriodOpenError
-from billing.invoicing.credits import credits_plan, wallet_balances_many
+from billing.invoicing.credits import credits_plan
 from billing.invoicing.lines import LineDraft, credit_line
 from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
 from billing.queueing import invoice_sync_enqueue
+from billing.spend.wallet import wallet_balances_many
 from core.changes import terms_changed_of
 from core.db_copy import copy_into, instances_create, model_copy_columns
 
@@ -204,7 +205,7 @@ def lines_write(drafts: list[Draft]) -> None:
     table's constraints and its immutability trigger as an INSERT's is. A
     month's run writes about seven lines a tenant, and bulk_create spent
     more of the run preparing each field of each line in Python (and
-    encoding them as arrays) than anything else (issue 21, profiled)."""
+    encoding them as arrays) than anything else (profiled)."""
     columns, types = model_copy_columns(InvoiceLine, connection)
     fields = columns[2:]  # after invoice_id and position: LineDraft's
     assert columns[:2] == ["invoice_id", "position"], columns

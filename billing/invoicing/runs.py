@@ -19,7 +19,7 @@ from billing.choices import InvoiceStatus
 from billing.errors import BillingInputError
 from billing.invoicing.batch import invoices_bill_many
 from billing.invoicing.finalizing import FinalizeEarly, finalize_early_check
-from billing.invoicing.invoices import invoice_bill_period, invoicing_session
+from billing.invoicing.invoices import invoicing_session
 from billing.models import InvoiceRun
 from billing.pricing.periods import tenants_by_period
 from billing.runs import (
@@ -178,15 +178,6 @@ def invoice_run_summary(*, run: InvoiceRun) -> dict[str, int]:
         "skipped": run.invoices_skipped,
         "failed": len(run.failures),
     }
-
-
-def invoice_bill(*, tenant: Tenant, as_of: datetime, run: InvoiceRun | None = None):
-    """One tenant's last closed period, built and finalized all or nothing:
-    (outcome, invoice)."""
-    ((start, end),) = tenants_by_period(tenants=[tenant], moment=as_of, closed=True)
-    return invoice_bill_period(
-        tenant=tenant, start=start, end=end, run=run, finalize=run is None or run.finalize
-    )
 
 
 def _progress_save(run: InvoiceRun, counts, failures, warnings) -> None:

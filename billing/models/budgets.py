@@ -45,7 +45,7 @@ class SpendCorrection(models.Model):
     the ledger, so positive means the gateway had counted more)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="spend_corrections")
-    account = models.CharField(max_length=80)  # billing.pricing.spend_terms.account_key
+    account = models.CharField(max_length=80)  # billing.spend.terms.account_key
     kind = models.CharField(max_length=16)  # budget | prepaid
     cut = models.DateTimeField()
     ledger = models.DecimalField(**COST)

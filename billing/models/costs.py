@@ -226,7 +226,7 @@ class CostAllocation(models.Model):
 
     # No index of its own: reads go by period (the hour's BRIN index), and
     # booked rows, the many, all hold NULL here; an index cost a fifth of
-    # each run's COPY (issue 21). Deleting a scenario scans its period.
+    # each run's COPY (measured). Deleting a scenario scans its period.
     scenario = models.ForeignKey(
         CostScenario,
         null=True,

@@ -9,7 +9,7 @@ from datetime import datetime
 from itertools import pairwise
 
 from billing.pricing.rating import price_books
-from metering.selectors import usage_of_models_by_tenant
+from metering.selectors.rating import usage_of_models_by_tenant
 from serving.models import ServedModel
 from tenants.choices import Tier
 

@@ -46,7 +46,8 @@ from billing.invoicing.invoices import draft_compose, invoicing_session
 from billing.models import Invoice, Issuer
 from billing.money import from_minor
 from billing.pricing.periods import tenant_period
-from billing.pricing.rating import MILLION, rating_inputs
+from billing.pricing.rate_card import MILLION
+from billing.pricing.rating import rating_inputs
 from billing.reports.focus_columns import (
     COMMITMENT_COLUMNS,
     SERVICE_CATEGORY,

@@ -29,7 +29,6 @@ from django.template.loader import render_to_string
 from billing.choices import ReportKind, RunStatus
 from billing.errors import FxError
 from billing.models import MarginReport
-from billing.money import from_nano
 from billing.reports.margins import (
     LEVELS,
     LOST,
@@ -50,7 +49,8 @@ from billing.reports.platforms import (
 from billing.runs import run_executing, run_finish, run_start, runs_abandoned_fail
 from core.calendar import day_start, month_containing, month_start, months_add
 from core.fixed_point import fixed_point
-from metering.selectors import gateway_queue_by_tier
+from core.nanos import from_nano
+from metering.selectors.queue import gateway_queue_by_tier
 
 logger = logging.getLogger(__name__)
 MONEY_OUT = [*MONEY, LOST, "cost", "margin", "prev_revenue", "prev_cost", "prev_margin"]
@@ -142,13 +142,13 @@ def _build(report: MarginReport) -> None:
         now = margin_data(start=report.period_start, end=report.period_end)
         before = margin_data(start=report.previous_start, end=report.previous_period_end)
         tables = {level: margin_table(now, level, previous=before) for level in LEVELS}
-        # By engine and GPU kind (issue 20): what a million tokens costs and
+        # By engine and GPU kind: what a million tokens costs and
         # a GPU-hour earns on each serving platform.
         platforms = platform_frame(
             start=report.period_start, end=report.period_end, revenue=now.detail
         )
         tables["platform"] = platform_table(platforms)
-        # A model's drill-down (issue 40): the model's own figures (its
+        # A model's drill-down: the model's own figures (its
         # revenue and allocated cost) on the platforms that served it, so
         # they add up to its margin row; the replicas' totals are above.
         mine = model_platform_frame(

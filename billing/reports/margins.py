@@ -47,7 +47,8 @@ from billing.costs.selectors import cost_allocation_summary, cost_currency_check
 from billing.models import PoolHourCost
 from billing.reports.fx import FxConversion, fx_convert_nano, fx_period_rate, reporting_currency
 from billing.reports.revenue import revenue_rows
-from metering.selectors import usage_tokens_by_tenant_pool_model
+from core.nanos import NANO
+from metering.selectors.totals import usage_tokens_by_tenant_pool_model
 from serving.models import Pool, ServedModel
 from tenants.models import Tenant
 
@@ -64,7 +65,7 @@ LEVELS = {
     "model_tenant": ["model", "tenant"],  # and who used it
 }
 UNABSORBED, SPARE = "(unabsorbed)", "(spare)"
-NANO = 10**9
+
 ORIGINAL = "revenue_in_"  # + ISO code: revenue as billed, in that currency
 LOST = "sla_credit"  # revenue given back for missed service levels (not a cost)
 

@@ -32,8 +32,9 @@ import pandas as pd
 
 from billing.costs.allocation import COMPONENTS
 from billing.costs.period import allocation_book, stretch_gpu_costs
+from core.nanos import NANO
 from metering.apportion import apportion
-from metering.selectors import (
+from metering.selectors.totals import (
     usage_by_model_pool_replica,
     usage_by_replica,
     usage_device_frame,
@@ -43,7 +44,6 @@ from serving.gpu_shares import GPU_UNITS
 from serving.models import Gpu, Pool, Replica, ReplicaGpu
 from tenants.models import Tenant
 
-NANO = 10**9
 NONE, NO_REPLICA = "(none)", "(no replica)"
 PLATFORM_KEYS = ["engine", "gpu_kind"]
 COLUMNS = ["model", *PLATFORM_KEYS, "gpu_hours", "busy_hours", "tokens", "revenue", "cost"]
@@ -350,7 +350,7 @@ def _revenue_groups(revenue: pd.DataFrame) -> dict[tuple[str, str, str], int]:
 
 def _tenant_device(frame: pd.DataFrame) -> dict[tuple[int, str], int]:
     """Attributed device-microseconds per (replica, tenant slug), from the
-    period's usage frame (metering.selectors.usage_device_frame)."""
+    period's usage frame (metering.selectors.totals.usage_device_frame)."""
     if frame.empty:
         return {}
     slugs = dict(Tenant.objects.values_list("pk", "slug"))

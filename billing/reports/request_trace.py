@@ -26,19 +26,12 @@ from django.db.models import Q, Sum
 from billing.choices import LineKind, TokenKind
 from billing.invoicing.selectors import invoice_list
 from billing.models import CostAllocation, Invoice, InvoiceLine, PoolHourCost
-from billing.money import NANO_PLACES
 from billing.pricing.periods import tenant_period
-from billing.pricing.rating import (
-    MILLION,
-    card_pieces,
-    price_books,
-    rating_inputs,
-    rating_session,
-    usage_amount,
-    usage_counts,
-)
+from billing.pricing.rate_card import MILLION, card_pieces, usage_amount, usage_counts
+from billing.pricing.rating import price_books, rating_inputs, rating_session
+from core.nanos import NANO_PLACES
 from metering.models import UsageEvent
-from metering.selectors import request_billed_tokens
+from metering.selectors.requests import request_billed_tokens
 from tenants.models import Tenant
 
 GPU_SECONDS = "gpu_seconds"

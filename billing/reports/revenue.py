@@ -27,11 +27,12 @@ import pandas as pd
 from django.db.models import Q
 
 from billing.invoicing.selectors import sla_credits_by_tenant
-from billing.money import from_minor, to_nano
+from billing.money import from_minor
 from billing.pricing.periods import tenants_by_period
 from billing.pricing.rating import Charge, charges_compute, rating_inputs, rating_session
+from core.nanos import to_nano
 from metering.apportion import apportion
-from metering.selectors import usage_by_tenant_pool_model
+from metering.selectors.totals import usage_by_tenant_pool_model
 from serving.choices import PoolKind
 from serving.models import Gpu, Pool, Reservation, ServedModel
 from tenants.models import Tenant

@@ -1,8 +1,8 @@
 """SLO compliance: a tenant's figures over a day or a billing period,
-measured in SQL from the ledger (metering.selectors.slo_figures), against
+measured in SQL from the ledger (metering.selectors.slo.slo_figures), against
 its policy's targets; and the SLA credit a missed period earns.
 
-The figures (the ledger fields each comes from are in metering.selectors):
+The figures (the ledger fields each comes from are in metering.selectors.slo):
 - availability: of the requests counted (all but those refused for the
   tenant's own cause: its rate limits and budgets, bad requests), the
   share that did not fail for a platform cause (5xx, 503 no replica, 429
@@ -26,7 +26,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from billing.choices import SloMetric
 from billing.models import SlaCreditRule, SloPolicy
-from metering.selectors import slo_figures
+from metering.selectors.slo import slo_figures
 
 PERCENT_PLACES = Decimal("0.0001")
 HUNDRED = Decimal(100)
@@ -141,7 +141,7 @@ class Compliance:
 
 
 def compliance_from_figures(row: dict, policy: SloPolicy | None) -> Compliance:
-    """One row of metering.selectors.slo_figures against `policy`."""
+    """One row of metering.selectors.slo.slo_figures against `policy`."""
     return Compliance(
         key=row["key"],
         day=row["day"],

@@ -14,7 +14,7 @@ from django.utils import timezone
 from billing.models import SloPolicy
 from billing.sla.compliance import Compliance, compliance_by_tenant, compliance_from_figures
 from billing.sla.policies import slo_policies_at, slo_policies_load
-from metering.selectors import slo_figures
+from metering.selectors.slo import slo_figures
 from tenants.models import Tenant
 
 # The longest range one read may cover (the ledger is read request by request).

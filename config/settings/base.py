@@ -267,7 +267,7 @@ GATEWAY = {
     "SPEND_GPU_STOP_SECONDS": env.float("GATEWAY_SPEND_GPU_STOP_SECONDS", default=0.0),
     # With Redis: each gateway holds a slice of a tenant's accounts and
     # admits requests against it in process, far from the limit
-    # (core.spend_slices); off: every reservation is a Redis call.
+    # (billing.spend.slices); off: every reservation is a Redis call.
     "SPEND_SLICES": env.bool("GATEWAY_SPEND_SLICES", default=True),
     "RECORD_FLUSH_SECONDS": env.float("GATEWAY_RECORD_FLUSH_SECONDS", default=0.1),
     "RECORD_FLUSH_MAX": env.int("GATEWAY_RECORD_FLUSH_MAX", default=500),

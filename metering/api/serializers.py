@@ -120,7 +120,7 @@ class UsageQueryIn(QueryIn):
     format = serializers.ChoiceField(choices=["json", "csv"], default="json")
 
     def validate(self, attrs):
-        from metering.selectors import MAX_RANGE
+        from metering.selectors.usage import MAX_RANGE
 
         group_by = attrs["group_by"]
         return range_validated(attrs, longest=MAX_RANGE[group_by], why=f" with group_by={group_by}")

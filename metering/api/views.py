@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from core.api_download import DownloadView
 from core.csv_stream import csv_response
+from metering.api.cursors import usage_page
 from metering.api.serializers import (
     UsageBatchIn,
     UsageBatchOut,
@@ -23,13 +24,8 @@ from metering.api.serializers import (
 )
 from metering.choices import EventSource
 from metering.ledger import BatchRejected, usage_record_batch
-from metering.selectors import (
-    SUMS,
-    UsageQuery,
-    gateway_queue_ms_mean,
-    usage_page,
-    usage_summary,
-)
+from metering.selectors.queue import gateway_queue_ms_mean
+from metering.selectors.usage import SUMS, UsageQuery, usage_summary
 from tenants.api.permissions import (
     IsUsageReporter,
     scope_required,

@@ -1,4 +1,4 @@
-"""Issue 20: a window's GPUs in GPU units (700 to a GPU), as a replica may
+"""A window's GPUs in GPU units (700 to a GPU), as a replica may
 hold a MIG instance or a time-sliced share of one."""
 
 from django.db import migrations

@@ -1,4 +1,4 @@
-"""Issue 20: whose clock a ledger row's timeline is (`timing`): the
+"""Whose clock a ledger row's timeline is (`timing`): the
 engine's own per-request timings, or the gateway's window for an engine
 that reports token counts only; and, per rollup, how many served requests
 were timed by the gateway.

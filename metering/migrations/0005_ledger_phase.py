@@ -1,4 +1,4 @@
-"""Issue 20: disaggregated serving. A request served by a prefill replica
+"""Disaggregated serving. A request served by a prefill replica
 and a decode replica has a ledger row per phase under one request id, so a
 row is unique by (request id, phase): the ledger's primary key and the
 idempotency keys become (request_id, phase[, received_at]). A whole request

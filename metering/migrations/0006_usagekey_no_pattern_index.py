@@ -1,4 +1,4 @@
-"""Issue 21: the idempotency key table loses the `varchar_pattern_ops`
+"""The idempotency key table loses the `varchar_pattern_ops`
 index Django adds beside a character primary key (for LIKE 'prefix%'
 look-ups, which nothing makes on request ids). Every key claimed paid for
 a second B-tree insert: about a third of the keys' COPY."""

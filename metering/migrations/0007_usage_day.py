@@ -1,4 +1,4 @@
-"""Issue 21: daily totals of the hourly rollups (metering.UsageDay), kept
+"""Daily totals of the hourly rollups (metering.UsageDay), kept
 by triggers on metering_usagerollup in the statement that writes the
 rollups, so every writer (the rollup job, a test's ORM row, a bulk load in
 SQL) keeps them equal to their hours. An invoice run sums a month's days

@@ -1,4 +1,4 @@
-"""Issue 20: a replica's GPUs become shares (whole, MIG instance,
+"""A replica's GPUs become shares (whole, MIG instance,
 time-sliced). The many-to-many table stays; it gains the share's columns
 (every existing row: a whole GPU)."""
 

@@ -1,4 +1,4 @@
-"""A tenant's share and queue at the gateway (fair queuing, issue 17): weight,
+"""A tenant's share and queue at the gateway (fair queuing): weight,
 queue timeout and queue bound, with defaults for every existing policy."""
 
 import django.core.validators

@@ -164,3 +164,12 @@ def issued(world):
         tenant=world.a, period_start=NOV, period_end=NOV + timedelta(days=30)
     )
     return out
+
+
+def charges_rate(*, tenant, start, end, warnings=None):
+    """The period's charges as an invoice rates them (rating's inputs
+    loaded, then rated)."""
+    from billing.pricing.rating import charges_compute, rating_inputs
+
+    inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
+    return charges_compute(tenant=tenant, start=start, end=end, inputs=inputs, warnings=warnings)

@@ -1,5 +1,5 @@
 """A run whose task fails, for any reason, ends failed with the error on
-its page (issue 40, item 3): started from the page's form, queued to the
+its page: started from the page's form, queued to the
 broker, its message run as a worker runs it, with the task made to raise
 at each stage: before the run's row is read into a run (the task, the
 sweep before it), after its liveness lock is taken but before it is

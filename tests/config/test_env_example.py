@@ -1,4 +1,4 @@
-"""`.env.example` (and the README's settings table) name every setting the
+"""`.env.example` (and the settings table in docs/configuration.md) name every setting the
 code reads from the environment, and nothing it no longer reads. The names
 come from the code itself, parsed with `ast`: a setting added without its
 line in `.env.example` fails here with its name.
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_DIR = ROOT / "config" / "settings"
 ENV_EXAMPLE = ROOT / ".env.example"
-README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 
 # Read from the environment, but not settings an operator gives.
 NOT_SETTINGS = {
@@ -172,9 +172,9 @@ def env_example_names() -> set[str]:
     return set(re.findall(r"(?m)^#?\s*([A-Z][A-Z0-9_]*)=", ENV_EXAMPLE.read_text()))
 
 
-def readme_table_names() -> set[str]:
-    """Names in the first column of the README's Configuration table."""
-    section = README.read_text().split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+def settings_table_names() -> set[str]:
+    """Names in the first column of the settings table in docs/configuration.md."""
+    section = CONFIGURATION.read_text().split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     return {name for row in rows for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", row.split("|")[1])}
 
@@ -205,7 +205,7 @@ def test_env_example_lists_every_setting_the_code_reads():
     missing = sorted(names - NOT_SETTINGS - env_example_names())
     assert not missing, (
         f".env.example lacks {', '.join(missing)}: add each with a comment saying what it "
-        "does (and a row in the README's Configuration table)"
+        "does (and a row in the settings table in docs/configuration.md)"
     )
 
 
@@ -215,12 +215,14 @@ def test_env_example_lists_nothing_the_code_does_not_read():
     assert not stale, f".env.example lists {', '.join(stale)}, which no code reads"
 
 
-def test_readme_table_lists_every_setting_the_code_reads():
+def test_settings_table_lists_every_setting_the_code_reads():
     names, _ = code_reads()
-    missing = sorted(names - NOT_SETTINGS - readme_table_names())
-    stale = sorted(readme_table_names() - names)
-    assert not missing, f"README's Configuration table lacks {', '.join(missing)}"
-    assert not stale, f"README's Configuration table lists {', '.join(stale)}, which no code reads"
+    missing = sorted(names - NOT_SETTINGS - settings_table_names())
+    stale = sorted(settings_table_names() - names)
+    assert not missing, f"docs/configuration.md's settings table lacks {', '.join(missing)}"
+    assert not stale, (
+        f"docs/configuration.md's settings table lists {', '.join(stale)}, which no code reads"
+    )
 
 
 SAMPLE_SETTINGS = """

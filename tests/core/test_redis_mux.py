@@ -19,10 +19,10 @@ from decimal import Decimal
 import pytest
 import redis
 
-from billing.pricing.rating import RateCard
-from billing.pricing.spend_terms import SpendAccount, SpendTerms
+from billing.pricing.rate_card import RateCard
+from billing.spend.accounts import RedisSpend
+from billing.spend.terms import SpendAccount, SpendTerms
 from core.redis_mux import MuxRedis, RedisReplyError, Script
-from core.spend_accounts import RedisSpend
 from gateway.errors import Refused
 from gateway.spend import SpendGuard
 from tests.services import free_port, redis_url, require

@@ -24,11 +24,11 @@ from core.processes import (
     ManagedProcess,
     ProcessFailed,
     database_url_for_subprocess,
-    free_port,
     uvicorn_argv,
 )
 from demo.stack import WorkloadFailed, workload
 from tests.gateway.fake_upstream import FakeUpstream
+from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """The project's images and containers, run for real with podman: built by
-deploy/images/build (as the README's production section says), on a bare
+deploy/images/build (as docs/deployment.md says), on a bare
 Debian base made with debootstrap where no registry can be reached."""
 
 from __future__ import annotations

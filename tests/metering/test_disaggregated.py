@@ -15,7 +15,9 @@ import pytest
 from metering.jobs import metering_run
 from metering.models import AttributionWindow, RequestShares, UsageEvent, UsageRollup
 from metering.reconciliation import reconciliation_compute
-from metering.selectors import phases_unpaired, request_device_seconds, slo_figures
+from metering.selectors.reconciliation import phases_unpaired
+from metering.selectors.requests import request_device_seconds
+from metering.selectors.slo import slo_figures
 from serving.models import ReplicaMetricSample
 from serving.services import local_gpu_ensure, pool_ensure, replica_register
 from tenants.services import service_key_create

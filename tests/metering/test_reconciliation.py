@@ -50,7 +50,7 @@ def test_gap_is_what_vllm_served_beyond_the_ledger(ledger):
 
 def test_each_replica_is_reconciled_by_its_engine_and_shows_what_the_gateway_timed(ledger, client):
     from metering.jobs import metering_run
-    from metering.selectors import reconciliation_by_replica
+    from metering.selectors.reconciliation import reconciliation_by_replica
     from serving.models import Replica
     from tests.factories import make_finance_user
 

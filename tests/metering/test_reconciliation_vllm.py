@@ -16,12 +16,11 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import openai
-import pytest
 from django.utils import timezone
 
 from billing.models import ModelPrice, PriceBook
-from billing.pricing.spend_terms import spend_terms
-from core.spend_accounts import redis_spend_state
+from billing.spend.accounts import redis_spend_state
+from billing.spend.terms import spend_terms
 from metering.models import UsageEvent
 from metering.reconciliation import reconciliation_compute
 from serving.scraper import replica_scrape
@@ -29,7 +28,6 @@ from serving.tiny_model import MODEL_NAME
 from tests.fleet import start_gateway, stop_gateway, wait_for_fleet
 from tests.services import redis_url, require
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 FLUSH_SECONDS = 2.0
 
 

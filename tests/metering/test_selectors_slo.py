@@ -1,4 +1,4 @@
-"""SLO figures from the ledger (metering.selectors.slo_figures), computed
+"""SLO figures from the ledger (metering.selectors.slo.slo_figures), computed
 in SQL: worked by hand in tests/slo.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from metering.choices import EventSource
 from metering.ledger import usage_record_batch
-from metering.selectors import slo_figures
+from metering.selectors.slo import slo_figures
 from tests.metering.conftest import T0
 from tests.slo import COUNTED, FAILED, ITL_P95, TTFT_P95, slo_day
 
@@ -63,7 +63,7 @@ def test_days_are_utc_days_and_the_range_is_half_open(ledger):
 
 
 def test_platform_queue_refusals_count_and_a_tenants_own_limits_do_not(ledger):
-    """The 429s as the gateway records them (gateway/app.py): the
+    """The 429s as the gateway records them (gateway/recording.py): the
     code first. The platform's queue (queue_timeout, queue_full) fails
     availability; a tenant's own limits, even after waiting, are left out."""
     refused = {"status": "rejected", "http_status": 429, "first_token_at": None}

@@ -23,7 +23,7 @@ from metering.days import DayDrift, usage_days_check, usage_days_repair
 from metering.jobs import metering_run
 from metering.ledger import usage_record_batch
 from metering.models import UsageDay, UsageRollup
-from metering.selectors import usage_by_stretch
+from metering.selectors.rating import usage_by_stretch
 from metering.tasks import usage_days_check_task
 from serving.services import served_model_ensure
 from serving.tiny_model import model_config

@@ -252,7 +252,7 @@ def test_request_ids_with_commas_and_quotes_survive_attribution(ledger):
 
 
 def test_a_requests_device_seconds_per_window_for_its_tenant_only(ledger):
-    from metering.selectors import request_device_seconds
+    from metering.selectors.requests import request_device_seconds
 
     at = T0 + timedelta(minutes=59, seconds=30)
     event = ledger.event(

@@ -1,6 +1,6 @@
 """What the vLLM installer does with what a user can have on disk where
 VLLM_VENV points: nothing, a half-made virtualenv, a dangling link, or a
-folder that is not a virtualenv (issue 16: a tracked link broke fresh
+folder that is not a virtualenv (a tracked link once broke fresh
 clones)."""
 
 from __future__ import annotations

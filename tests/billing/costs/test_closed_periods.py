@@ -1,4 +1,4 @@
-"""Closed cost periods (issue 40, item 2): once October is invoiced, a cost
+"""Closed cost periods: once October is invoiced, a cost
 rate taking effect in October is a 409 naming the closed period, through
 the API and the admin alike, and nothing is written; finance reopens the
 month with a reason (who and when recorded), then the rate is accepted.

@@ -1,4 +1,4 @@
-"""Cost in other currencies (issue 40, item 1): a GPU bought in euros and a
+"""Cost in other currencies: a GPU bought in euros and a
 staff rate in euros are converted into the reporting currency (USD) at the
 rate of each hour's day, the same dated rates revenue uses, and the margin
 comes out as worked by hand; each pool-hour keeps the euro amount and the

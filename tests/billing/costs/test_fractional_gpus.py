@@ -1,4 +1,4 @@
-"""Hours worked by hand for GPUs a replica holds part of (issue 20): a MIG
+"""Hours worked by hand for GPUs a replica holds part of: a MIG
 instance carries its GPU's cost by its compute fraction, unheld slices are
 idle cost of the pool, a time-sliced GPU's cost is its pool's, shared by
 use; every GPU's pieces add up to exactly its whole cost."""

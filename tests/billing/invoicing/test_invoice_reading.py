@@ -1,4 +1,4 @@
-"""An invoice as accounts payable reads it (issue 40, item 9), in every
+"""An invoice as accounts payable reads it, in every
 copy: the page (finance staff and the tenant's member), the HTML download
 (which is also what prints to PDF: the page's print is the same document,
 only its action buttons hidden) and the Stripe invoice items. Quantities

@@ -18,12 +18,15 @@ from billing.invoicing.credit_notes import credit_note_create
 from billing.invoicing.finalizing import FinalizeEarly
 from billing.invoicing.invoices import (
     invoice_amount_due_minor,
+    invoice_bill_period,
     invoice_draft_build,
     invoice_finalize,
     invoice_transition,
 )
-from billing.invoicing.runs import invoice_bill, invoice_run_create, invoice_run_execute
+from billing.invoicing.runs import invoice_run_create, invoice_run_execute
 from billing.models import CreditGrant, Invoice, InvoiceLine, Plan, Subscription
+from billing.pricing.periods import tenants_by_period
+from billing.spend.wallet import wallet_balances
 from tests.billing.conftest import NOV, OCT
 
 D = Decimal
@@ -187,8 +190,6 @@ def test_prepaid_credit_is_spent_soonest_expiry_first_and_returned_when_void(wor
     assert invoice.total_minor == 0 == sum(line.amount_minor for line in invoice.lines.all())
     assert invoice.status == InvoiceStatus.PAID  # nothing left to collect
 
-    from billing.invoicing.credits import wallet_total_minor
-
     assert wallet_total_minor(tenant=world.a, currency="USD") == 50 + 10000
     with pytest.raises(InvoiceStateError):  # paid invoices are not voided
         invoice_transition(invoice_id=invoice.pk, to=InvoiceStatus.VOID)
@@ -200,8 +201,6 @@ def test_voiding_returns_credit_to_the_wallet_and_frees_the_period(world):
     CreditGrant.objects.create(tenant=world.a, amount=D("5"), granted_at=OCT)
     invoice = _invoice(world.a)
     assert invoice.total_minor == 300
-
-    from billing.invoicing.credits import wallet_total_minor
 
     assert wallet_total_minor(tenant=world.a, currency="USD") == 0
     invoice_transition(invoice_id=invoice.pk, to=InvoiceStatus.VOID)
@@ -430,3 +429,17 @@ def test_the_run_reads_and_writes_in_bulk_however_many_tenants(world):
         return len(queries)
 
     assert queries_for(2) == queries_for(8)
+
+
+def wallet_total_minor(*, tenant, currency: str) -> int:
+    """What is left in the tenant's wallet in `currency`, in minor units."""
+    return sum(
+        b.remaining_minor for b in wallet_balances(tenant=tenant) if b.grant.currency == currency
+    )
+
+
+def invoice_bill(*, tenant, as_of):
+    """One tenant's last closed period, built and finalized all or nothing:
+    (outcome, invoice)."""
+    ((start, end),) = tenants_by_period(tenants=[tenant], moment=as_of, closed=True)
+    return invoice_bill_period(tenant=tenant, start=start, end=end, run=None, finalize=True)

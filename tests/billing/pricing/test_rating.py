@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from billing.models import Plan, Subscription, VolumeTier
-from billing.pricing.rating import TOKEN_KINDS, RateCard, charges_rate, usage_amount, usage_nanos
-from tests.billing.conftest import NOV, OCT
+from billing.pricing.rate_card import TOKEN_KINDS, RateCard, usage_amount, usage_nanos
+from tests.billing.conftest import NOV, OCT, charges_rate
 
 D = Decimal
 

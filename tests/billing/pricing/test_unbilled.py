@@ -11,8 +11,8 @@ from decimal import Decimal
 from django.utils import timezone
 
 from billing.models import ModelPrice, PriceBook
-from billing.pricing.rating import charges_rate
 from billing.pricing.unbilled import unpriced_usage
+from tests.billing.conftest import charges_rate
 from tests.factories import make_finance_user
 
 PRICES = {

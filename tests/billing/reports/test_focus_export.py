@@ -19,10 +19,10 @@ import pytest
 from billing.choices import InvoiceStatus
 from billing.costs.closing import cost_period_reopen
 from billing.invoicing.credit_notes import credit_note_create
-from billing.invoicing.credits import credit_grant_create
 from billing.invoicing.invoices import invoice_draft_build, invoice_estimate, invoice_finalize
 from billing.models import Invoice, Plan, PoolHourCost, Subscription
 from billing.money import from_minor
+from billing.spend.wallet import credit_grant_create
 from tenants.choices import Scope
 from tests.billing.conftest import H0, NOV, OCT
 from tests.conftest import client_for_key, client_for_user

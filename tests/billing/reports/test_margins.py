@@ -62,7 +62,7 @@ def test_margin_is_revenue_minus_cost_at_every_level_and_month_over_month(world)
 
     totals = margin_totals(now)
     from billing.models import PoolHourCost
-    from billing.pricing.rating import charges_rate
+    from tests.billing.conftest import charges_rate
 
     booked = sum(p.total for p in PoolHourCost.objects.filter(hour=H0))
     rated = sum(

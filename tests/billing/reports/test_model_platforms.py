@@ -1,6 +1,6 @@
-"""A model's page shows the model's own figures everywhere (issue 40,
-item 5): its "By engine and GPU kind" rows are its revenue and the cost
-allocation booked to it, placed on the platforms that served it, and add
+"""A model's page shows the model's own figures everywhere: its "By
+engine and GPU kind" rows are its revenue and the cost allocation booked
+to it, placed on the platforms that served it, and add
 up to its margin row, not the totals of the replicas it shares with a
 second model, in two billing currencies."""
 

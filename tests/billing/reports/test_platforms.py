@@ -1,4 +1,4 @@
-"""Finance compares platforms (issue 20): cost per million tokens and
+"""Finance compares platforms: cost per million tokens and
 revenue per GPU-hour by engine and GPU kind, worked by hand for an hour:
 a vLLM replica on a whole GPU beside a TensorRT-LLM replica on a MIG
 instance of another, the rest of that GPU unheld; in the margin report

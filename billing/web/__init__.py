@@ -1,1 +1,0 @@
-"""Billing's dashboard pages (finance staff and tenants)."""

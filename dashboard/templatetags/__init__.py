@@ -1,0 +1,1 @@
+"""Template filters only the dashboard's pages use."""

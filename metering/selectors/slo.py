@@ -1,0 +1,93 @@
+"""SLO figures, the one bulk read of the raw ledger: a percentile needs
+every request, so they are computed in SQL over the ledger (by its tenant
+and time index)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import connection
+
+# A request failed for a platform cause: a 5xx (503: no replica could take
+# it), or a 429 from the platform's own queue: no replica slot within the
+# queue timeout, or the queue full (codes queue_timeout and queue_full at
+# the start of its error, or the openings of the messages the gateway
+# records for them, gateway/queueing.py). A tenant's own limits
+# and budgets (a 429 naming the limit, even after waiting for it; a 402),
+# bad requests (other 4xx) and clients that went away (499) are not.
+SLO_PLATFORM_FAILURE_SQL = (
+    "(e.http_status >= 500 OR (e.http_status = 429 AND e.error ~ '^(queue_timeout|queue_full):'))"
+)
+# What availability counts: every request but those refused for the
+# tenant's own cause (a 4xx other than the platform queue's 429; a client
+# that went away, 499, counts as served).
+SLO_COUNTED_SQL = f"(e.http_status < 400 OR e.http_status = 499 OR {SLO_PLATFORM_FAILURE_SQL})"
+# Per completed request, in ms. TTFT: what the client waited, from the
+# gateway receiving the request to the first token (gateway queue, vLLM
+# queue and prefill); without first_token_at (another serving tier's
+# report), vLLM's queue time plus its time to first token. Inter-token
+# latency: the time from the first token to the end over the gaps between
+# tokens, (ended_at - first_token_at) / (completion_tokens - 1), or the
+# engine's generation time over them without first_token_at (not an
+# inference time reported whole, with no TTFT: that holds the prefill too);
+# only requests with two tokens or more have a gap.
+SLO_TTFT_MS_SQL = (
+    "CASE WHEN e.status = 'ok' THEN coalesce("
+    "extract(epoch FROM e.first_token_at - e.received_at) * 1000, "
+    "coalesce(e.queue_ms, 0) + e.ttft_ms)::float8 END"
+)
+SLO_ITL_MS_SQL = (
+    "CASE WHEN e.status = 'ok' AND e.completion_tokens >= 2 THEN (coalesce("
+    "extract(epoch FROM e.ended_at - e.first_token_at) * 1000, "
+    "CASE WHEN e.ttft_ms IS NOT NULL THEN e.generation_ms END)"
+    " / (e.completion_tokens - 1))::float8 END"
+)
+SLO_GROUPS = {"tenant": "e.tenant_id", "tier": "t.tier"}
+
+
+def slo_figures(
+    *,
+    start: datetime,
+    end: datetime,
+    tenant_ids: list[int] | None,
+    by_day: bool,
+    group: str = "tenant",
+) -> list[dict]:
+    """SLO figures from the ledger over [start, end), per tenant (`group`
+    "tenant": key = tenant id) or per tenant tier ("tier": key = tier), and
+    per UTC day when `by_day` (else day None): requests counted for
+    availability, how many of them failed for a platform cause, how many
+    completed with a time to first token, and the 95th percentiles
+    (percentile_cont, interpolated) of TTFT and inter-token latency in ms,
+    rounded to the microsecond (None without a sample). `tenant_ids` None:
+    every tenant (finance staff code paths only); a tenant's read passes
+    its own id alone."""
+    day = "(e.received_at AT TIME ZONE 'UTC')::date" if by_day else "NULL::date"
+    only = "AND e.tenant_id = ANY(%s)" if tenant_ids is not None else ""
+    # Only this module's constants are formatted in; values are parameters.
+    sql = f"""
+        WITH r AS (
+            SELECT {SLO_GROUPS[group]} AS key, {day} AS day,
+                   {SLO_COUNTED_SQL} AS counted, {SLO_PLATFORM_FAILURE_SQL} AS failed,
+                   {SLO_TTFT_MS_SQL} AS ttft_ms, {SLO_ITL_MS_SQL} AS itl_ms
+            FROM metering_usageevent e JOIN tenants_tenant t ON t.id = e.tenant_id
+            WHERE e.received_at >= %s AND e.received_at < %s {only}
+              -- A disaggregated request counts once: by its decode (or by a
+              -- prefill that failed, which ended it).
+              AND NOT (e.phase = 'prefill' AND e.status = 'ok')
+        )
+        SELECT key, day,
+               count(*) FILTER (WHERE counted) AS requests,
+               count(*) FILTER (WHERE failed) AS failed,
+               count(ttft_ms) AS timed,
+               round((percentile_cont(0.95) WITHIN GROUP (ORDER BY ttft_ms))::numeric, 3),
+               round((percentile_cont(0.95) WITHIN GROUP (ORDER BY itl_ms))::numeric, 3)
+        FROM r GROUP BY key, day ORDER BY key, day
+    """  # noqa: S608
+    params: list = [start, end]
+    if tenant_ids is not None:
+        params.append(list(tenant_ids))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        names = ["key", "day", "requests", "failed", "timed", "ttft_p95_ms", "itl_p95_ms"]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]

@@ -1,0 +1,97 @@
+"""A tenant's usage, read from the hourly rollups (never the raw ledger):
+the usage pages and the usage export. Every read takes `tenant=`: a
+tenant sees its own rows; None means every tenant and is for platform
+finance staff code paths only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import F, Max, Min, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce, TruncDay, TruncHour, TruncMonth
+
+from metering.models import DirtyHour, UsageRollup
+from tenants.models import Tenant
+
+TRUNCATE = {"hour": TruncHour, "day": TruncDay, "month": TruncMonth}
+# The longest range one request may cover, by grouping (rows stay bounded).
+MAX_RANGE = {"hour": timedelta(days=93), "day": timedelta(days=1100), "month": timedelta(days=3700)}
+SUMS = (
+    "prompt_tokens",
+    "cached_tokens",
+    "completion_tokens",
+    "requests_ok",
+    "requests_aborted",
+    "requests_error",
+    "requests_rejected",
+    "device_seconds",
+    "gateway_queue_ms_sum",
+    "gateway_queue_requests",
+    "gateway_queued_requests",
+)
+
+
+@dataclass(frozen=True)
+class UsageQuery:
+    start: datetime
+    end: datetime
+    group_by: str = "day"
+    model: str | None = None
+
+
+def _rollups(*, tenant: Tenant | None, query: UsageQuery) -> QuerySet[UsageRollup]:
+    rows = UsageRollup.objects.filter(hour__gte=query.start, hour__lt=query.end)
+    if tenant is not None:
+        rows = rows.filter(tenant=tenant)
+    if query.model:
+        rows = rows.filter(served_model__name=query.model)
+    return rows
+
+
+def usage_summary(
+    *, tenant: Tenant | None, query: UsageQuery, after: tuple | None = None
+) -> QuerySet:
+    """Usage per (period, tenant, model), ordered for keyset pagination by
+    (period, tenant id, model id); `after` is the last key already seen."""
+    period = TRUNCATE[query.group_by]("hour", tzinfo=UTC)
+    rows = (
+        _rollups(tenant=tenant, query=query)
+        .annotate(period=period, model_key=Coalesce("served_model_id", Value(0)))
+        .values("period", "tenant_id", "model_key")
+        .annotate(
+            tenant_slug=F("tenant__slug"),
+            model_name=Coalesce("served_model__name", Value("")),
+            **{name: Sum(name) for name in SUMS},
+        )
+        .order_by("period", "tenant_id", "model_key")
+    )
+    if after is not None:
+        period_after, tenant_after, model_after = after
+        rows = rows.filter(
+            Q(period__gt=period_after)
+            | Q(period=period_after, tenant_id__gt=tenant_after)
+            | Q(period=period_after, tenant_id=tenant_after, model_key__gt=model_after)
+        )
+    return rows
+
+
+def usage_synthetic_span(
+    *, start: datetime, end: datetime, tenant=None
+) -> tuple[datetime, datetime] | None:
+    """The first and last hour in [start, end) of usage that is synthetic
+    hourly totals (the demo's history: rollups with no request behind
+    them), for every tenant or one; None when there is none. Pages that
+    measure request by request say those days have nothing to measure."""
+    rows = UsageRollup.objects.filter(hour__gte=start, hour__lt=end, synthetic=True)
+    if tenant is not None:
+        rows = rows.filter(tenant=tenant)
+    span = rows.aggregate(first=Min("hour"), last=Max("hour"))
+    return None if span["first"] is None else (span["first"], span["last"])
+
+
+def rollups_complete_before() -> datetime | None:
+    """The first hour whose rollups await a rebuild (usage arrived for it
+    since the last metering run): the rollups are complete up to it. None
+    when every hour is rolled up."""
+    return DirtyHour.objects.order_by("hour").values_list("hour", flat=True).first()
