@@ -22,7 +22,7 @@ from pathlib import Path
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django.setup()
 
 import psutil  # noqa: E402
@@ -31,8 +31,8 @@ from django.core.management import call_command  # noqa: E402
 
 from bench.common import LoadResult, load, paced, report_write  # noqa: E402
 from bench.replica import tiny_replica_start  # noqa: E402
-from billing.invoicing.credits import credit_grant_create  # noqa: E402
 from billing.models import ModelPrice, Plan, PriceBook, Subscription  # noqa: E402
+from billing.spend.wallet import credit_grant_create  # noqa: E402
 from core.processes import ManagedProcess  # noqa: E402
 from gateway.stalls import percentile_ms  # noqa: E402
 from serving.launcher import (  # noqa: E402
@@ -70,7 +70,7 @@ def bench_tenant(slug: str = "bench") -> tuple[Tenant, str]:
 
 
 def held_tenant_secrets(fake_model) -> dict[str, str]:
-    """Two more tenants the gateway holds per request (issue 18): one with a
+    """Two more tenants the gateway holds per request: one with a
     monthly budget, one on a prepaid plan with credit; neither ever runs
     out. The fake model gets a price, as a held tenant may use only priced
     models. Returns their bearer secrets by label."""
@@ -425,7 +425,7 @@ def main() -> None:
             ("fake upstream direct", fake_direct, None),
             ("gateway → fake upstream", gw_url, auth),
         ]
-        # Spend held per request (issue 18): each gateway's tenant without a
+        # Spend held per request: each gateway's tenant without a
         # budget against its held tenants, (label, url, headers, model).
         bearer = {name: {"Authorization": f"Bearer {sec}"} for name, sec in held.items()}
         held_sets = {
@@ -585,7 +585,7 @@ def main() -> None:
     )
     ceiling_lag = [sum(c) for c in zip(plain_gw.lag_counts, stream_gw.lag_counts, strict=True)]
     lines = [
-        "Issue 21's gateway targets, each beside its floor in the same run: the "
+        "The gateway's targets, each beside its floor in the same run: the "
         "instant fake upstream called straight, taking turns with the gateway in "
         f"{ROUNDS} rounds ({args.ceiling_requests} requests, {args.ceiling_concurrency} "
         "concurrent; the load generator, the gateway and the fake share the machine's "
@@ -655,7 +655,7 @@ def main() -> None:
         compare(serial[0], serial[1]),
         compare(serial[2], serial[3]),
         "",
-        "Spend held per request (issue 18): the gateway's own hop (one request at a "
+        "Spend held per request: the gateway's own hop (one request at a "
         "time) and its ceiling against the instant fake upstream, each held tenant "
         "against the same gateway's tenant without a budget, the arms taking turns in "
         f"{ROUNDS} rounds (target: at most +0.2 ms p50 one at a time; ceiling at least "
@@ -663,7 +663,7 @@ def main() -> None:
         + (
             "the other shares them (and its admission limits) through Redis, as "
             "gateways in production do, each admitting against its slice of a tenant's "
-            "accounts far from the limit (core.spend_slices). The 'no budget, again' rows "
+            "accounts far from the limit (billing.spend.slices). The 'no budget, again' rows "
             "run the first arm twice: how far apart identical arms come out; each held "
             "arm is compared with the two together."
             if "through Redis" in held_results
@@ -715,7 +715,7 @@ def main() -> None:
         f"Gateway resident memory after the run: {gateway_rss:.0f} MiB; its event loop "
         f"woke up at most {health['event_loop_lag_max_ms']:.0f} ms late during the run "
         f"(longest garbage-collector pause {health['gc_pause_max_ms']:.0f} ms). "
-        "Targets (issue #3): throughput >= 0.9x direct, added p50 ≤ 2 ms, p99 ≤ 10 ms.",
+        "Original targets: throughput >= 0.9x direct, added p50 ≤ 2 ms, p99 ≤ 10 ms.",
     ]
     table = "\n".join(lines)
     report_write(

@@ -23,7 +23,7 @@ import time
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django.setup()
 
 import psutil  # noqa: E402
@@ -136,7 +136,7 @@ def main() -> None:
     p99 = lambda r: r.p("e2e_ms", 99) - direct.p("e2e_ms", 99)  # noqa: E731
     lines += [
         "",
-        f"Issue 21's target for the hop is ≤ 0.3 ms p50 / ≤ 1 ms p99 added. Of the deployed "
+        f"The target for the hop is ≤ 0.3 ms p50 / ≤ 1 ms p99 added. Of the deployed "
         f"gateway's added p99 (+{p99(deployed):.2f} ms), the ledger write overlapping the "
         f"requests accounts for +{p99(deployed) - p99(deferred):.2f} ms: validating the "
         f"records in the recorder's thread +{p99(validated) - p99(deferred):.2f} ms, the "

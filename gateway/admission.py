@@ -25,6 +25,7 @@ import contextlib
 import logging
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from core.redis_mux import MuxRedis, Script
@@ -304,3 +305,15 @@ class RedisAdmission:
 
     async def close(self) -> None:
         await self._redis.close()
+
+
+def admission_from_settings(cfg: Mapping, *, redis_url: str) -> LocalAdmission | RedisAdmission:
+    """This process's own limits, or the limits every gateway shares (Redis)."""
+    if not redis_url:
+        return LocalAdmission()
+    return RedisAdmission(
+        redis_url,
+        lease_seconds=cfg["UPSTREAM_READ_TIMEOUT"] + 60,
+        prefix=cfg["REDIS_PREFIX"],
+        poll_seconds=cfg["QUEUE_SYNC_SECONDS"],
+    )

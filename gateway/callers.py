@@ -14,13 +14,15 @@ import hmac
 import logging
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import Error as DatabaseError  # InterfaceError too
 from django.utils import timezone
 
-from billing.pricing.spend_terms import SpendTerms, spend_terms
+from billing.spend.terms import SpendTerms, spend_terms
 from gateway.errors import Refused
+from gateway.orm import orm
 from tenants.choices import VLLM_PRIORITY, Scope
 from tenants.errors import AuthenticationError, TenantSuspendedError
 from tenants.models import Tenant
@@ -70,12 +72,9 @@ def cache_salt_for(tenant_id: int) -> str:
 
 
 def caller_load(raw_key: str) -> Caller:
-    """The caller for `raw_key`, from the database (sync; run in a thread)."""
-    from django.db import close_old_connections
-
+    """The caller for `raw_key`, from the database (sync: gateway.orm runs it)."""
     from tenants.services import api_key_authenticate
 
-    close_old_connections()
     try:
         key = api_key_authenticate(raw_key=raw_key)
     except AuthenticationError as exc:
@@ -128,7 +127,7 @@ class LoadingCache:
         self._refreshing: set[asyncio.Task] = set()
 
     def load(self, key):
-        """The value for `key` (sync, in a thread); may raise CallerRefused."""
+        """The value for `key` (sync: gateway.orm runs it); may raise CallerRefused."""
         raise NotImplementedError
 
     def tenant_of(self, key, value) -> int | None:
@@ -192,7 +191,7 @@ class LoadingCache:
         sequence = self._sequence
         try:
             try:
-                result = await asyncio.to_thread(self.load, key)
+                result = await orm(self.load, key=key)
             except CallerRefused as refused:
                 result = refused.refused
             except DatabaseError as exc:  # not kept: the next request reads again
@@ -243,6 +242,20 @@ class CallerCache(LoadingCache):
         self.used_at[caller.api_key_id] = time.time()
         return caller
 
+    async def used_write(self) -> None:
+        """When each key was last used, written (a few keys at a time, not
+        a write per request); a failure is logged, not retried."""
+        used, self.used_at = self.used_at, {}
+        if not used:
+            return
+        from tenants.services import api_keys_mark_used
+
+        stamps = {k: datetime.fromtimestamp(t, tz=UTC) for k, t in used.items()}
+        try:
+            await orm(api_keys_mark_used, used_at_by_key=stamps)
+        except Exception:
+            logger.exception("could not record API key use")
+
 
 class TermsCache(LoadingCache):
     """tenant id -> its spend terms (None: nothing to hold it to). Terms are
@@ -252,9 +265,6 @@ class TermsCache(LoadingCache):
     the period they are for."""
 
     def load(self, key: int) -> SpendTerms | None:
-        from django.db import close_old_connections
-
-        close_old_connections()
         tenant = Tenant.objects.select_related("policy").get(pk=key)
         return spend_terms(tenant=tenant, now=timezone.now())
 

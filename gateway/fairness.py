@@ -71,6 +71,12 @@ that times out (QueueTimeout) or whose task is cancelled (client gone)
 leaves at once, uncharged; a slot granted to a task cancelled before it ran
 is returned and its charge undone.
 
+Unbounded (`FairQueue(unbounded=True)`, fair queuing off): every replica
+takes every request at once, as vLLM queues what it cannot batch. A slot
+is granted on the first candidate with nothing counted and nothing to give
+back: the gateway's one request path runs through the queue either way, at
+the cost of one small object per attempt.
+
 Scope: one event loop, one process, no I/O. Across gateway processes,
 gateway/fairness_redis.py shares the counters (`service_drain`,
 `service_merge`) and each replica's slots (`replica_set` with this
@@ -148,7 +154,7 @@ class Slot:
 
     def __init__(
         self,
-        queue: FairQueue,
+        queue: FairQueue | None,
         *,
         replica_id: int,
         tenant_id: int,
@@ -173,6 +179,13 @@ class Slot:
     def released(self) -> bool:
         return self._released
 
+    @property
+    def output_counter(self) -> Callable[[int], None] | None:
+        """What to tell the output as it streams (`progress`); None for a
+        slot of an unbounded queue, which counts nothing (a stream then
+        skips reading its usage on every chunk)."""
+        return None if self._queue is None else self.progress
+
     def progress(self, output_tokens: int) -> None:
         """Charge the output generated so far (`output_tokens` in all, as the
         stream's usage counts them); the slot stays held."""
@@ -192,6 +205,8 @@ class Slot:
         if self._released:
             return
         self._released = True
+        if self._queue is None:  # an unbounded queue's: nothing held
+            return
         correction = 0 if input_tokens is None else input_tokens - self.prompt_tokens
         output = output_tokens - self._charged_output
         self._queue._slot_release(self, self._queue.output_weight * output + correction)
@@ -218,11 +233,14 @@ class FairQueue:
         headroom: float = HEADROOM,  # ok-float: a share of a replica's slots
         clock: Callable[[], float] = time.monotonic,
         track_service: bool = False,
+        unbounded: bool = False,
     ) -> None:
         """`track_service`: keep the counter changes since the last
-        `service_drain`, for sharing them with other processes."""
+        `service_drain`, for sharing them with other processes.
+        `unbounded`: no replica's slots run out (fair queuing off)."""
         if not 0 <= headroom < 1:
             raise ValueError("headroom must be in [0, 1)")
+        self.unbounded = unbounded
         self.output_weight = output_weight
         self.headroom = headroom
         self.starvation_passes = starvation_passes
@@ -413,6 +431,17 @@ class FairQueue:
             raise ValueError("weight must be > 0")
         if not candidates:
             raise ValueError("no candidate replicas")
+        if self.unbounded:
+            return Slot(
+                None,
+                replica_id=candidates[0],
+                tenant_id=tenant_id,
+                priority=priority,
+                weight=weight,
+                own=True,
+                prompt_tokens=0,
+                queued_seconds=0.0,
+            )
         for replica_id in candidates:
             if self._has_room(replica_id) and (
                 replica_id in own or self._under_limit(replica_id, tenant_id)

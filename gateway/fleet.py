@@ -75,12 +75,9 @@ class FleetSnapshot:
 
 
 def fleet_snapshot_load() -> FleetSnapshot:
-    """From the database (sync; run in a thread)."""
-    from django.db import close_old_connections
-
+    """From the database (sync: gateway.orm runs it)."""
     from serving.models import LoraAdapter, Replica, Reservation, ServedModel
 
-    close_old_connections()
     now = timezone.now()
     snapshot = FleetSnapshot(loaded_at=time.time())
     for m in ServedModel.objects.all():

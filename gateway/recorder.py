@@ -16,10 +16,12 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+from gateway.orm import orm
 from gateway.telemetry import DEAD_LETTERED, FLUSH_SECONDS, FLUSHED
-from serving.records import CompletedRequest, RecordSink
+from serving.records import CompletedRequest, RecordSink, record_sink
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,16 @@ class Recorder:
         self.dropped = 0
         self.last_flush_seconds = 0.0
         self._writing = 0
+
+    @classmethod
+    def from_settings(cls, cfg: Mapping) -> Recorder:
+        """Into the record sink the settings name (metering's ledger)."""
+        return cls(
+            record_sink(),
+            flush_seconds=cfg["RECORD_FLUSH_SECONDS"],
+            flush_max=cfg["RECORD_FLUSH_MAX"],
+            dead_letter_path=Path(cfg["DEAD_LETTER_PATH"]),
+        )
 
     @property
     def backlog(self) -> int:
@@ -103,7 +115,7 @@ class Recorder:
         started = time.perf_counter()
         self._writing = len(batch)
         try:
-            kept = await asyncio.to_thread(self._write, batch)
+            kept = await orm(self._write, batch=batch)
         except Exception:
             logger.exception("record sink failed; %d records kept for retry", len(batch))
             kept = batch
@@ -120,10 +132,9 @@ class Recorder:
 
     def _write(self, batch: list[CompletedRequest]) -> list[CompletedRequest]:
         """Write `batch`; return the records to retry later."""
-        from django.db import InterfaceError, OperationalError, close_old_connections
+        from django.db import InterfaceError, OperationalError
 
         transient = (OperationalError, InterfaceError)
-        close_old_connections()
         try:
             self._sink(batch)
             return []

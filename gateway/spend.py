@@ -1,5 +1,5 @@
-"""The gateway's hold on a tenant's spend (issue 18): a request's worst case
-reserved on each of its tenant's accounts (core.spend_accounts) before it
+"""The gateway's hold on a tenant's spend: a request's worst case
+reserved on each of its tenant's accounts (billing.spend.accounts) before it
 is forwarded, refused with 402 when it does not fit, settled to what it
 cost when it ends.
 
@@ -36,16 +36,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
-from billing.pricing.rating import RateCard, usage_amount, usage_nanos
-from billing.pricing.spend_terms import PREPAID, SpendTerms
-from core.calendar import epoch_hour
-from core.spend_accounts import MAX_UNITS, LocalSpend, RedisSpend, SpendRefused, nanos
+from billing.pricing.rate_card import RateCard, usage_amount, usage_nanos
+from billing.spend.accounts import MAX_UNITS, LocalSpend, RedisSpend, SpendRefused, nanos
+from billing.spend.corrections import spend_correction_applied, spend_corrections_pending
+from billing.spend.slices import SlicedSpend
+from billing.spend.terms import PREPAID, SpendTerms
+from core.calendar import epoch_hour, moment_epoch_hour
 from gateway.errors import Refused
+from gateway.orm import orm
 from gateway.proxy import Cut
 
 logger = logging.getLogger(__name__)
@@ -136,6 +139,36 @@ class SpendGuard:
         self._stop = min(grant_seconds / 2, stop_seconds or min(1.0, grant_seconds / 4))
         self._clock = clock
         self.shares = ShareClock(clock)
+
+    @classmethod
+    def from_settings(cls, cfg: Mapping, *, redis_url: str) -> SpendGuard:
+        """In this process's memory, or shared through Redis (in slices,
+        where the settings ask: gateways then rarely meet on a key)."""
+        store: LocalSpend | RedisSpend | SlicedSpend = LocalSpend()
+        if redis_url:
+            store = RedisSpend(redis_url, prefix=cfg["REDIS_PREFIX"])
+            if cfg["SPEND_SLICES"]:
+                store = SlicedSpend(store, ttl=cfg["SPEND_LEASE_SECONDS"])
+        return cls(
+            store,
+            lease_seconds=cfg["SPEND_LEASE_SECONDS"],
+            grant_seconds=cfg["SPEND_GPU_GRANT_SECONDS"],
+            stop_seconds=cfg["SPEND_GPU_STOP_SECONDS"],
+        )
+
+    async def corrections_apply(self, correction_id: int | None) -> None:
+        """The ledger's corrections of spend accounts (one, or every one not
+        applied yet), each applied to the counters and its drift recorded."""
+        try:
+            rows = await orm(spend_corrections_pending, correction_id=correction_id)
+            for row in rows:
+                drift = await self.store.correct(
+                    row.account, cut=moment_epoch_hour(row.cut), ledger=row.ledger
+                )
+                if drift is not None:
+                    await orm(spend_correction_applied, correction_id=row.pk, drift=drift)
+        except Exception:  # the next correction, or the next connection, tries again
+            logger.exception("could not apply the ledger's spend corrections")
 
     async def reserve(
         self,

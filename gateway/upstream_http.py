@@ -3,7 +3,7 @@ connections per replica, the response parsed by httptools (llhttp, in C),
 nothing else. Profiled against the instant fake upstream, aiohttp's client
 cost about 315 µs of CPU per request and this one about 95 µs (most of it
 the system calls), on a gateway spending about 700 µs per request in all
-(docs/benchmarks.md, issue 21): its request objects, header multidicts,
+(docs/benchmarks.md): its request objects, header multidicts,
 payload registry, tracing hooks and timers are what a proxy does not need.
 
     client = UpstreamClient(keepalive_seconds=4)

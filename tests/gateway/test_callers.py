@@ -149,7 +149,7 @@ def test_terms_are_not_kept_past_the_end_of_their_period():
 
     from django.utils import timezone
 
-    from billing.pricing.spend_terms import SpendTerms
+    from billing.spend.terms import SpendTerms
     from gateway.callers import TermsCache
 
     now = timezone.now()

@@ -13,12 +13,10 @@ import openai
 import pytest
 
 from metering.models import UsageEvent
-from metering.selectors import request_get
+from metering.selectors.requests import request_get
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import gateway_worker, wait_for_records
 from tests.gateway.fake_upstream import FakeUpstream
-
-pytestmark = [pytest.mark.slow]
 
 HELLO = [{"role": "user", "content": "hello"}]
 HANDOFF = {"remote_engine_id": "prefill-1", "remote_block_ids": [3, 4], "remote_host": "10.0.0.7"}

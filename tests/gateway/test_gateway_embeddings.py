@@ -13,12 +13,11 @@ import pytest
 from django.utils import timezone
 
 from billing.models import ModelPrice, PriceBook
-from billing.pricing.budgets import budget_spend
 from billing.pricing.periods import tenant_period
+from billing.spend.budgets import budget_spend
 from serving.tiny_model import EMBEDDING_MODEL_NAME
 from tests.fleet import fleet_model, metering_run_all, wait_for_records, wait_for_records_written
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 TEXTS = ["hello there", "a second, longer text to embed"]
 PER_MTOK = Decimal("100")  # the embedding model's input price: 0.0001 a token
 

@@ -16,8 +16,6 @@ from metering.models import UsageEvent
 from serving.tiny_model import EMBEDDING_MODEL_NAME, MODEL_NAME
 from tests.fleet import fleet_model, wait_for_records
 
-pytestmark = [pytest.mark.slow]
-
 HELLO = [{"role": "user", "content": "hello"}]
 
 

@@ -31,8 +31,6 @@ from tests.fleet import (
 from tests.gateway.fake_upstream import FakeUpstream
 from tests.services import redis_url, require
 
-pytestmark = [pytest.mark.slow]
-
 
 def post(
     gateway: str,

@@ -24,8 +24,6 @@ from tests.fleet import (
     wait_for_records_written,
 )
 
-pytestmark = [pytest.mark.slow]
-
 HELLO = [{"role": "user", "content": "hello"}]
 
 

@@ -15,8 +15,6 @@ from serving.tiny_model import MAX_POSITIONS, MODEL_NAME
 from tests.fleet import gateway_froze, wait_for_records
 from tests.gateway.test_gateway_vllm import generation_tokens_total, hold_stream
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
-
 ASK = {
     "model": MODEL_NAME,
     "input": "hello there",

@@ -1,4 +1,4 @@
-"""A hard budget held per request at the gateway (issue 18): a request is
+"""A hard budget held per request at the gateway: a request is
 forwarded only if its worst case fits what is left of the budget, refused
 402 naming what is left and what it might cost otherwise, and settles to
 what its tokens cost, priced by billing's rating code."""
@@ -12,9 +12,9 @@ from decimal import Decimal
 import pytest
 
 from billing.models import ModelPrice, PriceBook
-from billing.pricing.rating import RateCard
-from billing.pricing.spend_terms import SpendAccount, SpendTerms
-from core.spend_accounts import LocalSpend
+from billing.pricing.rate_card import RateCard
+from billing.spend.accounts import LocalSpend
+from billing.spend.terms import SpendAccount, SpendTerms
 from gateway.errors import Refused
 from gateway.spend import SpendGuard
 from serving.models import ServedModel

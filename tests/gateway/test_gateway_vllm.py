@@ -24,8 +24,6 @@ from tenants.services import api_key_revoke
 from tests.fleet import gateway_froze, start_gateway, stop_gateway, wait_for_records
 from tests.services import redis_url, require
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
-
 HELLO = [{"role": "user", "content": "hello there"}]
 EXACT = {"ignore_eos": True}  # random weights may emit EOS early; tests want exact counts
 

@@ -32,8 +32,8 @@ def test_a_watch_hears_the_client_leave():
 def test_a_stopped_watch_is_freed_at_once_not_left_to_the_collector():
     """A watch stopped while its client is still there (every stream, once
     answered) ended as a cancelled task holding its CancelledError, whose
-    traceback held the watch: a cycle per stream for the garbage collector
-    (issue 21). Now nothing keeps it once dropped."""
+    traceback held the watch: a cycle per stream for the garbage collector.
+    Now nothing keeps it once dropped."""
 
     async def go():
         async def receive():

@@ -102,7 +102,7 @@ def test_the_loop_lag_is_sampled_while_requests_are_in_flight_and_never_while_id
     last one ends."""
     import asyncio
 
-    from gateway.app import Gateway
+    from gateway.process import Gateway
 
     async def scenario():
         gateway = Gateway()

@@ -211,7 +211,7 @@ def test_a_reader_waiting_on_the_body_hears_of_a_close_at_once():
 def test_a_response_done_with_is_freed_at_once_not_left_to_the_collector():
     """A response and its parser referred to each other: every request left
     a cycle for the garbage collector, whose passes were then a tenth of the
-    gateway's CPU (issue 21). Released or closed, it is freed by its last
+    gateway's CPU. Released or closed, it is freed by its last
     reference."""
     import gc
     import weakref
