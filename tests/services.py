@@ -7,12 +7,66 @@ from __future__ import annotations
 
 import os
 import socket
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from core.processes import database_url_for_subprocess, free_port  # noqa: F401 (re-exported)
+from core import processes
+from core.processes import database_url_for_subprocess  # noqa: F401 (re-exported)
 
 IN_CI = os.environ.get("CI") == "true"
+
+# Under pytest-xdist each worker is a process of its own ("gw0", "gw1", ...);
+# pytest-django gives each its own test database (test_<name>_gw0, ...).
+# What else the workers could share is split here: ports and Redis.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+WORKER_INDEX = int(WORKER.removeprefix("gw")) if WORKER.startswith("gw") else 0
+REDIS_DATABASES = 16  # Redis's default `databases`
+REDIS_SCRATCH_DB = 15  # the machine's Redis without REDIS_URL: its last database
+
+
+def free_port() -> int:
+    """A port free on loopback now (core.processes.free_port), and one only
+    this worker chooses: core's picks at random from a range every worker
+    shares, so two workers starting servers at the same moment could pick
+    the same port. Each worker keeps to the ports whose number modulo the
+    number of workers is its index."""
+    for _ in range(1000):
+        port = processes.free_port()
+        if port % WORKERS == WORKER_INDEX:
+            return port
+    raise RuntimeError(f"no free port for xdist worker {WORKER} of {WORKERS}")
+
+
+def redis_worker_url(url: str) -> str:
+    """`url` moved to this worker's own Redis database: the one it names
+    plus the worker's index (wrapping at 16). The workers' test databases
+    hand out the same row ids, and the gateway keys its counters by them
+    under one prefix: in one Redis database two workers' tenants would
+    share counters."""
+    parts = urlsplit(url)
+    db = int(parts.path.strip("/") or 0)
+    path = f"/{(db + WORKER_INDEX) % REDIS_DATABASES}"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+
+
+def redis_per_worker() -> None:
+    """Point this xdist worker, and every process it starts, at its own
+    Redis database (redis_worker_url). Django's settings were read before
+    any conftest is imported (pytest-django loads them first), so the
+    settings that hold the URL are set again here."""
+    url = os.environ.get("REDIS_URL")
+    if not WORKER or not url:
+        return
+    from django.conf import settings
+
+    from config.celery_app import app
+
+    url = redis_worker_url(url)
+    os.environ["REDIS_URL"] = url
+    settings.REDIS_URL = settings.CELERY_BROKER_URL = url
+    app.conf.broker_url = url
 
 
 def require(condition: bool, reason: str) -> None:
@@ -37,7 +91,7 @@ def redis_url() -> str | None:
     if url:
         return url
     if port_answers("127.0.0.1", 6379):
-        return "redis://127.0.0.1:6379/15"
+        return redis_worker_url(f"redis://127.0.0.1:6379/{REDIS_SCRATCH_DB}")
     return None
 
 

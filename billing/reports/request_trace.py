@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.db.models import Q, Sum
 
@@ -30,9 +31,11 @@ from billing.pricing.periods import tenant_period
 from billing.pricing.rate_card import MILLION, card_pieces, usage_amount, usage_counts
 from billing.pricing.rating import price_books, rating_inputs, rating_session
 from core.nanos import NANO_PLACES
-from metering.models import UsageEvent
 from metering.selectors.requests import request_billed_tokens
 from tenants.models import Tenant
+
+if TYPE_CHECKING:  # a row the metering selectors hand over; billing queries no ledger table
+    from metering.models import UsageEvent
 
 GPU_SECONDS = "gpu_seconds"
 

@@ -9,7 +9,6 @@ import csv
 import io
 import time
 
-import pytest
 from django.conf import settings
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
@@ -19,8 +18,6 @@ from selenium.webdriver.support.ui import WebDriverWait
 from billing.models import CreditNote, Invoice
 from tenants.models import ApiKey
 from tests.conftest import client_for_key
-
-pytestmark = pytest.mark.slow
 
 # True once Chart.js has drawn something: some pixel is not transparent.
 DRAWN = """

@@ -74,7 +74,6 @@ def _config(compose, path: Path, *extra: str, env=ENV) -> subprocess.CompletedPr
     )
 
 
-@pytest.mark.slow
 def test_compose_validates_and_has_every_service(compose):
     result = _config(compose, ROOT / "docker-compose.yml")
     assert result.returncode == 0, result.stderr
@@ -96,7 +95,6 @@ def test_compose_validates_and_has_every_service(compose):
     assert hosts and set(hosts) == {"127.0.0.1"}
 
 
-@pytest.mark.slow
 def test_the_validator_rejects_a_broken_file(compose, tmp_path):
     broken = tmp_path / "docker-compose.yml"
     text = (ROOT / "docker-compose.yml").read_text()
@@ -141,7 +139,6 @@ def test_the_vllm_cpu_image_serves_with_the_local_replicas_flags():
     assert flags(image) == {**flags(local), "--host": "0.0.0.0"}  # noqa: S104 (in a container)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("setting", ["DJANGO_SECRET_KEY", "API_KEY_PEPPER"])
 def test_compose_refuses_to_start_without_a_secret(compose, setting):
     env = {k: v for k, v in ENV.items() if k != setting}

@@ -42,6 +42,7 @@ def _up(tmp_path, *extra: str, timeout: float = 240):
 
 
 @pytest.mark.slow
+@pytest.mark.environment
 def test_up_check_on_embedded_postgres(tmp_path):
     out = _up(tmp_path, "--no-vllm")
     assert "[2/9] migrations … ok" in out
@@ -55,6 +56,8 @@ def test_up_check_on_embedded_postgres(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.environment
+@pytest.mark.usefixtures("vllm_cpu")
 def test_the_main_job_runs_the_whole_product(tmp_path):
     """The README's first command: vLLM replicas in the three demo pools,
     the gateway, worker and beat, a workload through the gateway, then

@@ -22,6 +22,7 @@ LIST_TASKS = (
 
 
 @pytest.mark.slow
+@pytest.mark.environment
 def test_a_plain_install_imports_every_task(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)

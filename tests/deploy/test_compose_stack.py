@@ -25,7 +25,7 @@ from tests.deploy.compose import SERVICES, Stack, podman_compose, stack_up
 from tests.deploy.podman import podman, podman_env
 from tests.services import require
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+pytestmark = [pytest.mark.vllm]  # vLLM-CPU's image
 
 TENANTS = {"hooli": "USD", "umbrella": "EUR"}  # shared tier, two currencies
 

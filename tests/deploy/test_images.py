@@ -51,7 +51,6 @@ FIND = (
 )
 
 
-@pytest.mark.slow
 def test_the_app_image_holds_every_app_and_no_dev_tools(images):
     packages = sorted(project_packages())
     found = json.loads(
@@ -69,7 +68,6 @@ def test_the_app_image_holds_every_app_and_no_dev_tools(images):
     assert "tests" not in listing and "bench" not in listing
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("which", ["app", "vllm_cpu", "postgres", "redis"])
 def test_every_image_runs_as_non_root_with_a_healthcheck(images, which):
     image = getattr(images, which)
@@ -79,7 +77,6 @@ def test_every_image_runs_as_non_root_with_a_healthcheck(images, which):
     assert inspected["Healthcheck"]["Test"][0] in ("CMD", "CMD-SHELL")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("setting", ["DJANGO_SECRET_KEY", "DATABASE_URL", "API_KEY_PEPPER"])
 def test_a_container_without_a_required_setting_exits_at_start_naming_it(images, setting):
     """The image's own command (the web role) and the gateway's: one line

@@ -20,7 +20,7 @@ from tests.config.test_kubernetes import render
 from tests.deploy.k8s_podman import podman_playable
 from tests.deploy.podman import ROOT, podman
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+pytestmark = [pytest.mark.vllm]  # vLLM-CPU's image
 
 WEB, GATEWAY, OPERATOR = 18000, 18080, 19090  # overlays/podman-test/ports.yaml
 
