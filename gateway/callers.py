@@ -54,6 +54,13 @@ class Caller:
     limits: Limits
 
 
+STALE_RETRY = 1.0  # seconds between tries of a database that is away
+
+
+class DatabaseUnavailable(Exception):
+    """A load failed on the database (not on what it read)."""
+
+
 class CallerRefused(Exception):
     """Who is calling, or under which terms, decides that the request may
     not run: `refused` is the answer."""
@@ -114,12 +121,22 @@ class LoadingCache:
 
     `forget(tenant)` drops what is cached of a tenant (and every refusal,
     whose tenant is not kept): its next request reloads, and a load that was
-    in flight when it was forgotten is used once but not kept."""
+    in flight when it was forgotten is used once but not kept.
 
-    def __init__(self, *, ttl_seconds: float, max_entries: int = 100_000) -> None:
+    The database away: an entry past its TTL goes on serving, up to
+    `stale_seconds` past it, and the database is tried again a second
+    later (one request waits for that try, the others are served what was
+    known). A tenant the gateway had seen keeps being served through an
+    outage; one it had not is a 503 database_unavailable."""
+
+    def __init__(
+        self, *, ttl_seconds: float, stale_seconds: float = 3600.0, max_entries: int = 100_000
+    ) -> None:
         self._ttl = ttl_seconds
+        self._stale = stale_seconds
         self._max = max_entries
-        # key -> (refresh after, expires, value or refusal), monotonic seconds
+        # key -> (refresh after, expires, value or refusal, served stale until),
+        # monotonic seconds
         self._entries: dict = {}
         self._loading: dict = {}
         self._forgotten: list[tuple[int, int | None]] = []  # (sequence, tenant or None: all)
@@ -141,7 +158,19 @@ class LoadingCache:
         now = time.monotonic()
         entry = self._entries.get(key)
         if entry is None or entry[1] <= now:
-            result = await self._load(key)
+            try:
+                result = await self._load(key)
+            except DatabaseUnavailable:
+                if entry is None or entry[3] <= now:
+                    raise CallerRefused(
+                        503,
+                        "database_unavailable",
+                        "the gateway could not read its database: try again shortly",
+                        retry_after=1,
+                    ) from None
+                result = entry[2]  # what was known, while the database is away
+                if self._entries.get(key) is entry:
+                    self._entries[key] = (now + STALE_RETRY, now + STALE_RETRY, *entry[2:])
         else:
             if entry[0] <= now and key not in self._loading:
                 self._refresh(key)
@@ -159,7 +188,7 @@ class LoadingCache:
         if tenant_id is None:
             self._entries.clear()
             return
-        for key, (_, _, result) in list(self._entries.items()):
+        for key, (_, _, result, _) in list(self._entries.items()):
             if self._drops(key, result, tenant_id):
                 del self._entries[key]
 
@@ -196,12 +225,7 @@ class LoadingCache:
                 result = refused.refused
             except DatabaseError as exc:  # not kept: the next request reads again
                 logger.warning("gateway: the database could not be read: %s", exc)
-                raise CallerRefused(
-                    503,
-                    "database_unavailable",
-                    "the gateway could not read its database: try again shortly",
-                    retry_after=1,
-                ) from None
+                raise DatabaseUnavailable from None
             future.set_result(result)
         except BaseException as exc:
             future.set_exception(exc)
@@ -221,14 +245,14 @@ class LoadingCache:
         if len(self._entries) >= self._max:
             self._entries.clear()
         now, keep = time.monotonic(), self.expires_in(result)
-        self._entries[key] = (now + keep / 2, now + keep, result)
+        self._entries[key] = (now + keep / 2, now + keep, result, now + keep + self._stale)
 
 
 class CallerCache(LoadingCache):
     """raw API key -> its Caller."""
 
-    def __init__(self, *, ttl_seconds: float, max_entries: int = 100_000) -> None:
-        super().__init__(ttl_seconds=ttl_seconds, max_entries=max_entries)
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
         self.used_at: dict[int, float] = {}  # api key id -> last use (epoch seconds)
 
     def load(self, key: str) -> Caller:

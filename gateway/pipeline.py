@@ -15,7 +15,9 @@ Rejected where the request ends:
 - dispatch and relay (gateway.proxy): up to two replicas, each through a
   slot; a prefill replica runs the request disaggregated (gateway.disagg).
 - record (gateway.recorder): one row for the ledger per request (per phase
-  of a disaggregated one), whatever became of it.
+  of a disaggregated one), whatever became of it, kept in the durable
+  spool first; a request whose row could not be kept (a full spool) is
+  refused before anything else.
 
 One per gateway process, built by the process at startup
 (gateway.process)."""
@@ -58,6 +60,12 @@ from serving.records import CompletedRequest
 logger = logging.getLogger("gateway")
 
 NO_REPLICA = "no replica is serving this model"
+METERING_UNAVAILABLE = Refused(
+    503,
+    "metering_unavailable",
+    "the gateway cannot record usage right now (its spool is full): try again shortly",
+    retry_after=5,
+)
 
 
 class Pipeline:
@@ -103,6 +111,9 @@ class Pipeline:
         received_at = now()
         request_id = self.request_id_new()
         rid_header = (b"x-request-id", request_id.encode())
+        if not self.recording.recorder.accepting():  # its record could not be kept
+            await respond_refused(send, METERING_UNAVAILABLE, [rid_header])
+            return
         try:
             caller = await authenticate(self.callers, scope)
         except CallerRefused as refused:

@@ -50,7 +50,15 @@ from gateway.queueing import GatewayQueue
 from gateway.recorder import Recorder
 from gateway.spend import SpendGuard
 from gateway.stalls import LagRecord, StallClock
-from gateway.telemetry import BACKLOG, LOOP_LAG_SECONDS, depth_by_class, queue_gauges_set
+from gateway.telemetry import (
+    BACKLOG,
+    LOOP_LAG_SECONDS,
+    SPOOL_BYTES,
+    SPOOL_FULL,
+    SPOOL_OLDEST_SECONDS,
+    depth_by_class,
+    queue_gauges_set,
+)
 from gateway.upstream_http import UpstreamClient
 
 logger = logging.getLogger("gateway")
@@ -66,8 +74,9 @@ class Gateway:
     def __init__(self) -> None:
         cfg = settings.GATEWAY
         self.cfg = cfg
-        self.callers = CallerCache(ttl_seconds=cfg["KEY_CACHE_SECONDS"])
-        self.terms = TermsCache(ttl_seconds=cfg["TERMS_CACHE_SECONDS"])
+        stale = cfg["STALE_IF_ERROR_SECONDS"]
+        self.callers = CallerCache(ttl_seconds=cfg["KEY_CACHE_SECONDS"], stale_seconds=stale)
+        self.terms = TermsCache(ttl_seconds=cfg["TERMS_CACHE_SECONDS"], stale_seconds=stale)
         self.router = Router(suspect_seconds=cfg["SUSPECT_SECONDS"])
         # Made at startup, on the process's event loop:
         self.session: UpstreamClient | None = None  # to the replicas
@@ -356,6 +365,11 @@ class Gateway:
         """The gauges read at scrape time, set (the operator listener asks
         before each scrape)."""
         BACKLOG.set(self.recorder.backlog if self.recorder else 0)
+        spool = self.recorder.spool if self.recorder else None
+        if spool is not None:
+            SPOOL_BYTES.set(spool.stats.bytes)
+            SPOOL_OLDEST_SECONDS.set(spool.oldest_unacked_age())
+            SPOOL_FULL.set(int(spool.full))
         queue = self.queue_state()
         if queue is not None:
             queue_gauges_set(
@@ -363,6 +377,28 @@ class Gateway:
                 {name: r["outstanding"] for name, r in queue["replicas"].items()},
             )
         return {}
+
+    def spool_state(self) -> dict | None:
+        """The durable spool (None without one): its disk use, the oldest
+        record the ledger does not hold yet, what it replayed on starting."""
+        spool = self.recorder.spool if self.recorder else None
+        if spool is None:
+            return None
+        stats = spool.stats
+        return {
+            "dir": str(spool.dir),
+            "bytes": stats.bytes,
+            "cap_bytes": spool.cap_bytes,
+            "full": spool.full,
+            "unwritten": spool.unacked,
+            "oldest_unwritten_seconds": round(spool.oldest_unacked_age(), 3),
+            "replayed": stats.replayed,
+            "replays_written": self.recorder.replays_written,
+            "torn": stats.torn,
+            "torn_bytes": stats.torn_bytes,
+            "slots_adopted": stats.slots_adopted,
+            "syncs": stats.syncs,
+        }
 
     def health(self) -> dict:
         """This worker's detail, for the operator listener's /healthz."""
@@ -377,6 +413,8 @@ class Gateway:
             "listening_for_changes": self.changes.listening,
             "records_flushed": self.recorder.flushed if self.recorder else 0,
             "records_dead_lettered": self.recorder.dead_lettered if self.recorder else 0,
+            "records_dropped": self.recorder.dropped if self.recorder else 0,
+            "spool": self.spool_state(),
             "requests_in_flight": self.in_flight,
             # The loop's lag is sampled while requests are in flight only.
             "event_loop_lag_max_ms": round(self.loop_lag.max_ms, 2),

@@ -62,9 +62,50 @@ DEAD_LETTERED = Counter(
 )
 BACKLOG = Gauge(
     "gateway_record_backlog",
-    "Records waiting in memory for the sink.",
+    "Records the ledger does not hold yet (in the spool, or in memory).",
     registry=REGISTRY,
     multiprocess_mode="livesum",
+)
+SPOOL_BYTES = Gauge(
+    "gateway_spool_bytes",
+    "Bytes of record segments in the gateway's spool (gateway.spool).",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
+SPOOL_OLDEST_SECONDS = Gauge(
+    "gateway_spool_oldest_unwritten_seconds",
+    "Age of the oldest record the ledger does not hold yet.",
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+SPOOL_FULL = Gauge(
+    "gateway_spool_full",
+    "1 while a worker's spool is full (its cap, or its disk): see GATEWAY_SPOOL_FULL.",
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+SPOOL_REPLAYED = Counter(
+    "gateway_spool_replayed_records",
+    "Records a worker found in its spool on starting (left by a process before it), "
+    "written to the ledger since.",
+    registry=REGISTRY,
+)
+SPOOL_TORN = Counter(
+    "gateway_spool_torn_records",
+    "Torn or corrupt segment tails found on starting (kept apart in the spool's torn/).",
+    registry=REGISTRY,
+)
+SPOOL_FULL_REQUESTS = Counter(
+    "gateway_spool_full_requests",
+    "Requests that came while the spool was full: refused (503 metering_unavailable), "
+    "or served anyway with their record held in memory (GATEWAY_SPOOL_FULL=serve).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+DROPPED = Counter(
+    "gateway_records_dropped",
+    "Records lost: held in memory (no spool, or a full one) past the memory cap.",
+    registry=REGISTRY,
 )
 LOOP_LAG_SECONDS = Histogram(
     "gateway_event_loop_lag_seconds",

@@ -5,10 +5,11 @@ imports metering."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal
 
+import orjson
 from django.conf import settings
 from django.utils.module_loading import import_string
 
@@ -51,6 +52,27 @@ class CompletedRequest:
     def as_dict(self) -> dict:
         return asdict(self)
 
+
+    def to_bytes(self) -> bytes:
+        """The record as JSON (what the gateway's spool keeps): times in
+        RFC 3339 with their offset, milliseconds as decimal strings."""
+        return orjson.dumps(self, default=str)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CompletedRequest:
+        """The record `to_bytes` made; ValueError or TypeError if it is none."""
+        values = orjson.loads(data)
+        for name in _DATETIMES:
+            if values.get(name) is not None:
+                values[name] = datetime.fromisoformat(values[name])
+        for name in _DECIMALS:
+            if values.get(name) is not None:
+                values[name] = Decimal(values[name])
+        return cls(**values)
+
+
+_DATETIMES = [f.name for f in fields(CompletedRequest) if "datetime" in str(f.type)]
+_DECIMALS = [f.name for f in fields(CompletedRequest) if "Decimal" in str(f.type)]
 
 RecordSink = Callable[[Sequence[CompletedRequest]], None]
 

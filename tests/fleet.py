@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
@@ -125,19 +127,23 @@ class GatewayUrl(str):
     listener's URL (/metrics, the detailed /healthz) as `.operator`."""
 
     operator: str
+    log: Path  # its output
 
-    def __new__(cls, url: str, *, operator: str) -> GatewayUrl:
+    def __new__(cls, url: str, *, operator: str, log: Path) -> GatewayUrl:
         made = super().__new__(cls, url)
-        made.operator = operator
+        made.operator, made.log = operator, log
         return made
 
 
 def start_gateway(
-    *, env: dict[str, str] | None = None, workers: int = 1
+    *, env: dict[str, str] | None = None, workers: int = 1, wrap: Sequence[str] = ()
 ) -> tuple[subprocess.Popen, GatewayUrl]:
     """A `manage.py gateway` on free ports, ready: its operator /healthz
     answers 200 once every worker has started (the tenants' port is bound
-    before)."""
+    before). Its spool is a directory of its own (a test that restarts a
+    gateway on its spool names it in GATEWAY_SPOOL_DIR): a spool shared by
+    the tests' gateways would replay one test's records into another's
+    database. `wrap`: a command prefix it runs under (one that execs it)."""
     port = free_port()
     operator_port = free_port()
     while operator_port == port:  # two free ports asked for in a row can be the same one
@@ -157,9 +163,19 @@ def start_gateway(
         # A non-streaming answer's first byte comes when generation ends, and
         # a busy replica legitimately queues: only a hang test wants it short.
         "GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT": "60",
+        "GATEWAY_SPOOL_DIR": tempfile.mkdtemp(prefix="gateway-spool-"),
         **(env or {}),
     }
-    argv = [sys.executable, "manage.py", "gateway", "--port", str(port), "--workers", str(workers)]
+    argv = [
+        *wrap,
+        sys.executable,
+        "manage.py",
+        "gateway",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+    ]
     proc = subprocess.Popen(
         [*argv, "--operator-port", str(operator_port)],
         cwd=ROOT,
@@ -167,7 +183,11 @@ def start_gateway(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    url = GatewayUrl(f"http://127.0.0.1:{port}", operator=f"http://127.0.0.1:{operator_port}")
+    url = GatewayUrl(
+        f"http://127.0.0.1:{port}",
+        operator=f"http://127.0.0.1:{operator_port}",
+        log=Path(log.name),
+    )
     deadline = time.monotonic() + 60 * workers
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"gateway exited; see {log.name}"
@@ -261,8 +281,8 @@ class Fleet:
             )
         return self.clients[key]
 
-    def add_tenant(self, name: str, **policy) -> Tenant:
-        tenant = make_tenant(name=name, policy=policy or None)
+    def add_tenant(self, name: str, *, currency: str = "USD", **policy) -> Tenant:
+        tenant = make_tenant(name=name, policy=policy or None, billing_currency=currency)
         self.tenants[name] = tenant
         _, self.secrets[name] = make_key(tenant)
         return tenant

@@ -233,6 +233,11 @@ GATEWAY = {
     # spend by the ledger: gateway.callers.TermsCache) are read again after
     # this long at most; every change to them is heard at once anyway.
     "TERMS_CACHE_SECONDS": env.float("GATEWAY_TERMS_CACHE_SECONDS", default=60.0),
+    # The database away: keys and terms the gateway had read keep serving
+    # this long past their cache time (gateway.callers), so tenants it knew
+    # are served through an outage, their usage spooled. A key revoked just
+    # before the outage stays usable that long too.
+    "STALE_IF_ERROR_SECONDS": env.float("GATEWAY_STALE_IF_ERROR_SECONDS", default=3600.0),
     # The fleet is read again when a change to it is notified (core.changes);
     # this is the fallback period, for a change made without a notification.
     "FLEET_REFRESH_SECONDS": env.float("GATEWAY_FLEET_REFRESH_SECONDS", default=30.0),
@@ -290,6 +295,25 @@ GATEWAY = {
     # The share of a shared replica's slots no one tenant may hold, kept for
     # other tenants' first requests (gateway/fairness.py); 0: none.
     "SLOT_HEADROOM": env.float("GATEWAY_SLOT_HEADROOM", default=1 / 16),
+    # The durable spool (gateway.spool): each record is appended here before
+    # it is written to the ledger, and replayed from here after a crash.
+    # One directory per host (each worker takes a slot of it); in a
+    # container, a volume that outlives the container. Empty: no spool,
+    # records wait in memory (lost with the process, dropped past 200,000).
+    "SPOOL_DIR": env("GATEWAY_SPOOL_DIR", default=str(VAR_DIR / "spool")),
+    # Its disk use, per worker; past it (or on a full disk) see SPOOL_FULL.
+    "SPOOL_MAX_BYTES": env.int("GATEWAY_SPOOL_MAX_BYTES", default=1024**3),
+    "SPOOL_SEGMENT_BYTES": env.int("GATEWAY_SPOOL_SEGMENT_BYTES", default=8 * 1024**2),
+    # Group commit: records are fdatasync'ed at most this long after the
+    # first one not yet synced, or at once when SPOOL_SYNC_RECORDS wait.
+    # What a power loss can take; a killed process loses nothing appended
+    # (docs/operations.md; bench/spool.py measured the choice).
+    "SPOOL_SYNC_SECONDS": env.float("GATEWAY_SPOOL_SYNC_SECONDS", default=0.01),
+    "SPOOL_SYNC_RECORDS": env.int("GATEWAY_SPOOL_SYNC_RECORDS", default=512),
+    # A full spool: "refuse" new requests (503 metering_unavailable: never
+    # serve what cannot be metered) or "serve" them anyway, their records
+    # held in memory (logged and counted: gateway_spool_full_requests).
+    "SPOOL_FULL": env("GATEWAY_SPOOL_FULL", default="refuse"),
     "DEAD_LETTER_PATH": env(
         "GATEWAY_DEAD_LETTER_PATH", default=str(VAR_DIR / "dead-letter" / "records.jsonl")
     ),

@@ -204,3 +204,47 @@ def test_a_database_that_cannot_be_read_is_a_503_to_retry_and_is_not_kept():
     with mock.patch("gateway.callers.caller_load", load):
         asyncio.run(scenario())
     assert loads == ["glk_a", "glk_a"]
+
+
+def test_the_database_away_a_known_key_is_served_as_it_was_and_an_unknown_one_is_a_503():
+    """Past its TTL, an entry the database cannot refresh goes on serving
+    (up to the stale window), the database tried again a second later;
+    a key never seen is a 503, and past the stale window so is the known one."""
+    from django.db import OperationalError
+
+    cache = CallerCache(ttl_seconds=0.05, stale_seconds=0.5)
+    down = []
+    loads = []
+
+    def load(raw):
+        loads.append(raw)
+        if down:
+            raise OperationalError("connection refused")
+        return Caller(
+            tenant_id=1,
+            tenant_slug="a",
+            api_key_id=2,
+            priority=50,
+            cache_salt="s",
+            limits=Limits(None, None, None, None),
+        )
+
+    async def scenario():
+        assert (await cache.get("glk_a")).api_key_id == 2
+        down.append(True)
+        await asyncio.sleep(0.1)  # past the TTL
+        assert (await cache.get("glk_a")).api_key_id == 2  # stale, after one failed read
+        tries = len(loads)
+        for _ in range(20):
+            assert (await cache.get("glk_a")).api_key_id == 2
+        assert len(loads) == tries  # tried again a second later, not per request
+        with pytest.raises(CallerRefused) as unknown:
+            await cache.get("glk_b")
+        assert unknown.value.refused.code == "database_unavailable"
+        await asyncio.sleep(1.05)  # the retry due, and past the stale window
+        with pytest.raises(CallerRefused) as expired:
+            await cache.get("glk_a")
+        assert expired.value.refused.code == "database_unavailable"
+
+    with mock.patch("gateway.callers.caller_load", load):
+        asyncio.run(scenario())
