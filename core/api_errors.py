@@ -13,7 +13,7 @@ from typing import Any
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError
+from django.db import IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, serializers, status
 from rest_framework.fields import get_error_detail
@@ -36,6 +36,34 @@ class Conflict(exceptions.APIException):
     default_code = "conflict"
 
 
+class DatabaseUnavailable(exceptions.APIException):
+    """The database could not be reached: stopped, restarting, the network
+    gone, or no pooled connection in time. Nothing this request wrote was
+    committed unless its last commit went through unacknowledged, so the
+    same request may be sent again (the ingestion API's is idempotent)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "the database is unavailable: try again shortly"
+    default_code = "database_unavailable"
+    wait = 1  # Retry-After, as the gateway's database_unavailable says
+
+
+# Besides libpq's own failures (no SQLSTATE): class 08, a connection
+# exception, and the server shutting down or still starting (57P01-57P03).
+_UNAVAILABLE_SQLSTATES = ("57P01", "57P02", "57P03")
+
+
+def _database_unavailable(exc: Exception) -> bool:
+    """Whether `exc` says the database is away, rather than that a query
+    failed (a lock timeout, a deadlock: OperationalErrors too)."""
+    if isinstance(exc, InterfaceError):
+        return True
+    if not isinstance(exc, OperationalError):
+        return False
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    return sqlstate is None or sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]):
     exc = _as_api_exception(exc)
     response = drf_exception_handler(exc, context)
@@ -56,6 +84,8 @@ def _as_api_exception(exc: Exception) -> Exception:
         return Conflict(str(exc), code=exc.code)
     if isinstance(exc, InputError):
         return exceptions.ValidationError({exc.field: [exc.message]})
+    if _database_unavailable(exc):
+        return DatabaseUnavailable()
     if isinstance(exc, IntegrityError):  # a constraint a serializer did not check first
         return Conflict(_integrity_message(exc), code="constraint_violated")
     return exc

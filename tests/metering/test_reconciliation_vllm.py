@@ -1,9 +1,11 @@
-"""Reconciliation against a real vLLM replica: a gateway killed with SIGKILL
-under load loses the records still in its buffer (at most one flush
-interval of them), reconciliation flags exactly that kind of gap (to the
-token when nothing was in flight), and the spend it had reserved for the
-requests in flight expires with their leases; a gateway stopped gracefully
-loses nothing and the gap is zero."""
+"""Reconciliation against a real vLLM replica. A gateway without a spool
+(GATEWAY_SPOOL_DIR empty) killed with SIGKILL loses the records still in
+its buffer (at most one flush interval of them), and reconciliation flags
+exactly that gap (to the token when nothing was in flight), while the
+spend it had reserved for the requests in flight expires with their
+leases. With its spool (the default) the same kill loses nothing: the
+gateway restarted on it replays the records, and the gap is zero. A
+gateway stopped gracefully loses nothing either way."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import openai
+import pytest
 from django.utils import timezone
 
 from billing.models import ModelPrice, PriceBook
@@ -25,7 +28,13 @@ from metering.models import UsageEvent
 from metering.reconciliation import reconciliation_compute
 from serving.scraper import replica_scrape
 from serving.tiny_model import MODEL_NAME
-from tests.fleet import start_gateway, stop_gateway, wait_for_fleet
+from tests.fleet import (
+    gateway_health,
+    start_gateway,
+    stop_gateway,
+    wait_for_fleet,
+    wait_for_records,
+)
 from tests.services import redis_url, require
 
 FLUSH_SECONDS = 2.0
@@ -112,7 +121,12 @@ def test_a_killed_gateway_shows_up_as_a_gap_of_one_flush_interval(fleet, vllm):
     url = redis_url()
     require(url is not None, "no Redis: the spend a killed gateway held is read from it")
     prefix = f"test-{uuid.uuid4().hex}"
-    env = {"REDIS_URL": url, "GATEWAY_REDIS_PREFIX": prefix, "GATEWAY_SPEND_LEASE_SECONDS": "5"}
+    env = {
+        "REDIS_URL": url,
+        "GATEWAY_REDIS_PREFIX": prefix,
+        "GATEWAY_SPEND_LEASE_SECONDS": "5",
+        "GATEWAY_SPOOL_DIR": "",  # records in memory only: what reconciliation is for
+    }
     held = {}
 
     def kill(proc):
@@ -141,12 +155,21 @@ def test_a_killed_gateway_shows_up_as_a_gap_of_one_flush_interval(fleet, vllm):
     assert gap.generation_gap >= sum(d[2] for d in lost) > 0
 
 
-def test_a_gateway_killed_between_flushes_loses_what_reconciliation_shows_to_the_token(fleet, vllm):
-    """Nothing in flight at the kill (every answer arrived, some not yet
-    written): the gap is exactly the lost requests' tokens."""
+@pytest.mark.parametrize("spool", [False, True], ids=["memory-only", "spooled"])
+def test_a_gateway_killed_between_flushes_loses_what_reconciliation_shows_to_the_token(
+    fleet, vllm, tmp_path, spool
+):
+    """Nothing in flight at the kill (every answer arrived, none written
+    yet). In memory only: the gap is exactly the lost requests' tokens.
+    Spooled: the gateway restarted on its spool writes all four, and the
+    gap is zero to the token."""
     fleet.add_tenant("a")
     replica = fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
-    proc, url = start_gateway(env={"GATEWAY_RECORD_FLUSH_SECONDS": "30"})
+    env = {
+        "GATEWAY_RECORD_FLUSH_SECONDS": "30",
+        "GATEWAY_SPOOL_DIR": str(tmp_path / "spool") if spool else "",
+    }
+    proc, url = start_gateway(env=env)
     wait_for_fleet(url, replicas=1)
     first = replica_scrape(replica=replica)
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=fleet.secrets["a"], max_retries=0)
@@ -161,13 +184,25 @@ def test_a_gateway_killed_between_flushes_loses_what_reconciliation_shows_to_the
         answered.append((raw.headers["x-request-id"], raw.parse().usage))
     os.kill(proc.pid, signal.SIGKILL)  # within the 30 s flush interval: all four unwritten
     proc.wait(timeout=10)
+    ids = [request_id for request_id, _ in answered]
+    assert not UsageEvent.objects.filter(request_id__in=ids).exists()
+    if spool:
+        proc, url = start_gateway(env={**env, "GATEWAY_RECORD_FLUSH_SECONDS": "0.1"})
+        try:
+            wait_for_records(ids)
+            (worker,) = gateway_health(url)["workers"]
+            assert (worker["spool"]["replayed"], worker["spool"]["replays_written"]) == (4, 4)
+        finally:
+            stop_gateway(proc)
     time.sleep(1.0)
     last = replica_scrape(replica=replica)
     gap = reconciliation_compute(replica=replica, start=first.scraped_at, end=last.scraped_at)
-    ids = [request_id for request_id, _ in answered]
-    assert not UsageEvent.objects.filter(request_id__in=ids).exists()
-    assert gap.prompt_gap == sum(u.prompt_tokens for _, u in answered)
-    assert gap.generation_gap == sum(u.completion_tokens for _, u in answered) == 8 + 9 + 10 + 11
+    lost = [usage for request_id, usage in answered if not spool]
+    assert gap.prompt_gap == sum(u.prompt_tokens for u in lost)
+    assert gap.generation_gap == sum(u.completion_tokens for u in lost)
+    assert gap.vllm_generation_tokens == 8 + 9 + 10 + 11
+    recorded = UsageEvent.objects.filter(request_id__in=ids).count()
+    assert recorded == (4 if spool else 0)
 
 
 def test_a_graceful_stop_loses_nothing(fleet, vllm):
