@@ -49,6 +49,12 @@ BEAT_SCHEDULE = {
         "task": "metering.usage_days_check",
         "schedule": crontab(hour=1, minute=45),
     },
+    # The raw ledger's months past the retention horizon, archived and
+    # dropped early in the month, after the month's invoices and close.
+    "metering-ledger-archive": {
+        "task": "metering.ledger_archive",
+        "schedule": crontab(day_of_month="3", hour=5, minute=0),
+    },
     "billing-allocation-check": {
         "task": "billing.allocation_check",
         "schedule": crontab(hour=1, minute=30),

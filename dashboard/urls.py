@@ -3,6 +3,7 @@ from django.urls import path
 
 from dashboard import (
     account,
+    archives,
     costs,
     finance,
     fleet,
@@ -34,6 +35,7 @@ urlpatterns = [
     path("finance/receivables/", receivables.receivables, name="receivables"),
     path("finance/slo/", slo.finance_slo, name="finance-slo"),
     path("reconciliation/", finance.reconciliation, name="reconciliation"),
+    path("finance/archives/", archives.ledger_archives_page, name="ledger-archives"),
     path("fleet/", fleet.fleet, name="fleet"),
     path("requests/<str:request_id>/", request_trace.request_trace, name="request-trace"),
     path("usage/", portal.usage, name="usage-page"),

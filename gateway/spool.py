@@ -202,7 +202,10 @@ class Spool:
 
     def _recover(self) -> None:
         """Our slot's segments, then every free slot's, renumbered after ours."""
-        for seq, path in _segment_files(self.dir):
+        own = _segment_files(self.dir)
+        if not own:  # a checkpoint without segments is stale: numbering starts over
+            (self.dir / ACKED).unlink(missing_ok=True)
+        for seq, path in own:
             self._recover_segment(seq, path, checkpoint=_checkpoint_read(self.dir))
             self._next_seq = seq + 1
         for lock in sorted(self.root.glob("slot-*.lock")):
@@ -455,12 +458,22 @@ class Spool:
     def ack(self, batch: Batch) -> None:
         """The ledger holds every record up to `batch.end`: segments wholly
         behind it are deleted, and the position is the checkpoint."""
+        end = batch.end
         with self._lock:
-            self._acked = batch.end
+            self._acked = end
             self._acked_count += len(batch.payloads)
             self.stats.acked += len(batch.payloads)
-            for seq in [s for s in self._segments if s < batch.end.seq]:
-                self._drop(self._segments[seq])
+            # A batch that ends with a segment's last record leaves it wholly
+            # behind too: kept, it would hold a full spool full with nothing
+            # left to read (the active one goes when it is rolled over).
+            behind = [
+                segment
+                for seq, segment in self._segments.items()
+                if seq < end.seq
+                or (seq == end.seq and segment is not self._active and end.offset >= segment.size)
+            ]
+            for segment in behind:
+                self._drop(segment)
             self._unfill_if_room()
         _checkpoint_write(self.dir, batch.end)
 
@@ -512,10 +525,12 @@ class Spool:
                 self._fd = -1
         self.sync()
         if self.unacked == 0:
+            # The checkpoint first: killed in between, the next process
+            # replays duplicates (skipped by the ledger), never skips records.
+            (self.dir / ACKED).unlink(missing_ok=True)
             with self._lock:
                 for segment in list(self._segments.values()):
                     self._drop(segment)
-            (self.dir / ACKED).unlink(missing_ok=True)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1

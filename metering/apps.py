@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 from django.db.models.signals import post_migrate
 
 
@@ -10,6 +11,19 @@ class MeteringConfig(AppConfig):
 
     def ready(self) -> None:
         post_migrate.connect(_partitions_after_migrate, sender=self)
+        checks.register(_retention_long_enough)
+
+
+def _retention_long_enough(**kwargs) -> list[checks.CheckMessage]:
+    """Every process refuses to start with a horizon that would archive
+    usage billing still reads (metering.retention)."""
+    from metering.retention import RetentionTooShort, retention_months
+
+    try:
+        retention_months()
+    except RetentionTooShort as short:
+        return [checks.Error(str(short), id="metering.E001")]
+    return []
 
 
 def _partitions_after_migrate(*, using: str, **kwargs) -> None:

@@ -321,3 +321,30 @@ class ReconciliationGap(models.Model):
     @property
     def generation_gap(self) -> int:
         return self.vllm_generation_tokens - self.metered_generation_tokens
+
+
+class UsageArchive(models.Model):
+    """One month of the raw ledger archived (metering.archive): its
+    partition exported to a Parquet file, read back and checked against
+    the database, then dropped. Kept forever: what was archived, where,
+    and the numbers that prove the file whole."""
+
+    month = models.DateTimeField(unique=True, help_text="The first instant of the UTC month.")
+    partition = models.CharField(max_length=100)
+    url = models.CharField(max_length=1000, help_text="Where the Parquet file is.")
+    rows = models.BigIntegerField()
+    prompt_tokens = models.BigIntegerField()
+    cached_tokens = models.BigIntegerField()
+    completion_tokens = models.BigIntegerField()
+    bytes = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    exported_at = models.DateTimeField()
+    verified_at = models.DateTimeField(null=True)
+    keys_pruned = models.BigIntegerField(default=0)
+    dropped_at = models.DateTimeField(null=True, help_text="When the partition was dropped.")
+
+    class Meta:
+        ordering = ["-month"]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m}: {self.rows} events in {self.url}"

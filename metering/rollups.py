@@ -14,6 +14,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from metering.models import DirtyHour
+from metering.retention import archived_before
 
 # Every hour in %(hours)s at once: one pass over the ledger's time range.
 _ROLLUP_HOURS = """
@@ -75,6 +76,9 @@ def usage_rollup_hours(*, hours: list[datetime]) -> int:
     """Rebuild the rollups of `hours` (delete and insert, one transaction);
     returns the rows written."""
     hours = sorted({hour_floor(h) for h in hours})
+    archived = archived_before()
+    if archived is not None:  # their events are archived: their rollups are all there is
+        hours = [h for h in hours if h >= archived]
     if not hours:
         return 0
     params = {"hours": hours, "first": hours[0], "last": hours[-1] + timedelta(hours=1)}

@@ -50,3 +50,12 @@ def reconcile_task() -> int:
     from datetime import timedelta
 
     return len(reconciliation_run_hour(hour=timezone.now() - timedelta(hours=1)))
+
+
+@shared_task(name="metering.ledger_archive", time_limit=6 * 3600, ignore_result=True)
+def ledger_archive_task() -> int:
+    """Monthly: the raw ledger's months past the retention horizon archived
+    to Parquet and dropped (metering.archive); returns the months done."""
+    from metering.archive import ledger_archive
+
+    return len(ledger_archive(now=timezone.now()))

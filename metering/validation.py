@@ -20,6 +20,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from metering.choices import Phase, Timing
+from metering.retention import horizon_start, retention_months
 from serving.choices import ReplicaRole, RequestStatus
 from serving.models import LoraAdapter, Pool, Replica, ServedModel
 from tenants.models import Tenant
@@ -134,7 +135,11 @@ class EventValidator:
         a name the directory does not know raises DirectoryStale instead of
         reloading it."""
         self.source = source
-        self.latest = (now or timezone.now()) + CLOCK_SKEW
+        now = now or timezone.now()
+        self.latest = now + CLOCK_SKEW
+        # The ledger's idempotency horizon (metering.retention): older usage
+        # is archived, and could no longer be told from usage recorded before.
+        self.earliest = horizon_start(now)
         self.max_duration = timedelta(seconds=settings.METERING["MAX_REQUEST_SECONDS"])
         self.directory = directory()
         self._refreshed = False
@@ -187,6 +192,13 @@ class EventValidator:
             raise EventInvalid("ended_at", "is before received_at")
         if ended_at > self.latest:
             raise EventInvalid("ended_at", "is in the future")
+        if ended_at < self.earliest or received_at < self.earliest:
+            raise EventInvalid(
+                "ended_at" if ended_at < self.earliest else "received_at",
+                f"is before the ledger's retention horizon ({self.earliest:%Y-%m-%d}, "
+                f"METERING_RETENTION_MONTHS={retention_months()}): usage that old is archived "
+                "and can no longer be told from usage recorded before",
+            )
         if ended_at - received_at > self.max_duration:
             raise EventInvalid(
                 "ended_at", f"request lasted over {self.max_duration.total_seconds():.0f} s"

@@ -342,6 +342,15 @@ METERING = {
     # A window is attributed once it has been closed this long (late records).
     "ATTRIBUTION_GRACE_SECONDS": env.int("METERING_ATTRIBUTION_GRACE_SECONDS", default=120),
     "INGEST_MAX_EVENTS": env.int("METERING_INGEST_MAX_EVENTS", default=1000),
+    # The raw ledger keeps this many whole months before the current one
+    # (metering.retention); older months are archived to Parquet and
+    # dropped, and older events are refused at ingest. At least one billing
+    # month plus BILLING_LATE_USAGE_PERIODS.
+    "RETENTION_MONTHS": env.int("METERING_RETENTION_MONTHS", default=13),
+    # Where archived months go (metering.archive): a directory, or a URL
+    # pyarrow opens (file:///..., s3://bucket/prefix with the AWS_* variables,
+    # gs://bucket/prefix): docs/operations.md.
+    "ARCHIVE_URL": env("METERING_ARCHIVE_URL", default=str(VAR_DIR / "archive")),
 }
 
 # --- Billing: invoices and Stripe (billing/) ---
