@@ -45,8 +45,10 @@ FROM python AS runtime
 RUN useradd --system --uid 10001 --user-group --home-dir /app --no-create-home app
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build --chown=root:root /app /app
-# Local state the processes write (the gateway's dead-letter file).
-RUN mkdir -p /app/var && chown app:app /app/var
+# Local state the processes write: the gateway's spool and dead-letter
+# file, the worker's ledger archives. Made here so a volume mounted on them
+# starts out owned by the app's user.
+RUN mkdir -p /app/var/spool /app/var/archive && chown -R app:app /app/var
 WORKDIR /app
 ENV DJANGO_SETTINGS_MODULE=config.settings.production PYTHONPATH=/app
 USER app

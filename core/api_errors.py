@@ -8,18 +8,22 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, InterfaceError, OperationalError
+from django.db import IntegrityError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, serializers, status
 from rest_framework.fields import get_error_detail
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from core.db_errors import database_away
 from core.errors import ConflictError, InputError
+
+logger = logging.getLogger(__name__)
 
 
 def validated(serializer_class, data, **kwargs) -> dict:
@@ -38,30 +42,14 @@ class Conflict(exceptions.APIException):
 
 class DatabaseUnavailable(exceptions.APIException):
     """The database could not be reached: stopped, restarting, the network
-    gone, or no pooled connection in time. Nothing this request wrote was
-    committed unless its last commit went through unacknowledged, so the
-    same request may be sent again (the ingestion API's is idempotent)."""
+    gone, or no pooled connection in time. The transaction the request had
+    open is lost with its connection; a request written in one transaction
+    and idempotent, as a usage batch is, may be sent again as it was."""
 
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "the database is unavailable: try again shortly"
     default_code = "database_unavailable"
     wait = 1  # Retry-After, as the gateway's database_unavailable says
-
-
-# Besides libpq's own failures (no SQLSTATE): class 08, a connection
-# exception, and the server shutting down or still starting (57P01-57P03).
-_UNAVAILABLE_SQLSTATES = ("57P01", "57P02", "57P03")
-
-
-def _database_unavailable(exc: Exception) -> bool:
-    """Whether `exc` says the database is away, rather than that a query
-    failed (a lock timeout, a deadlock: OperationalErrors too)."""
-    if isinstance(exc, InterfaceError):
-        return True
-    if not isinstance(exc, OperationalError):
-        return False
-    sqlstate = getattr(exc.__cause__, "sqlstate", None)
-    return sqlstate is None or sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]):
@@ -84,7 +72,9 @@ def _as_api_exception(exc: Exception) -> Exception:
         return Conflict(str(exc), code=exc.code)
     if isinstance(exc, InputError):
         return exceptions.ValidationError({exc.field: [exc.message]})
-    if _database_unavailable(exc):
+    if database_away(exc):
+        # Django logs the 503 by its path only: the cause, for the operator.
+        logger.warning("the database is unavailable: %s", exc)
         return DatabaseUnavailable()
     if isinstance(exc, IntegrityError):  # a constraint a serializer did not check first
         return Conflict(_integrity_message(exc), code="constraint_violated")

@@ -19,6 +19,8 @@ COMMON_ERRORS = {
     "406": "The format asked for (`format` or Accept) is not one this operation serves.",
     "409": "Conflicts with the current state (a unique name taken, an invoice already final).",
     "415": "The body is not JSON.",
+    "503": "The database is unavailable (`database_unavailable`): send the same request again "
+    "after Retry-After; a write was either committed whole or not at all.",
 }
 BODYLESS = {"GET", "DELETE", "HEAD"}
 # An exact amount sent as a decimal string ("893.31"), never a float: how

@@ -31,6 +31,7 @@ from psycopg import sql
 
 from core.calendar import epoch_hour_start, moment_epoch_hour
 from core.db_copy import copy_into, copy_to_staging, copy_writer
+from core.db_errors import database_away
 from metering.partitions import LEDGER_TABLE, usage_partitions_ensure
 from metering.validation import (
     LEDGER_COLUMNS,
@@ -221,9 +222,9 @@ def _record_fast(events: Sequence[Mapping[str, Any]], validator: EventValidator)
             raw.execute("SET LOCAL lock_timeout TO DEFAULT")
             if batch.first:
                 _mark_stale(raw, batch.first.values())
-    except DatabaseError:
+    except DatabaseError as error:
         batch.check()  # the batch's own fault first, whatever the server said
-        if not batch.complete:
+        if not batch.complete or database_away(error):  # the careful path would wait again
             raise
         # A key recorded before, a month without its partition yet, a
         # deadlock with a writer sharing keys: the fast path was rolled back

@@ -2,6 +2,7 @@
 machines comes from the environment (see .env.example), read through one
 `env` object."""
 
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -116,7 +117,9 @@ if env.bool("DATABASE_POOL", default=False):
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
         "max_size": env.int("DATABASE_POOL_MAX", default=16),
-        "timeout": 30,
+        # How long a request waits for a connection: with the database away,
+        # the time before its 503 database_unavailable.
+        "timeout": env.float("DATABASE_POOL_TIMEOUT", default=5.0),
     }
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -300,7 +303,12 @@ GATEWAY = {
     # One directory per host (each worker takes a slot of it); in a
     # container, a volume that outlives the container. Empty: no spool,
     # records wait in memory (lost with the process, dropped past 200,000).
-    "SPOOL_DIR": env("GATEWAY_SPOOL_DIR", default=str(VAR_DIR / "spool")),
+    # By default one per database: a spool replays into the ledger it was
+    # written for, even where one folder serves several (a test run, a demo).
+    "SPOOL_DIR": env(
+        "GATEWAY_SPOOL_DIR",
+        default=str(VAR_DIR / "spool" / re.sub(r"[^\w.-]", "_", DATABASES["default"]["NAME"])),
+    ),
     # Its disk use, per worker; past it (or on a full disk) see SPOOL_FULL.
     "SPOOL_MAX_BYTES": env.int("GATEWAY_SPOOL_MAX_BYTES", default=1024**3),
     "SPOOL_SEGMENT_BYTES": env.int("GATEWAY_SPOOL_SEGMENT_BYTES", default=8 * 1024**2),

@@ -89,7 +89,10 @@ class UsageEventIngestView(APIView):
             "a JSON array, or NDJSON (`Content-Type: application/x-ndjson`). Idempotent: an "
             "event whose request_id was recorded before is a `duplicate`, not an error. "
             "All-or-nothing: if any event is invalid the answer is 400, every bad event is "
-            "named with its field, and nothing of the batch is written."
+            "named with its field, and nothing of the batch is written. While the database "
+            "is unavailable the answer is 503 `database_unavailable` with Retry-After; after "
+            "a 503 or a timeout, send the same batch again: what was recorded comes back as "
+            "`duplicate`."
         ),
         request=UsageBatchIn,
         responses={200: UsageBatchOut},
