@@ -145,7 +145,7 @@ class Recorder:
     def add(self, record: CompletedRequest) -> None:
         if self.spool is not None:
             try:
-                self.spool.append(record.to_bytes())
+                self.spool.append(record.to_bytes(), keep=record)
             except SpoolFull:
                 self._filled()
                 self._keep_in_memory(record)
@@ -284,7 +284,10 @@ class Recorder:
         spool = self.spool
         batch = spool.read(self._flush_max)
         records = []
-        for payload in batch.payloads:
+        for payload, kept in zip(batch.payloads, batch.kept, strict=True):
+            if kept is not None:  # as it was added: nothing to decode
+                records.append(kept)
+                continue
             try:
                 records.append(CompletedRequest.from_bytes(payload))
             except (ValueError, TypeError) as exc:

@@ -95,6 +95,7 @@ class Batch:
 
     payloads: list[bytes]
     end: Position
+    kept: list = field(default_factory=list)  # each payload's object kept at append, or None
     oldest_ms: int | None = None
 
 
@@ -143,8 +144,11 @@ class Spool:
         segment_bytes: int = 8 * 1024 * 1024,
         sync_seconds: float = 0.01,
         sync_records: int = 512,
+        keep_max: int = 10_000,
     ) -> None:
         self.root = Path(root)
+        self.keep_max = keep_max
+        self._kept: dict[tuple[int, int], object] = {}
         self.cap_bytes = cap_bytes
         self.segment_bytes = segment_bytes
         self.sync_seconds = sync_seconds
@@ -287,8 +291,11 @@ class Spool:
         )
 
     # --- appending (the event loop) -------------------------------------------
-    def append(self, payload: bytes) -> None:
-        """Append one record; SpoolFull (and nothing written) when it cannot."""
+    def append(self, payload: bytes, *, keep: object = None) -> None:
+        """Append one record; SpoolFull (and nothing written) when it cannot.
+        `keep`: what the payload was made from, handed back by `read` in its
+        place while at most `keep_max` are held (the reader's decoding
+        saved: the spool is a mirror of memory until memory would grow)."""
         data = frame(payload, at_ms=int(time.time() * 1000))
         over = self.full or self.stats.bytes + len(data) > self.cap_bytes
         if over and self._active_committed():  # its space is free once it is gone
@@ -299,6 +306,9 @@ class Spool:
         if self._active.size + len(data) > self.segment_bytes and self._active.records:
             self._roll()
         segment = self._active
+        place = (segment.seq, segment.size)
+        if keep is not None and len(self._kept) < self.keep_max:
+            self._kept[place] = keep  # before the write: a reader may find it at once
         try:
             written = os.write(self._fd, data)
         except OSError as exc:
@@ -306,6 +316,7 @@ class Spool:
                 raise
             written = -1
         if written != len(data):
+            self._kept.pop(place, None)
             if written > 0:  # a short write on a full disk: cut back to the last whole record
                 os.ftruncate(self._fd, segment.size)
             self._fill("a full disk")
@@ -416,6 +427,7 @@ class Spool:
     def read(self, max_records: int) -> Batch:
         """Up to `max_records` records from where the last read ended."""
         payloads: list[bytes] = []
+        kept: list = []
         oldest = None
         with self._lock:
             at = self._read_at
@@ -432,6 +444,7 @@ class Spool:
                 offset = 0
                 for end, at_ms, payload in frames(data):
                     payloads.append(payload)
+                    kept.append(self._kept.pop((at.seq, at.offset + offset), None))
                     oldest = at_ms if oldest is None else oldest
                     offset = end
                     if len(payloads) == max_records:
@@ -446,7 +459,7 @@ class Spool:
         with self._lock:
             self._read_at = at
             self._read_count += len(payloads)
-        return Batch(payloads=payloads, end=at, oldest_ms=oldest)
+        return Batch(payloads=payloads, end=at, oldest_ms=oldest, kept=kept)
 
     def rewind(self) -> None:
         """Read again from the oldest record not acknowledged (its batch
