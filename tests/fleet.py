@@ -216,6 +216,22 @@ def gateway_worker(gateway: GatewayUrl) -> dict:
     return worker
 
 
+def metric_samples(text: str) -> dict[tuple, float]:
+    """A Prometheus scrape's samples: (name, its sorted label pairs) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def gateway_metrics(gateway: GatewayUrl) -> dict[tuple, float]:
+    """The operator listener's /metrics as samples (metric_samples)."""
+    return metric_samples(gateway_metrics_text(gateway))
+
+
 def gateway_metrics_text(gateway: GatewayUrl) -> str:
     """The operator listener's /metrics: every worker's, summed."""
     response = httpx.get(f"{gateway.operator}/metrics", timeout=5)

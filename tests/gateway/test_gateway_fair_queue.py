@@ -15,13 +15,12 @@ from decimal import Decimal
 import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from metering.models import UsageEvent
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import (
     GatewayUrl,
-    gateway_metrics_text,
+    gateway_metrics,
     gateway_worker,
     start_gateway,
     stop_gateway,
@@ -55,12 +54,7 @@ def post(
 
 
 def metrics(gateway: GatewayUrl) -> dict[tuple, float]:
-    text = gateway_metrics_text(gateway)
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    return gateway_metrics(gateway)
 
 
 def queue_depth(gateway: GatewayUrl, priority_class: str = "normal") -> float:

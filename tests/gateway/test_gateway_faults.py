@@ -9,7 +9,6 @@ import json
 import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from metering.models import UsageEvent
 from serving.choices import PoolKind
@@ -17,6 +16,7 @@ from serving.models import LoraAdapter
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import (
     gateway_metrics_text,
+    metric_samples,
     start_gateway,
     stop_gateway,
     wait_for_fleet,
@@ -307,11 +307,7 @@ def test_gateway_metrics_count_requests_and_tokens_per_tenant(fleet, fake):
         fleet.client("b").chat.completions.create(model="no-such-model", messages=HELLO)
     text = gateway_metrics_text(fleet.gateway)
     a, b = fleet.tenants["a"].slug, fleet.tenants["b"].slug
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+    samples = metric_samples(text)
     ok = (("model", MODEL_NAME), ("status", "ok"), ("tenant", a))
     assert samples[("gateway_requests_total", ok)] == 2
     # A model the client made up never becomes a label (unbounded cardinality).

@@ -18,13 +18,12 @@ import httpx
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from prometheus_client.parser import text_string_to_metric_families
 
 from serving.choices import PoolKind
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import (
     gateway_health,
-    gateway_metrics_text,
+    gateway_metrics,
     gateway_worker,
     start_gateway,
     stop_gateway,
@@ -34,14 +33,6 @@ from tests.fleet import (
 from tests.services import free_port
 
 pytestmark = [pytest.mark.slow]
-
-
-def samples(text: str) -> dict[tuple, float]:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def requests_ok(tenant: str) -> tuple:
@@ -87,7 +78,7 @@ def test_the_tenant_port_tells_nothing_the_operator_port_tells_all(fleet, fake):
         assert named not in alive.text
 
     # The operator still has it all: per-tenant series, the replicas by name.
-    scraped = samples(gateway_metrics_text(fleet.gateway))
+    scraped = gateway_metrics(fleet.gateway)
     for tenant in ("acme", "hooli"):
         assert scraped[requests_ok(fleet.tenants[tenant].slug)] == 1
     worker = gateway_worker(fleet.gateway)
@@ -125,7 +116,7 @@ def test_two_workers_one_scrape_counts_every_request(fleet, fake):
         assert all(flushed), f"one worker served every request: {flushed}"
         assert sum(flushed) == sum(sent.values())
 
-        scraped = samples(gateway_metrics_text(url))
+        scraped = gateway_metrics(url)
         for tenant, count in sent.items():
             slug = fleet.tenants[tenant].slug
             assert scraped[requests_ok(slug)] == count
@@ -169,7 +160,7 @@ def test_a_worker_that_dies_is_replaced_and_its_counts_stay(fleet, fake):
                 break
             assert time.monotonic() < deadline, f"no replacement worker: {response.text}"
             time.sleep(0.2)
-        scraped = samples(gateway_metrics_text(url))
+        scraped = gateway_metrics(url)
         assert scraped[requests_ok(fleet.tenants["a"].slug)] == 32
     finally:
         stop_gateway(proc)

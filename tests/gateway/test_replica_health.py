@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from django.conf import settings
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.fleet import Router, fleet_snapshot_load
 from gateway.health_checks import HealthChecks
@@ -36,7 +35,7 @@ from tests.fleet import (
     GatewayUrl,
     fleet_done,
     fleet_model,
-    gateway_metrics_text,
+    gateway_metrics,
     start_gateway,
     stop_gateway,
     wait_for_records,
@@ -178,17 +177,8 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
-def _gateway_metrics(url: GatewayUrl) -> dict[tuple, float]:
-    text = gateway_metrics_text(url)
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
 def _replica_up(url: GatewayUrl, name: str) -> float | None:
-    return _gateway_metrics(url).get(("gateway_replica_up", (("replica", name),)))
+    return gateway_metrics(url).get(("gateway_replica_up", (("replica", name),)))
 
 
 def _until(what: str, condition, *, within: float = 15) -> None:
@@ -262,7 +252,7 @@ def test_a_killed_replica_is_routed_around_and_gets_requests_again_once_restarte
         _until("replica one up", lambda: Replica.objects.get(name="one").status == "up")
         _until("the gateway routing to it", lambda: _replica_up(url, "one") == 1, within=5)
         assert "one" in served_by(20)
-        metrics = _gateway_metrics(url)
+        metrics = gateway_metrics(url)
         for to in ("down", "up"):
             key = (
                 "gateway_replica_health_transitions_total",

@@ -30,6 +30,7 @@ from serving.scraper import replica_scrape
 from serving.tiny_model import MODEL_NAME
 from tests.fleet import (
     gateway_health,
+    gateway_metrics,
     start_gateway,
     stop_gateway,
     wait_for_fleet,
@@ -155,14 +156,16 @@ def test_a_killed_gateway_shows_up_as_a_gap_of_one_flush_interval(fleet, vllm):
     assert gap.generation_gap >= sum(d[2] for d in lost) > 0
 
 
-@pytest.mark.parametrize("spool", [False, True], ids=["memory-only", "spooled"])
+@pytest.mark.parametrize("spool", ["", "spooled", "torn"], ids=["memory-only", "spooled", "torn"])
 def test_a_gateway_killed_between_flushes_loses_what_reconciliation_shows_to_the_token(
     fleet, vllm, tmp_path, spool
 ):
     """Nothing in flight at the kill (every answer arrived, none written
     yet). In memory only: the gap is exactly the lost requests' tokens.
     Spooled: the gateway restarted on its spool writes all four, and the
-    gap is zero to the token."""
+    gap is zero to the token. Torn (the last record cut mid-write, as a
+    power loss leaves it): the first three replay, the torn one is counted
+    on the gateway's health and metrics, and the gap is its tokens exactly."""
     fleet.add_tenant("a")
     replica = fleet.add_replica("alpha", vllm["alpha"].base_url, "shared")
     env = {
@@ -186,23 +189,32 @@ def test_a_gateway_killed_between_flushes_loses_what_reconciliation_shows_to_the
     proc.wait(timeout=10)
     ids = [request_id for request_id, _ in answered]
     assert not UsageEvent.objects.filter(request_id__in=ids).exists()
+    lost = [usage for _, usage in answered] if not spool else []
+    if spool == "torn":
+        (segment,) = (tmp_path / "spool").glob("slot-0/*.seg")
+        os.truncate(segment, segment.stat().st_size - 7)
+        lost = [answered[-1][1]]
     if spool:
         proc, url = start_gateway(env={**env, "GATEWAY_RECORD_FLUSH_SECONDS": "0.1"})
         try:
-            wait_for_records(ids)
+            kept = len(answered) - len(lost)
+            wait_for_records(ids[:kept])
             (worker,) = gateway_health(url)["workers"]
-            assert (worker["spool"]["replayed"], worker["spool"]["replays_written"]) == (4, 4)
+            state = worker["spool"]
+            assert (state["replayed"], state["replays_written"]) == (kept, kept)
+            assert state["torn"] == len(lost)
+            torn = gateway_metrics(url).get(("gateway_spool_torn_records_total", ()), 0)
+            assert torn == len(lost)
         finally:
             stop_gateway(proc)
     time.sleep(1.0)
     last = replica_scrape(replica=replica)
     gap = reconciliation_compute(replica=replica, start=first.scraped_at, end=last.scraped_at)
-    lost = [usage for request_id, usage in answered if not spool]
     assert gap.prompt_gap == sum(u.prompt_tokens for u in lost)
     assert gap.generation_gap == sum(u.completion_tokens for u in lost)
     assert gap.vllm_generation_tokens == 8 + 9 + 10 + 11
     recorded = UsageEvent.objects.filter(request_id__in=ids).count()
-    assert recorded == (4 if spool else 0)
+    assert recorded == len(answered) - len(lost)
 
 
 def test_a_graceful_stop_loses_nothing(fleet, vllm):
