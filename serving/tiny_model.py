@@ -11,6 +11,7 @@ characters is N tokens plus the chat template's."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 MODEL_NAME = "tiny-llama"
@@ -21,12 +22,28 @@ SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"]
 BOS, EOS, PAD = range(256, 259)
 VOCAB_SIZE = 320  # 256 bytes + specials, padded to a multiple of 64
 
-HIDDEN_SIZE = 256
-NUM_HEADS = 4  # head_dim 64: vLLM's CPU attention kernel rejects 16
-NUM_KV_HEADS = 2
-NUM_LAYERS = 2
-INTERMEDIATE_SIZE = 512
 MAX_POSITIONS = 4096
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Llama's size; every shape shares the byte-level tokenizer."""
+
+    hidden: int
+    layers: int
+    intermediate: int
+    heads: int  # head_dim hidden / heads = 64: vLLM's CPU attention kernel rejects 16
+    kv_heads: int
+
+
+TINY = Shape(hidden=256, layers=2, intermediate=512, heads=4, kv_heads=2)
+# Memory-bound on a CPU core, as a GPU is: one decode step streams weights of
+# hundreds of MB (bench/step_curve.py measured the step against the batch).
+MEMORY_BOUND = {
+    "mem-llama-60m": Shape(hidden=768, layers=8, intermediate=3072, heads=12, kv_heads=4),
+    "mem-llama-120m": Shape(hidden=1024, layers=8, intermediate=4096, heads=16, kv_heads=4),
+    "mem-llama-240m": Shape(hidden=1024, layers=16, intermediate=4096, heads=16, kv_heads=4),
+}
 
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -54,17 +71,17 @@ def _bytes_to_unicode() -> dict[int, str]:
     return dict(zip(printable, map(chr, chars), strict=True))
 
 
-def model_config() -> dict:
+def model_config(shape: Shape = TINY) -> dict:
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "vocab_size": VOCAB_SIZE,
-        "hidden_size": HIDDEN_SIZE,
-        "intermediate_size": INTERMEDIATE_SIZE,
-        "num_hidden_layers": NUM_LAYERS,
-        "num_attention_heads": NUM_HEADS,
-        "num_key_value_heads": NUM_KV_HEADS,
-        "head_dim": HIDDEN_SIZE // NUM_HEADS,
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.hidden // shape.heads,
         "max_position_embeddings": MAX_POSITIONS,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-5,
@@ -146,11 +163,11 @@ def generation_config() -> dict:
     return {"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD}
 
 
-def tiny_model_write(*, directory: Path) -> Path:
+def tiny_model_write(*, directory: Path, shape: Shape = TINY) -> Path:
     """Write the model folder (idempotent; files only rewritten if changed)."""
     directory.mkdir(parents=True, exist_ok=True)
     files = {
-        "config.json": model_config(),
+        "config.json": model_config(shape),
         "tokenizer.json": tokenizer_json(),
         "tokenizer_config.json": tokenizer_config(),
         "special_tokens_map.json": {

@@ -1,0 +1,86 @@
+"""The adaptive concurrency limit against a simulated replica whose step
+time is known: flat up to a batch of 16, then growing with the batch (a
+GPU's shape). Its knee at TOLERANCE: the batch whose step is 1.3x the
+floor, 16 x 1.3 = 20.8."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.concurrency import TOLERANCE, ConcurrencyLimit, Observation
+
+FLAT_UNTIL = 16
+BASE_MS = 30.0
+KNEE = FLAT_UNTIL * TOLERANCE
+
+
+@dataclass
+class Replica:
+    demand: int = 200  # requests the gateway has for it: always more than N
+    engine_max: int = 256  # vLLM's max_num_seqs
+    slowdown: float = 1.0  # a neighbour on its core
+
+    def interval(self, at: float, n: int) -> Observation:
+        running = min(self.demand, n, self.engine_max)
+        waiting = max(0, min(self.demand, n) - self.engine_max)
+        step = BASE_MS * max(1.0, running / FLAT_UNTIL) * self.slowdown
+        return Observation(at=at, step_ms=step, running=running, waiting=waiting)
+
+
+def run(limit: ConcurrencyLimit, replica: Replica, *, intervals: int, start: float = 0.0):
+    """N after each interval, one a second."""
+    seen = []
+    for i in range(intervals):
+        seen.append(limit.observe(replica.interval(start + i, limit.n)))
+    return seen
+
+
+def primed(**kwargs) -> ConcurrencyLimit:
+    """A limit that has seen the replica at a small batch (its floor)."""
+    limit = ConcurrencyLimit(**kwargs)
+    limit.observe(Observation(at=-1, step_ms=BASE_MS, running=1, waiting=0))
+    return limit
+
+
+def test_it_climbs_to_the_knee_within_seconds_and_stays_there():
+    limit = primed(start=4)
+    seen = run(limit, Replica(), intervals=60)
+    first_near = next(i for i, n in enumerate(seen) if 0.8 * KNEE <= n <= 1.2 * KNEE)
+    assert first_near <= 10, seen
+    assert all(0.75 * KNEE <= n <= 1.25 * KNEE for n in seen[first_near:]), seen
+    assert limit.floor_ms == BASE_MS
+
+
+def test_it_backs_off_when_the_replica_slows_and_recovers_when_it_speeds_up():
+    limit = primed(start=4)
+    replica = Replica()
+    run(limit, replica, intervals=30)
+    replica.slowdown = 1.6  # a neighbour takes a share of the core
+    slowed = run(limit, replica, intervals=20, start=30)
+    assert max(slowed[5:]) <= 0.6 * KNEE, slowed
+    replica.slowdown = 1.0
+    recovered = run(limit, replica, intervals=20, start=50)
+    assert 0.8 * KNEE <= recovered[-1] <= 1.2 * KNEE, recovered
+    assert next(i for i, n in enumerate(recovered) if n >= 0.8 * KNEE) <= 10, recovered
+
+
+def test_an_engine_that_queues_requests_itself_holds_n_to_what_it_runs():
+    limit = primed(start=4)
+    seen = run(limit, Replica(engine_max=8), intervals=40)
+    assert all(n <= 9 for n in seen[10:]), seen  # at most one over: it drops at once
+    assert max(seen[10:]) >= 7, seen  # and does not collapse
+
+
+def test_no_evidence_no_change_and_the_bounds_hold():
+    limit = primed(start=6, least=2, most=12)
+    assert run(limit, Replica(demand=2), intervals=20)[-1] == 6  # N unused: nothing learned
+    assert max(run(limit, Replica(), intervals=40)) == 12  # the knee is past `most`
+    limit = primed(start=8, least=3)
+    assert min(run(limit, Replica(slowdown=5.0), intervals=40)) == 3
+
+
+def test_without_a_floor_n_stays_where_it_started():
+    limit = ConcurrencyLimit(start=8)
+    busy = Observation(at=0, step_ms=BASE_MS * 2, running=8, waiting=0)
+    assert limit.observe(busy) == 8
+    assert limit.floor_ms is None
