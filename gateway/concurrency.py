@@ -13,20 +13,28 @@ Fed once an interval with the replica's own numbers (vLLM's /metrics: the
 mean inter-token latency over the interval, requests running and waiting,
 preemptions), it answers the new N:
 
-- the engine queued requests itself (waiting > 0) or preempted one: the
-  batch is past what the engine holds; N drops to 0.9 x what was running,
-  and grows no further than that batch for FLOOR_SECONDS;
-- N was in use (running >= USED x N) and a step took `ratio` times the
-  floor: on the flat of the curve (ratio < FLAT) N grows x STEP_UP; past
-  it N moves by (TOLERANCE / ratio) ** GAIN, at least x STEP_DOWN: up while
-  the step is under the knee, down past it;
-- N not in use: no evidence about N, it stays.
+- the engine preempted a request, or kept more than a few requests
+  waiting (at least 2, or N / 8) two intervals running (fewer are only
+  arrivals between two steps): the batch is past what the engine holds;
+  N drops to 0.9 x what was running, and grows no further than that
+  batch for CEILING_SECONDS;
+- a step took `ratio` times the floor. On the flat of the curve (ratio <
+  FLAT) N grows x STEP_UP, if it was in use (running >= USED x N: else
+  nothing says more would do); past it N moves by (TOLERANCE / ratio) **
+  GAIN from what ran (at least x STEP_DOWN): down past the knee, up under it;
+- the floor is the lowest step seen at a batch of FLOOR_BATCH or fewer
+  over the last FLOOR_SECONDS (the last one seen, if none since). A
+  replica always busy shows none: after PROBE_AFTER without one, N is held
+  to FLOOR_BATCH until the batch drains to it and one interval is measured
+  (a probe), and N goes back to where it was; so too when a step at a
+  larger batch comes in under the floor (the replica sped up).
 
-The floor is the lowest step seen at a small batch (running <= N / 4, or
-2) over the last FLOOR_SECONDS: a replica slowed for good (a neighbour on
-its core) is held to its old floor until the floor window forgets it, so
-N backs off while the neighbour stays and recovers when it leaves. Pure
-computation: the gateway polls the replica and applies N to its slots."""
+A replica that slows (a neighbour on its GPU) is measured against its old
+floor: N backs off at once, and, the neighbour staying, the window
+forgets the old floor and N finds the knee of the slower replica; when
+the neighbour leaves, a step under the floor sets off a probe, and N
+goes back to the faster replica's knee. Pure computation: gateway.adaptive
+polls the replicas and applies N to their slots."""
 
 from __future__ import annotations
 
@@ -38,7 +46,12 @@ GAIN = 0.5  # how much of the way to the target one interval goes
 STEP_UP, STEP_DOWN = 1.5, 0.5  # the most N moves in one interval
 USED = 0.8  # N is in use when this share of it is running
 FLAT = 1.1  # a step under this many times the floor: the curve is still flat
-FLOOR_SECONDS = 300.0
+FLOOR_SECONDS = 30.0  # the floor: the lowest small-batch step this recent
+PROBE_AFTER = 300.0  # no small-batch step for this long: measure one (a probe)
+FASTER = 0.95  # a step under this share of the floor: the replica sped up, measure again
+FLOOR_BATCH = 4  # a step at this batch or smaller is the floor's
+CEILING_SECONDS = 60.0  # how long N stays under a batch the engine queued at
+PROBE_INTERVALS = 30  # the most a probe holds N down waiting for the batch to drain
 
 
 @dataclass(frozen=True)
@@ -62,6 +75,8 @@ class ConcurrencyLimit:
     limit: float = field(init=False)
     _floors: deque = field(init=False, default_factory=deque)  # (at, step_ms), ascending steps
     _ceiling: tuple[float, int] | None = field(init=False, default=None)  # (at, engine's batch)
+    _waited: bool = field(init=False, default=False)  # the engine had requests waiting last time
+    _probe: tuple[float, int] | None = field(init=False, default=None)  # (N before, intervals)
 
     def __post_init__(self) -> None:
         self.limit = float(min(max(self.start, self.least), self.most))
@@ -76,24 +91,57 @@ class ConcurrencyLimit:
 
     def observe(self, seen: Observation) -> int:
         """The new N after one interval."""
-        if seen.step_ms is not None and seen.running <= max(2, self.n // 4):
+        small = seen.running <= FLOOR_BATCH
+        if seen.step_ms is not None and small:
             self._floor_add(seen.at, seen.step_ms)
         self._floor_forget(seen.at)
-        if self._ceiling is not None and self._ceiling[0] < seen.at - FLOOR_SECONDS:
+        if self._probe is not None:
+            return self._probing(seen, floor_taken=seen.step_ms is not None and small)
+        if self._ceiling is not None and self._ceiling[0] < seen.at - CEILING_SECONDS:
             self._ceiling = None  # the engine may hold more now: found again if not
-        if seen.waiting > 0 or seen.preempted > 0:
+        # Requests that arrived between two steps wait too: a queue is more
+        # than a few of them, twice running.
+        waiting = seen.waiting >= max(2, self.n / 8)
+        queued, self._waited = waiting and self._waited, waiting
+        if queued or seen.preempted > 0:
             self._ceiling = (seen.at, max(self.least, seen.running))
             self.limit = max(self.least, min(self.limit, 0.9 * seen.running))
-        elif seen.step_ms is not None and self.floor_ms and seen.running >= USED * self.n:
-            ratio = seen.step_ms / self.floor_ms
-            # Flat (no dearer than the floor, give or take noise): the knee is
-            # further on, and nothing says how far; near it, a step towards it.
-            move = STEP_UP if ratio < FLAT else (TOLERANCE / ratio) ** GAIN
-            grown = self.limit * min(STEP_UP, max(STEP_DOWN, move))
-            if move > 1:  # at least one more, however small N is
-                grown = max(grown, self.limit + 1)
-            most = self.most if self._ceiling is None else min(self.most, self._ceiling[1])
-            self.limit = min(float(most), max(float(self.least), grown))
+            return self.n
+        if seen.step_ms is None:
+            return self.n
+        stale = not self._floors or self._floors[-1][0] < seen.at - PROBE_AFTER
+        if stale or seen.step_ms < FASTER * self.floor_ms:
+            # No floor, none lately, or a step at this batch under it (the
+            # replica sped up): measure one at a small batch.
+            if not small and self.least <= FLOOR_BATCH < self.n:
+                self._probe = (self.limit, 0)
+                self.limit = float(FLOOR_BATCH)
+                return self.n
+            if stale:
+                return self.n
+        ratio = seen.step_ms / self.floor_ms
+        # Flat (no dearer than the floor, give or take noise): the knee is
+        # further on, and nothing says how far; near it, a step towards it.
+        move = STEP_UP if ratio < FLAT else (TOLERANCE / ratio) ** GAIN
+        move = min(STEP_UP, max(STEP_DOWN, move))
+        if move >= 1:
+            if seen.running < USED * self.n:
+                return self.n  # N not in use: nothing says more would do
+            grown = max(self.limit * move, self.limit + 1)
+        else:
+            grown = min(self.limit, seen.running) * move  # down from what ran
+        most = self.most if self._ceiling is None else min(self.most, self._ceiling[1])
+        self.limit = min(float(most), max(float(self.least), grown))
+        return self.n
+
+    def _probing(self, seen: Observation, *, floor_taken: bool) -> int:
+        """N held at FLOOR_BATCH until an interval at that batch was
+        measured (or PROBE_INTERVALS passed); then back where it was."""
+        before, waited = self._probe
+        if floor_taken or waited + 1 >= PROBE_INTERVALS:
+            self.limit, self._probe = before, None
+        else:
+            self._probe = (before, waited + 1)
         return self.n
 
     def _floor_add(self, at: float, step_ms: float) -> None:

@@ -20,7 +20,7 @@ from django.db.models import Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from serving.choices import ModelTask, PoolKind, ReplicaRole, ReplicaStatus
+from serving.choices import Concurrency, Engine, ModelTask, PoolKind, ReplicaRole, ReplicaStatus
 from serving.gpu_shares import GPU_UNITS
 
 
@@ -39,6 +39,9 @@ class ReplicaInfo:
     # The GPUs it runs on (a MIG instance or a time-sliced share is a
     # fraction of one): what a second of it bills in GPU-seconds.
     gpus: float = 0.0  # ok-float: GPU units / GPU_UNITS, a multiplier of seconds
+    # Its N found by the gateway from its step time (gateway.adaptive), up to
+    # max_inflight; else max_inflight itself.
+    adaptive: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ def fleet_snapshot_load() -> FleetSnapshot:
             engine=r.engine,
             role=r.role,
             gpus=r.gpu_units / GPU_UNITS,
+            adaptive=r.concurrency == Concurrency.ADAPTIVE and r.engine == Engine.VLLM,
         )
         snapshot.health_targets.append(info)
         if r.status == ReplicaStatus.UP:

@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from core.heap import CollectorPauses, startup_heap_freeze
+from gateway.adaptive import AdaptiveConcurrency
 from gateway.admission import LocalAdmission, RedisAdmission, admission_from_settings
 from gateway.callers import CallerCache, CallerRefused, TermsCache
 from gateway.changes import ChangesListener
@@ -56,6 +57,7 @@ from gateway.telemetry import (
     SPOOL_BYTES,
     SPOOL_FULL,
     SPOOL_OLDEST_SECONDS,
+    concurrency_set,
     depth_by_class,
     queue_gauges_set,
 )
@@ -78,6 +80,8 @@ class Gateway:
         self.callers = CallerCache(ttl_seconds=cfg["KEY_CACHE_SECONDS"], stale_seconds=stale)
         self.terms = TermsCache(ttl_seconds=cfg["TERMS_CACHE_SECONDS"], stale_seconds=stale)
         self.router = Router(suspect_seconds=cfg["SUSPECT_SECONDS"])
+        self.adaptive = AdaptiveConcurrency.from_settings(self.router, cfg)  # each replica's N
+        self._concurrency_written: dict[int, int] = {}
         # Made at startup, on the process's event loop:
         self.session: UpstreamClient | None = None  # to the replicas
         self.recorder: Recorder | None = None
@@ -152,6 +156,10 @@ class Gateway:
             asyncio.create_task(
                 HealthChecks.from_settings(self.router, self.cfg).run(), name="replica-health"
             ),
+            asyncio.create_task(
+                self.adaptive.run(self._queue_replicas_sync), name="adaptive-concurrency"
+            ),
+            asyncio.create_task(self._write_concurrency(), name="concurrency-write"),
         ]
         if self.queue_share is not None:
             self._tasks.append(asyncio.create_task(self._share_queue(), name="queue-share"))
@@ -252,8 +260,26 @@ class Gateway:
                 await asyncio.sleep(FLEET_RETRY_SECONDS)
 
     def _fleet_max_inflight(self) -> dict[int, int]:
+        """Each replica's N: found (adaptive), or its max_inflight."""
         replicas = self.router.snapshot.replicas_by_model.values()
-        return {r.id: r.max_inflight for group in replicas for r in group}
+        return {r.id: self.adaptive.limit(r) for group in replicas for r in group}
+
+    async def _write_concurrency(self, period: float = 10.0) -> None:
+        """The N found of each adaptive replica, into its row (/fleet/ shows
+        it) when it moved: a few rows every few seconds, never per request."""
+        from serving.services import replica_concurrency_record
+
+        while True:
+            await asyncio.sleep(period)
+            found = {rid: c.n for rid, c in self.adaptive.limits.items()}
+            moved = {rid: n for rid, n in found.items() if self._concurrency_written.get(rid) != n}
+            if not moved:
+                continue
+            try:
+                await orm(replica_concurrency_record, limits=moved)
+                self._concurrency_written.update(moved)
+            except Exception:  # the next round writes it
+                logger.warning("could not record the replicas' concurrency", exc_info=True)
 
     async def _queue_replicas_sync(self) -> None:
         """The fair queue's replicas and their slots: each replica's
@@ -365,6 +391,7 @@ class Gateway:
         """The gauges read at scrape time, set (the operator listener asks
         before each scrape)."""
         BACKLOG.set(self.recorder.backlog if self.recorder else 0)
+        concurrency_set({name: r["n"] for name, r in self.adaptive.state().items()})
         spool = self.recorder.spool if self.recorder else None
         if spool is not None:
             SPOOL_BYTES.set(spool.stats.bytes)
@@ -407,6 +434,8 @@ class Gateway:
             "status": "ok",
             "fair_queuing": self.queue is not None and self.queue.holds,
             "queue": self.queue_state(),
+            # Adaptive replicas' N and the step-time floor each is held to.
+            "concurrency": self.adaptive.state(),
             "fleet_loaded_at": snapshot.loaded_at,
             "replicas": sum(len(r) for r in snapshot.replicas_by_model.values()),
             "record_backlog": self.recorder.backlog if self.recorder else 0,

@@ -177,8 +177,9 @@ class Recorder:
         else:
             then = "refusing new requests with 503 metering_unavailable: GATEWAY_SPOOL_FULL=refuse"
         logger.error(
-            "spool %s is full (%s bytes of a %s-byte cap, or its disk is full); %s",
+            "spool %s is full (%s: %s bytes of a %s-byte cap); %s",
             spool.dir,
+            spool.full_why,
             f"{spool.stats.bytes:,}",
             f"{spool.cap_bytes:,}",
             then,

@@ -155,6 +155,7 @@ class Spool:
         self.sync_records = sync_records
         self.stats = SpoolStats()
         self.full = False
+        self.full_why = ""  # "its cap", "a full disk"
         self.slot = ""
         self.dir = self.root
         self._full_at = 0
@@ -347,9 +348,9 @@ class Spool:
 
     def _fill(self, why: str) -> None:
         if not self.full:
-            self.full, self._full_at = True, self.stats.bytes
+            self.full, self._full_at, self.full_why = True, self.stats.bytes, why
             self.stats.full_events += 1
-        raise SpoolFull(why)
+        raise SpoolFull(self.full_why)
 
     def _roll(self) -> None:
         """A new segment to append to (the one before is synced and closed

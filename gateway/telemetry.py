@@ -153,12 +153,21 @@ REPLICA_TRANSITIONS = Counter(
     ["replica", "to"],
     registry=REGISTRY,
 )
+CONCURRENCY = Gauge(
+    "gateway_replica_concurrency_limit",
+    "How many requests the gateway lets each adaptive replica run at once (its N, found "
+    "from its step time: gateway.adaptive), by the worker that found the fewest.",
+    ["replica"],
+    registry=REGISTRY,
+    multiprocess_mode="livemin",
+)
 CLASS_BY_PRIORITY = {number: str(name) for name, number in VLLM_PRIORITY.items()}
 
 
 _CHILDREN: dict[tuple, object] = {}
 _OUTSTANDING_LABELS: set[str] = set()  # the replicas OUTSTANDING has a series for
 _REPLICA_UP_LABELS: set[str] = set()  # ... and REPLICA_UP
+_CONCURRENCY_LABELS: set[str] = set()  # ... and CONCURRENCY
 
 
 def labeled(metric, *labels: str):
@@ -197,26 +206,34 @@ def queue_gauges_set(
     value lives on in the worker's file, which dropping the series leaves."""
     for label, waiting in waiting_by_class.items():
         QUEUE_DEPTH.labels(label).set(waiting)
-    for replica in _OUTSTANDING_LABELS - outstanding_by_replica.keys():
-        OUTSTANDING.labels(replica).set(0)
-        OUTSTANDING.remove(replica)
-    _OUTSTANDING_LABELS.clear()
-    for replica, busy in outstanding_by_replica.items():
-        OUTSTANDING.labels(replica).set(busy)
-        _OUTSTANDING_LABELS.add(replica)
+    _replica_series_set(OUTSTANDING, _OUTSTANDING_LABELS, outstanding_by_replica)
 
 
 def replicas_up_set(up_by_replica: dict[str, bool]) -> None:
     """Each replica checked, up or down; one no longer checked (gone,
     draining) loses its series, set to 0 first for the reason
     queue_gauges_set gives."""
-    for replica in _REPLICA_UP_LABELS - up_by_replica.keys():
-        REPLICA_UP.labels(replica).set(0)
-        REPLICA_UP.remove(replica)
-    _REPLICA_UP_LABELS.clear()
-    for replica, up in up_by_replica.items():
-        REPLICA_UP.labels(replica).set(1 if up else 0)
-        _REPLICA_UP_LABELS.add(replica)
+    _replica_series_set(
+        REPLICA_UP, _REPLICA_UP_LABELS, {r: 1 if up else 0 for r, up in up_by_replica.items()}
+    )
+
+
+def concurrency_set(limit_by_replica: dict[str, int]) -> None:
+    """Each adaptive replica's N (gateway.adaptive), at scrape time."""
+    _replica_series_set(CONCURRENCY, _CONCURRENCY_LABELS, limit_by_replica)
+
+
+def _replica_series_set(gauge: Gauge, labels: set[str], values: dict[str, int]) -> None:
+    """`gauge`'s series by replica made exactly `values`; one no longer
+    listed is set to 0 before it is dropped, for the reason queue_gauges_set
+    gives."""
+    for replica in labels - values.keys():
+        gauge.labels(replica).set(0)
+        gauge.remove(replica)
+    labels.clear()
+    for replica, value in values.items():
+        gauge.labels(replica).set(value)
+        labels.add(replica)
 
 
 def request_observe(

@@ -122,11 +122,13 @@ class ReplicaAdmin(admin.ModelAdmin):
         "status",
         "status_since",
         "max_inflight",
+        "concurrency",
+        "concurrency_limit",
         "last_seen_at",
     ]
     list_filter = ["status", "engine", "role", "pool__kind", "model"]
     search_fields = ["name", "base_url"]
-    readonly_fields = ["status_since"]
+    readonly_fields = ["status_since", "concurrency_limit", "concurrency_limit_at"]
     inlines = [ReplicaGpuInline]
     # A replica's URL is the engine's on the private network, usually http.
     formfield_overrides = {models.URLField: {"assume_scheme": "http"}}

@@ -45,6 +45,13 @@ class ModelTask(models.TextChoices):
     EMBED = "embed", "Embeds text (embeddings)"
 
 
+class Concurrency(models.TextChoices):
+    """How many requests the gateway lets a replica run at once."""
+
+    ADAPTIVE = "adaptive", "Adaptive: found from its step time, up to max_inflight"
+    FIXED = "fixed", "Fixed: max_inflight"
+
+
 class ReplicaRole(models.TextChoices):
     """What a replica does with a request. In a disaggregated pool one
     replica computes the prompt (prefill) and hands its KV cache to another

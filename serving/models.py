@@ -13,6 +13,7 @@ from django.db.models import F, Q
 
 from core.currencies import currency_validate
 from serving.choices import (
+    Concurrency,
     Engine,
     GpuSharing,
     IdleCostPolicy,
@@ -230,8 +231,20 @@ class Replica(models.Model):
         max_length=16, choices=ReplicaStatus.choices, default=ReplicaStatus.UP
     )
     max_inflight = models.PositiveIntegerField(
-        default=64, help_text="Requests in flight beyond which routing spills elsewhere."
+        default=64,
+        help_text="Requests in flight beyond which routing spills elsewhere: the fixed "
+        "number, or the most the adaptive one may reach.",
     )
+    concurrency = models.CharField(
+        max_length=8,
+        choices=Concurrency.choices,
+        default=Concurrency.ADAPTIVE,
+        help_text="Adaptive: the gateway finds how many requests to run at once from the "
+        "replica's step time (vLLM's /metrics), up to max_inflight. Fixed: max_inflight.",
+    )
+    # What the gateways found (adaptive): written by them every few seconds.
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    concurrency_limit_at = models.DateTimeField(null=True, blank=True)
     # When `status` last changed (a gateway's health check, the scraper,
     # registration, an operator); with `last_error`, why it went down.
     status_since = models.DateTimeField(null=True, blank=True)
@@ -253,6 +266,9 @@ class Replica(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(role__in=ReplicaRole.values), name="replica_role_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(concurrency__in=Concurrency.values), name="replica_concurrency_valid"
             ),
         ]
 

@@ -52,7 +52,6 @@ class CompletedRequest:
     def as_dict(self) -> dict:
         return asdict(self)
 
-
     def to_bytes(self) -> bytes:
         """The record as JSON (what the gateway's spool keeps): times in
         RFC 3339 with their offset, milliseconds as decimal strings."""

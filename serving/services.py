@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import date, datetime
 from decimal import Decimal
 
@@ -243,3 +244,10 @@ def replica_health_record(*, replica_id: int, up: bool, reason: str, at: datetim
     if changed:
         fleet_changed()  # the gateways route only to replicas up
     return bool(changed)
+
+
+def replica_concurrency_record(*, limits: Mapping[int, int]) -> None:
+    """What a gateway found of each adaptive replica's N (gateway.adaptive)."""
+    now = timezone.now()
+    for replica_id, n in limits.items():
+        Replica.objects.filter(pk=replica_id).update(concurrency_limit=n, concurrency_limit_at=now)

@@ -164,6 +164,10 @@ def start_gateway(
         # a busy replica legitimately queues: only a hang test wants it short.
         "GATEWAY_UPSTREAM_FIRST_BYTE_TIMEOUT": "60",
         "GATEWAY_SPOOL_DIR": tempfile.mkdtemp(prefix="gateway-spool-"),
+        # The tests set each replica's max_inflight and count on it: the
+        # adaptive N (on in production) is what tests/gateway/test_adaptive_concurrency.py
+        # turns on and tests.
+        "GATEWAY_ADAPTIVE_CONCURRENCY": "false",
         **(env or {}),
     }
     argv = [

@@ -292,6 +292,12 @@ GATEWAY = {
     # concurrency budgets wait instead of refusing. Off: pass-through (every
     # request goes straight to a replica, over-budget requests are refused).
     "FAIR_QUEUING": env.bool("GATEWAY_FAIR_QUEUING", default=True),
+    # Each vLLM replica's N (requests it runs at once) found from its step
+    # time, up to its max_inflight (gateway.adaptive): polled this often.
+    # Off, or a replica set to concurrency "fixed": N is max_inflight.
+    "ADAPTIVE_CONCURRENCY": env.bool("GATEWAY_ADAPTIVE_CONCURRENCY", default=True),
+    "CONCURRENCY_SECONDS": env.float("GATEWAY_CONCURRENCY_SECONDS", default=1.0),
+    "CONCURRENCY_MIN": env.int("GATEWAY_CONCURRENCY_MIN", default=1),
     # With Redis: how often gateways settle replica slots and fair-share
     # counters, and poll a tenant's budget held by another gateway.
     "QUEUE_SYNC_SECONDS": env.float("GATEWAY_QUEUE_SYNC_SECONDS", default=0.04),

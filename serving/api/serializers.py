@@ -174,10 +174,19 @@ class ReplicaSerializer(serializers.ModelSerializer):
             "status",
             "status_since",
             "max_inflight",
+            "concurrency",
+            "concurrency_limit",
+            "concurrency_limit_at",
             "last_seen_at",
             "last_error",
         ]
-        read_only_fields = ["status_since", "last_seen_at", "last_error"]
+        read_only_fields = [
+            "status_since",
+            "last_seen_at",
+            "last_error",
+            "concurrency_limit",
+            "concurrency_limit_at",
+        ]
 
     def validate(self, attrs):
         if "gpus" in attrs and "gpu_shares" in attrs:

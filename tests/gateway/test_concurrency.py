@@ -57,11 +57,22 @@ def test_it_backs_off_when_the_replica_slows_and_recovers_when_it_speeds_up():
     run(limit, replica, intervals=30)
     replica.slowdown = 1.6  # a neighbour takes a share of the core
     slowed = run(limit, replica, intervals=20, start=30)
-    assert max(slowed[5:]) <= 0.6 * KNEE, slowed
+    assert min(slowed[:8]) <= 0.6 * KNEE, slowed  # backed off at once
     replica.slowdown = 1.0
     recovered = run(limit, replica, intervals=20, start=50)
     assert 0.8 * KNEE <= recovered[-1] <= 1.2 * KNEE, recovered
     assert next(i for i, n in enumerate(recovered) if n >= 0.8 * KNEE) <= 10, recovered
+
+
+def test_a_neighbour_that_stays_is_the_new_normal_once_the_floor_window_passes():
+    limit = primed(start=4)
+    replica = Replica()
+    run(limit, replica, intervals=30)
+    replica.slowdown = 1.6
+    slowed = run(limit, replica, intervals=90, start=30)
+    assert min(slowed[:10]) <= 0.6 * KNEE, slowed  # backed off at once
+    assert 0.8 * KNEE <= slowed[-1] <= 1.2 * KNEE, slowed  # the slower replica's knee
+    assert limit.floor_ms == BASE_MS * 1.6
 
 
 def test_an_engine_that_queues_requests_itself_holds_n_to_what_it_runs():
@@ -79,8 +90,22 @@ def test_no_evidence_no_change_and_the_bounds_hold():
     assert min(run(limit, Replica(slowdown=5.0), intervals=40)) == 3
 
 
-def test_without_a_floor_n_stays_where_it_started():
-    limit = ConcurrencyLimit(start=8)
-    busy = Observation(at=0, step_ms=BASE_MS * 2, running=8, waiting=0)
-    assert limit.observe(busy) == 8
-    assert limit.floor_ms is None
+def test_a_replica_always_busy_is_probed_for_its_floor_then_n_goes_back():
+    limit = ConcurrencyLimit(start=32)
+    busy = Observation(at=0, step_ms=BASE_MS * 4, running=32, waiting=0)
+    assert limit.observe(busy) == 4  # no floor: held to a small batch to measure one
+    draining = Observation(at=1, step_ms=BASE_MS * 3, running=20, waiting=0)
+    assert limit.observe(draining) == 4  # the batch is not small yet
+    small = Observation(at=2, step_ms=BASE_MS, running=4, waiting=0)
+    assert limit.observe(small) == 32  # measured: back where it was
+    assert limit.floor_ms == BASE_MS
+    # ... and from there on down to the knee, from what runs.
+    assert run(limit, Replica(), intervals=30, start=3)[-1] <= 1.2 * KNEE
+
+
+def test_one_interval_of_arrivals_waiting_is_not_an_engine_queue():
+    limit = primed(start=16)
+    arriving = Observation(at=0, step_ms=BASE_MS, running=15, waiting=2)
+    assert limit.observe(arriving) >= 16  # requests between two steps
+    assert limit.observe(Observation(at=1, step_ms=BASE_MS, running=8, waiting=3)) == 7
+    assert limit.observe(Observation(at=2, step_ms=BASE_MS, running=8, waiting=0)) <= 8

@@ -190,11 +190,16 @@ def test_the_database_stopped_for_a_minute_and_a_gateway_killed_lose_no_answered
     assert attribution_conservation_check() == []
 
 
-@pytest.mark.parametrize("when_full", ["refuse", "serve"])
-def test_a_full_spool_disk_refuses_or_serves_as_set_and_loses_nothing(fleet, fake, when_full):
+@pytest.mark.parametrize(
+    ("when_full", "limit"),
+    [("refuse", "disk"), ("serve", "disk"), ("refuse", "cap")],
+    ids=["disk-refuse", "disk-serve", "cap-refuse"],
+)
+def test_a_full_spool_refuses_or_serves_as_set_and_loses_nothing(fleet, fake, when_full, limit):
     """The spool on a 64 KiB tmpfs of its own (a private mount namespace),
-    the ledger not written to until the gateway stops (a flush period of an
-    hour): the disk fills after a hundred or so records."""
+    or held to a 64 KiB cap on an ordinary disk; the ledger not written to
+    until the gateway stops (a flush period of an hour): the spool fills
+    after a hundred or so records."""
     fleet.add_tenant("a")
     fleet.add_replica("fake", fake.base_url, "shared")
     spool = tempfile_dir()
@@ -204,7 +209,10 @@ def test_a_full_spool_disk_refuses_or_serves_as_set_and_loses_nothing(fleet, fak
         "GATEWAY_RECORD_FLUSH_SECONDS": "3600",
         "GATEWAY_RECORD_FLUSH_MAX": "1000000",
     }
-    proc, url = start_gateway(env=env, wrap=tmpfs_wrapper(spool, size="64k"))
+    if limit == "disk":
+        proc, url = start_gateway(env=env, wrap=tmpfs_wrapper(spool, size="64k"))
+    else:
+        proc, url = start_gateway(env={**env, "GATEWAY_SPOOL_MAX_BYTES": str(64 * 1024)})
     try:
         wait_for_fleet(url, replicas=1)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=fleet.secrets["a"], max_retries=0)
@@ -227,6 +235,7 @@ def test_a_full_spool_disk_refuses_or_serves_as_set_and_loses_nothing(fleet, fak
     assert metrics[("gateway_spool_full", ())] == 1
     full_lines = [line for line in log.splitlines() if "is full" in line]
     assert len(full_lines) == 1, full_lines
+    assert ("(a full disk:" if limit == "disk" else "(its cap:") in full_lines[0]
     if when_full == "refuse":
         assert 50 < len(answered) < 400
         assert len(refused) == 400 - len(answered)

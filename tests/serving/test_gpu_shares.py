@@ -230,6 +230,7 @@ def _replica_form(fleet, name, shares) -> dict:
         "role": "both",
         "status": "up",
         "max_inflight": 64,
+        "concurrency": "adaptive",
         "last_error": "",
         "gpu_shares-TOTAL_FORMS": len(shares),
         "gpu_shares-INITIAL_FORMS": 0,

@@ -1,0 +1,183 @@
+"""Each replica's N (how many requests the gateway lets it run at once),
+found from what it does (gateway.concurrency), not set by hand.
+
+Once an interval this polls every adaptive replica's /metrics (vLLM's:
+the inter-token latency histogram, requests running and waiting,
+preemptions), feeds the interval to the replica's controller, and tells
+the process when an N changed (the fair queue's slots follow). A replica
+it cannot read, or one on another engine or set to a fixed N, runs at its
+max_inflight. N starts at max_inflight: with no evidence the gateway does
+what a fixed N does."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.concurrency import ConcurrencyLimit, Observation
+from gateway.fleet import ReplicaInfo, Router
+from gateway.upstream_http import UpstreamClient
+
+logger = logging.getLogger(__name__)
+
+ITL = "vllm:inter_token_latency_seconds"
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+PREEMPTIONS = "vllm:num_preemptions"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one scrape of a replica's /metrics says (counters as totals)."""
+
+    at: float
+    itl_sum: float
+    itl_count: float
+    running: int
+    waiting: int
+    preemptions: float
+
+
+def sample_parse(text: str, *, at: float) -> Sample:
+    """The numbers the controller reads, summed over the series' labels."""
+    sums = {"itl_sum": 0.0, "itl_count": 0.0, "running": 0.0, "waiting": 0.0, "pre": 0.0}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == f"{ITL}_sum":
+                sums["itl_sum"] += s.value
+            elif s.name == f"{ITL}_count":
+                sums["itl_count"] += s.value
+            elif s.name == RUNNING:
+                sums["running"] += s.value
+            elif s.name == WAITING:
+                sums["waiting"] += s.value
+            elif s.name == f"{PREEMPTIONS}_total":
+                sums["pre"] += s.value
+    return Sample(
+        at=at,
+        itl_sum=sums["itl_sum"],
+        itl_count=sums["itl_count"],
+        running=int(sums["running"]),
+        waiting=int(sums["waiting"]),
+        preemptions=sums["pre"],
+    )
+
+
+def observation(before: Sample, after: Sample) -> Observation:
+    """The interval between two scrapes."""
+    tokens = after.itl_count - before.itl_count
+    step = (after.itl_sum - before.itl_sum) / tokens * 1000 if tokens > 0 else None
+    return Observation(
+        at=after.at,
+        step_ms=step,
+        running=after.running,
+        waiting=after.waiting,
+        preempted=max(0, int(after.preemptions - before.preemptions)),
+    )
+
+
+class AdaptiveConcurrency:
+    """The controllers of one gateway process, and the loop that feeds them."""
+
+    def __init__(
+        self, router: Router, *, enabled: bool, interval: float, least: int, timeout: float = 2.0
+    ) -> None:
+        self.router = router
+        self.enabled = enabled
+        self.interval = interval
+        self.least = least
+        self.timeout = timeout
+        self.limits: dict[int, ConcurrencyLimit] = {}
+        self._last: dict[int, Sample] = {}
+        self._client = UpstreamClient(keepalive_seconds=0)
+
+    @classmethod
+    def from_settings(cls, router: Router, cfg: Mapping) -> AdaptiveConcurrency:
+        return cls(
+            router,
+            enabled=cfg["ADAPTIVE_CONCURRENCY"],
+            interval=cfg["CONCURRENCY_SECONDS"],
+            least=cfg["CONCURRENCY_MIN"],
+        )
+
+    def limit(self, replica: ReplicaInfo) -> int:
+        """The replica's N now."""
+        if not (self.enabled and replica.adaptive):
+            return replica.max_inflight
+        controller = self.limits.get(replica.id)
+        if controller is None or controller.most != replica.max_inflight:
+            start = controller.n if controller is not None else replica.max_inflight
+            least = min(self.least, replica.max_inflight)
+            controller = ConcurrencyLimit(least=least, most=replica.max_inflight, start=start)
+            self.limits[replica.id] = controller
+        return controller.n
+
+    def state(self) -> dict[str, dict]:
+        """Per replica found adaptive: its N and the floor it holds to."""
+        names = {r.id: r.name for r in self.router.snapshot.health_targets}
+        return {
+            names[rid]: {"n": c.n, "floor_ms": c.floor_ms and round(c.floor_ms, 3)}
+            for rid, c in self.limits.items()
+            if rid in names
+        }
+
+    async def run(self, changed: Callable[[], Awaitable[None]]) -> None:
+        """Poll until cancelled; await `changed()` after a round that moved an N."""
+        if not self.enabled:
+            return
+        try:
+            while True:
+                started = time.monotonic()
+                try:
+                    if await self.poll_all():
+                        await changed()
+                except Exception:  # the next round tries again
+                    logger.exception("adaptive concurrency round failed")
+                await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+        finally:
+            await self._client.close()
+
+    async def poll_all(self) -> bool:
+        """One round; whether any replica's N moved."""
+        targets = [
+            r
+            for group in self.router.snapshot.replicas_by_model.values()
+            for r in group
+            if r.adaptive
+        ]
+        samples = await asyncio.gather(*(self._scrape(r) for r in targets))
+        moved = False
+        for replica, sample in zip(targets, samples, strict=True):
+            if sample is None:
+                continue
+            before = self._last.get(replica.id)
+            self._last[replica.id] = sample
+            if before is None:
+                continue
+            was = self.limit(replica)
+            now = self.limits[replica.id].observe(observation(before, sample))
+            moved = moved or now != was
+        return moved
+
+    async def _scrape(self, replica: ReplicaInfo) -> Sample | None:
+        try:
+            async with asyncio.timeout(self.timeout):
+                response = await self._client.request(
+                    "GET",
+                    replica.base_url + "/metrics",
+                    connect_timeout=self.timeout,
+                    read_timeout=self.timeout,
+                )
+                try:
+                    body = await response.read()
+                finally:
+                    response.close()
+        except Exception:  # a replica not answering: its health checks say so
+            return None
+        if response.status != 200:
+            return None
+        return sample_parse(body.decode("utf-8", "replace"), at=time.monotonic())

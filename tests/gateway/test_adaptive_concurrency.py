@@ -1,0 +1,127 @@
+"""Each replica's N found by the gateway from the replica's own step time
+(gateway.adaptive), against a fake vLLM whose step time the test sets
+(tests/gateway/stepped_engine.py): flat up to a batch of 8, then growing
+with the batch, so the knee (a step 1.3x the floor) is at about 10. Under
+a flood the gateway holds the replica there, backs off while a neighbour
+slows it, recovers when it leaves, and neither tenant starves."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from serving.models import Replica
+from serving.tiny_model import MODEL_NAME
+from tests.fleet import gateway_health, gateway_metrics, start_gateway, stop_gateway, wait_for_fleet
+from tests.gateway.stepped_engine import SteppedEngine
+
+KNEE = 8 * 1.3
+
+
+class QueueTimeout(Exception):
+    """The tenant's request waited its whole queue timeout for a slot."""
+
+
+@pytest.fixture
+def stepped():
+    engine = SteppedEngine(base_ms=20.0, flat_until=8).start()
+    yield engine
+    engine.stop()
+
+
+def stream(client: httpx.Client, secret: str, tokens: int) -> float:
+    """One streamed request through the gateway; its seconds."""
+    started = time.monotonic()
+    body = {
+        "model": MODEL_NAME,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": tokens,
+        "stream": True,
+    }
+    headers = {"Authorization": f"Bearer {secret}"}
+    with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as answer:
+        if answer.status_code == 429 and b"queue_timeout" in answer.read():
+            raise QueueTimeout
+        assert answer.status_code == 200, answer.read()
+        for _ in answer.iter_lines():
+            pass
+    return time.monotonic() - started
+
+
+def n_of(url) -> int:
+    (worker,) = gateway_health(url)["workers"]
+    return worker["concurrency"]["stepped"]["n"]
+
+
+def test_n_finds_the_knee_backs_off_when_slowed_recovers_and_starves_no_one(fleet, stepped):
+    fleet.add_tenant("heavy")
+    fleet.add_tenant("light")
+    fleet.add_replica("stepped", stepped.base_url, "shared", max_inflight=64)
+    env = {"GATEWAY_ADAPTIVE_CONCURRENCY": "true", "GATEWAY_CONCURRENCY_SECONDS": "0.25"}
+    proc, url = start_gateway(env=env)
+    stop = threading.Event()
+    light_took: list[float] = []
+    heavy_done: list[float] = []
+    errors: list[BaseException] = []
+
+    def heavy():
+        with httpx.Client(base_url=url, timeout=60) as client:
+            while not stop.is_set():
+                try:
+                    stream(client, fleet.secrets["heavy"], 30)
+                    heavy_done.append(time.monotonic())
+                except QueueTimeout:  # a flood past what the replica runs: its own to wait out
+                    time.sleep(0.1)
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+                    return
+
+    def light():
+        with httpx.Client(base_url=url, timeout=60) as client:
+            while not stop.is_set():
+                light_took.append(stream(client, fleet.secrets["light"], 5))
+                time.sleep(0.2)
+
+    threads = [threading.Thread(target=heavy) for _ in range(40)]
+    threads.append(threading.Thread(target=light))
+    try:
+        wait_for_fleet(url, replicas=1)
+        assert n_of(url) == 64  # no evidence yet: the most it may run
+        for t in threads:
+            t.start()
+        time.sleep(8)
+        stepped.reset_batch_max()
+        time.sleep(3)
+        found = n_of(url)
+        assert 0.7 * KNEE <= found <= 1.35 * KNEE, found
+        assert stepped.batch_max <= 1.35 * KNEE + 1, stepped.batch_max
+        metrics = gateway_metrics(url)
+        assert metrics[("gateway_replica_concurrency_limit", (("replica", "stepped"),))] > 0
+
+        stepped.slowdown = 2.0  # a neighbour on its core
+        time.sleep(4)
+        slowed = n_of(url)
+        assert slowed <= 0.6 * KNEE, slowed
+        heavy_before = len(heavy_done)
+
+        stepped.slowdown = 1.0
+        time.sleep(6)
+        recovered = n_of(url)
+        assert recovered >= 0.7 * KNEE, recovered
+        time.sleep(8)  # the gateway writes what it found into the replica's row
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        stop_gateway(proc)
+    assert errors == []
+    # Neither tenant starved: the flood was served through the slowdown and
+    # after it, the light tenant all along, never stuck behind the flood.
+    assert len(heavy_done) > heavy_before + 40
+    assert len(light_took) >= 20
+    assert max(light_took) < 3.0, max(light_took)
+    replica = Replica.objects.get(name="stepped")
+    assert replica.concurrency_limit is not None and 1 <= replica.concurrency_limit <= 64
