@@ -222,6 +222,60 @@ def cpu_seconds(process: psutil.Process) -> float:
     return times.user + times.system
 
 
+def hop_arms_taking_turns(
+    gateways: list[tuple[str, dict[str, str]]],
+    *,
+    name: str,
+    rounds: int,
+    requests: int,
+    tokens: int,
+    say,
+) -> dict[str, list[LoadResult]]:
+    """One request at a time, non-streaming, against the instant fake
+    upstream: called straight (the floor, labelled "fake upstream direct")
+    and through a gateway per (label, environment) of `gateways`, the arms
+    taking turns in `rounds` (each round starts with another arm, every
+    other one the other way round). Each arm's results per round, with the
+    server's CPU seconds."""
+    _tenant, secret = bench_tenant()
+    auth = {"Authorization": f"Bearer {secret}"}
+    processes: list[ManagedProcess] = []
+    try:
+        fake, fake_port = fake_upstream(tokens)
+        processes.append(fake)
+        fake.start()
+        fake.wait_ready(timeout=30)
+        fake_replica_register(fake_port)
+        arms = [("fake upstream direct", f"http://127.0.0.1:{fake_port}/v1/chat/completions",
+                 None, fake)]  # fmt: skip
+        for n, (label, env) in enumerate(gateways):
+            gateway, port = gateway_process(f"{name}-{n}", {"REDIS_URL": "", **env})
+            processes.append(gateway)
+            gateway.start()
+            gateway.wait_ready(timeout=60)
+            arms.append((label, f"http://127.0.0.1:{port}/v1/chat/completions", auth, gateway))
+        time.sleep(2)
+        say("warming up …")
+        for label, url, headers, _ in arms:
+            run(label, url, model=FAKE_MODEL, tokens=tokens, stream=False,
+                requests=300, concurrency=1, headers=headers)  # fmt: skip
+        parts: dict[str, list[LoadResult]] = {arm[0]: [] for arm in arms}
+        for n in range(rounds):
+            say(f"round {n + 1} of {rounds} …")
+            order = arms[n % len(arms) :] + arms[: n % len(arms)]
+            for label, url, headers, process in order[::-1] if n % 2 else order:
+                server = psutil.Process(process.pid)
+                before = cpu_seconds(server)
+                result = run(label, url, model=FAKE_MODEL, tokens=tokens, stream=False,
+                             requests=requests, concurrency=1, headers=headers)  # fmt: skip
+                result.server_cpu_seconds = cpu_seconds(server) - before
+                parts[label].append(result)
+    finally:
+        for process in reversed(processes):
+            process.stop()
+    return parts
+
+
 def ceiling_by_cpu(base: LoadResult, held: LoadResult, *, against: str) -> str:
     """A gateway's ceiling is one core over its CPU per request: the ratio
     of the two arms' CPU per request, measured on the gateway process itself

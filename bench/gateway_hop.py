@@ -19,27 +19,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django.setup()
 
-import psutil  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
 from bench.common import LoadResult, report_write  # noqa: E402
-from bench.gateway import (  # noqa: E402
-    FAKE_MODEL,
-    bench_tenant,
-    cpu_seconds,
-    fake_replica_register,
-    fake_upstream,
-    gateway_process,
-    run,
-)
-from core.processes import ManagedProcess  # noqa: E402
+from bench.gateway import hop_arms_taking_turns  # noqa: E402
 
 # (label, the gateway's environment) of each gateway arm.
 GATEWAYS = (
@@ -68,43 +57,14 @@ def main() -> None:
     say = lambda msg: print(msg, flush=True)  # noqa: E731
 
     call_command("migrate", verbosity=0)
-    _tenant, secret = bench_tenant()
-    auth = {"Authorization": f"Bearer {secret}"}
-    processes: list[ManagedProcess] = []
-    try:
-        fake, fake_port = fake_upstream(args.tokens)
-        processes.append(fake)
-        fake.start()
-        fake.wait_ready(timeout=30)
-        fake_replica_register(fake_port)
-        arms = [("fake upstream direct", f"http://127.0.0.1:{fake_port}/v1/chat/completions",
-                 None, fake)]  # fmt: skip
-        for n, (label, env) in enumerate(GATEWAYS):
-            gateway, port = gateway_process(f"gateway-hop-{n}", {"REDIS_URL": "", **env})
-            processes.append(gateway)
-            gateway.start()
-            gateway.wait_ready(timeout=60)
-            arms.append((label, f"http://127.0.0.1:{port}/v1/chat/completions", auth, gateway))
-        time.sleep(2)
-        say("warming up …")
-        for label, url, headers, _ in arms:
-            run(label, url, model=FAKE_MODEL, tokens=args.tokens, stream=False,
-                requests=300, concurrency=1, headers=headers)  # fmt: skip
-        parts: dict[str, list[LoadResult]] = {arm[0]: [] for arm in arms}
-        for n in range(args.rounds):
-            say(f"round {n + 1} of {args.rounds} …")
-            # Each round starts with another arm, every other one the other way round.
-            order = arms[n % len(arms) :] + arms[: n % len(arms)]
-            for label, url, headers, process in order[::-1] if n % 2 else order:
-                server = psutil.Process(process.pid)
-                before = cpu_seconds(server)
-                result = run(label, url, model=FAKE_MODEL, tokens=args.tokens, stream=False,
-                             requests=args.requests, concurrency=1, headers=headers)  # fmt: skip
-                result.server_cpu_seconds = cpu_seconds(server) - before
-                parts[label].append(result)
-    finally:
-        for process in reversed(processes):
-            process.stop()
+    parts = hop_arms_taking_turns(
+        list(GATEWAYS),
+        name="gateway-hop",
+        rounds=args.rounds,
+        requests=args.requests,
+        tokens=args.tokens,
+        say=say,
+    )
 
     merged = {label: LoadResult.merged(results) for label, results in parts.items()}
     direct = merged["fake upstream direct"]

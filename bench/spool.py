@@ -38,14 +38,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from bench.common import LoadResult, report_write  # noqa: E402
-from bench.gateway import (  # noqa: E402
-    FAKE_MODEL,
-    bench_tenant,
-    fake_replica_register,
-    fake_upstream,
-    gateway_process,
-    run,
-)
+from bench.gateway import FAKE_MODEL, bench_tenant, hop_arms_taking_turns  # noqa: E402
 from gateway.recorder import Recorder  # noqa: E402
 from gateway.spool import Spool  # noqa: E402
 from serving.models import Replica  # noqa: E402
@@ -163,45 +156,15 @@ def recorder_add(directory: Path, *, records: int) -> dict[str, float]:
 
 
 def hop(*, rounds: int, requests: int) -> tuple[list[str], float, float]:
-    _tenant, secret = bench_tenant()
-    auth = {"Authorization": f"Bearer {secret}"}
-    processes = []
-    arms = []
-    try:
-        fake, fake_port = fake_upstream(32)
-        processes.append(fake)
-        fake.start()
-        fake.wait_ready(timeout=30)
-        fake_replica_register(fake_port)
-        arms.append(("fake upstream direct", f"http://127.0.0.1:{fake_port}/v1/chat/completions",
-                     None))  # fmt: skip
-        spool = tempfile.mkdtemp(prefix="bench-spool-")
-        for n, (label, env) in enumerate(
-            (
-                ("gateway, spool (as deployed, 10 ms group commit)", {"GATEWAY_SPOOL_DIR": spool}),
-                ("gateway, no spool (records in memory)", {"GATEWAY_SPOOL_DIR": ""}),
-            )
-        ):
-            gateway, port = gateway_process(f"spool-hop-{n}", {"REDIS_URL": "", **env})
-            processes.append(gateway)
-            gateway.start()
-            gateway.wait_ready(timeout=60)
-            arms.append((label, f"http://127.0.0.1:{port}/v1/chat/completions", auth))
-        time.sleep(2)
-        for label, url, headers in arms:
-            run(label, url, model=FAKE_MODEL, tokens=32, stream=False, requests=300,
-                concurrency=1, headers=headers)  # fmt: skip
-        parts: dict[str, list[LoadResult]] = {a[0]: [] for a in arms}
-        for n in range(rounds):
-            print(f"hop round {n + 1} of {rounds} …", flush=True)
-            order = arms[n % len(arms) :] + arms[: n % len(arms)]
-            for label, url, headers in order[::-1] if n % 2 else order:
-                result = run(label, url, model=FAKE_MODEL, tokens=32, stream=False,
-                             requests=requests, concurrency=1, headers=headers)  # fmt: skip
-                parts[label].append(result)
-    finally:
-        for process in reversed(processes):
-            process.stop()
+    spool = tempfile.mkdtemp(prefix="bench-spool-")
+    gateways = [
+        ("gateway, spool (as deployed, 10 ms group commit)", {"GATEWAY_SPOOL_DIR": spool}),
+        ("gateway, no spool (records in memory)", {"GATEWAY_SPOOL_DIR": ""}),
+    ]
+    say = lambda msg: print(f"hop: {msg}", flush=True)  # noqa: E731
+    parts = hop_arms_taking_turns(
+        gateways, name="spool-hop", rounds=rounds, requests=requests, tokens=32, say=say
+    )
     merged = {label: LoadResult.merged(results) for label, results in parts.items()}
     direct = merged["fake upstream direct"]
     rows = []
@@ -217,7 +180,7 @@ def hop(*, rounds: int, requests: int) -> tuple[list[str], float, float]:
             f"| {label} | {result.p('e2e_ms', 50):.2f} | {result.p('e2e_ms', 99):.2f} | {added} "
             f"| {min(per_round):.2f} - {max(per_round):.2f} |"
         )
-    spooled, memory = (merged[a[0]] for a in arms[1:])
+    spooled, memory = (merged[label] for label, _ in gateways)
     return (
         rows,
         spooled.p("e2e_ms", 99) - memory.p("e2e_ms", 99),

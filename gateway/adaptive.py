@@ -165,19 +165,11 @@ class AdaptiveConcurrency:
 
     async def _scrape(self, replica: ReplicaInfo) -> Sample | None:
         try:
-            async with asyncio.timeout(self.timeout):
-                response = await self._client.request(
-                    "GET",
-                    replica.base_url + "/metrics",
-                    connect_timeout=self.timeout,
-                    read_timeout=self.timeout,
-                )
-                try:
-                    body = await response.read()
-                finally:
-                    response.close()
+            status, body = await self._client.get(
+                replica.base_url + "/metrics", timeout=self.timeout
+            )
         except Exception:  # a replica not answering: its health checks say so
             return None
-        if response.status != 200:
+        if status != 200:
             return None
         return sample_parse(body.decode("utf-8", "replace"), at=time.monotonic())

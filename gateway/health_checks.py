@@ -221,23 +221,13 @@ class HealthChecks:
         else what went wrong."""
         path = engine_spec(replica.engine).health_path
         try:
-            async with asyncio.timeout(self.timeout):
-                response = await self._client.request(
-                    "GET",
-                    replica.base_url + path,
-                    connect_timeout=self.timeout,
-                    read_timeout=self.timeout,
-                )
-                try:
-                    await response.read()
-                finally:
-                    response.close()
+            status, _ = await self._client.get(replica.base_url + path, timeout=self.timeout)
         except TimeoutError:
             return f"GET {path}: no answer within {self.timeout:g} s"
         except Exception as exc:  # whatever kept it from answering is a failed check
             return f"GET {path}: {str(exc) or type(exc).__name__}"
-        if not 200 <= response.status < 300:
-            return f"GET {path}: HTTP {response.status}"
+        if not 200 <= status < 300:
+            return f"GET {path}: HTTP {status}"
         return None
 
     def _apply(self, targets: list[ReplicaInfo], changes: list[Change]) -> None:

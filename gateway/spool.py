@@ -96,7 +96,6 @@ class Batch:
     payloads: list[bytes]
     end: Position
     kept: list = field(default_factory=list)  # each payload's object kept at append, or None
-    oldest_ms: int | None = None
 
 
 @dataclass
@@ -429,7 +428,6 @@ class Spool:
         """Up to `max_records` records from where the last read ended."""
         payloads: list[bytes] = []
         kept: list = []
-        oldest = None
         with self._lock:
             at = self._read_at
         while len(payloads) < max_records:
@@ -443,10 +441,9 @@ class Spool:
                     fh.seek(at.offset)
                     data = fh.read(min(size - at.offset, READ_CHUNK))
                 offset = 0
-                for end, at_ms, payload in frames(data):
+                for end, _at_ms, payload in frames(data):
                     payloads.append(payload)
                     kept.append(self._kept.pop((at.seq, at.offset + offset), None))
-                    oldest = at_ms if oldest is None else oldest
                     offset = end
                     if len(payloads) == max_records:
                         break
@@ -460,7 +457,7 @@ class Spool:
         with self._lock:
             self._read_at = at
             self._read_count += len(payloads)
-        return Batch(payloads=payloads, end=at, oldest_ms=oldest, kept=kept)
+        return Batch(payloads=payloads, end=at, kept=kept)
 
     def rewind(self) -> None:
         """Read again from the oldest record not acknowledged (its batch

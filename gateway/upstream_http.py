@@ -252,6 +252,16 @@ class UpstreamClient:
         self._idle: dict[tuple, deque[_Connection]] = {}
         self._ssl: ssl.SSLContext | None = None
 
+    async def get(self, url: str, *, timeout: float) -> tuple[int, bytes]:
+        """GET `url` whole within `timeout` seconds: (status, body); the
+        timeout (TimeoutError) or a connection's failure is raised."""
+        async with asyncio.timeout(timeout):
+            response = await self.request("GET", url, connect_timeout=timeout, read_timeout=timeout)
+            try:
+                return response.status, await response.read()
+            finally:
+                response.close()
+
     async def request(
         self,
         method: str,

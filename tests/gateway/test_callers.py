@@ -180,14 +180,7 @@ def test_a_database_that_cannot_be_read_is_a_503_to_retry_and_is_not_kept():
         loads.append(raw)
         if len(loads) == 1:
             raise OperationalError("connection refused")
-        return Caller(
-            tenant_id=1,
-            tenant_slug="a",
-            api_key_id=2,
-            priority=50,
-            cache_salt="s",
-            limits=Limits(None, None, None, None),
-        )
+        return caller_of(1, 2)
 
     async def scenario():
         with pytest.raises(CallerRefused) as down:
@@ -220,14 +213,7 @@ def test_the_database_away_a_known_key_is_served_as_it_was_and_an_unknown_one_is
         loads.append(raw)
         if down:
             raise OperationalError("connection refused")
-        return Caller(
-            tenant_id=1,
-            tenant_slug="a",
-            api_key_id=2,
-            priority=50,
-            cache_salt="s",
-            limits=Limits(None, None, None, None),
-        )
+        return caller_of(1, 2)
 
     async def scenario():
         assert (await cache.get("glk_a")).api_key_id == 2

@@ -202,7 +202,7 @@ def test_a_full_spool_refuses_or_serves_as_set_and_loses_nothing(fleet, fake, wh
     after a hundred or so records."""
     fleet.add_tenant("a")
     fleet.add_replica("fake", fake.base_url, "shared")
-    spool = tempfile_dir()
+    spool = tempfile.mkdtemp(prefix="spool-tmpfs-")
     env = {
         "GATEWAY_SPOOL_DIR": spool,
         "GATEWAY_SPOOL_FULL": when_full,
@@ -253,10 +253,6 @@ def test_a_full_spool_refuses_or_serves_as_set_and_loses_nothing(fleet, fake, wh
         UsageEvent.objects.filter(request_id__in=answered).values_list("request_id", flat=True)
     )
     assert recorded == set(answered)
-
-
-def tempfile_dir() -> str:
-    return tempfile.mkdtemp(prefix="spool-tmpfs-")
 
 
 def tmpfs_wrapper(directory: str, *, size: str) -> list[str]:
