@@ -10,7 +10,9 @@ context, nothing per sequence. This measures it, with PyTorch and
 transformers alone (random bf16 weights, no model hub, no vLLM):
 
 1. decode step time against batch size (1 to 256) and context length, the
-   KV cache preallocated and written in place (no copy per step);
+   KV cache preallocated and written in place (no copy per step), each
+   step replayed as a CUDA graph on a GPU (as vLLM runs decode: eager
+   PyTorch would spend a batch-1 step launching ~900 kernels from Python);
 2. prefill time against prompt length.
 
 Then it fits T = alpha + beta (b c) + gamma b to the decode steps and sets
@@ -21,7 +23,7 @@ the fit and the verdict as Markdown to --out.
     python bench/device_steps.py --out device_steps.md              # Llama-8B shape, cuda
     python bench/device_steps.py --shape tiny --device cpu --out x  # the test suite's run
 
-On an H100 the whole run takes about two minutes (well inside eight).
+On an H200 the whole run took 13-18 s (well inside eight minutes).
 Needs torch and transformers only: the project's Django settings are not
 read (serving/model_config.py is plain Python)."""
 
@@ -41,7 +43,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from serving.model_config import roofline_bytes
+from serving.model_config import COMPUTE_PER_TOKEN, roofline_bytes
 
 SHAPES = {
     # Llama 3.1 8B's shape.
@@ -125,6 +127,43 @@ class Decoder:
         return self.model.lm_head(self.model.model.norm(hidden))
 
 
+def graphed(function, device: str):
+    """`function` captured once as a CUDA graph and replayed (on a GPU);
+    as it is elsewhere."""
+    if device != "cuda":
+        return function
+    try:
+        return _capture(function)
+    except Exception as error:  # measured eager instead, and said so
+        print(f"not captured as a CUDA graph ({error!r}): timed eager", file=sys.stderr)
+        torch.cuda.synchronize()
+        return function
+
+
+def _capture(function):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm the kernels' autotuning outside the capture
+            function()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        function()
+    return graph.replay
+
+
+def bandwidth(device: str) -> float | None:
+    """Bytes a second a device-to-device copy of 2 GiB moves (read plus
+    written): what the weights can stream at, at best."""
+    if device != "cuda":
+        return None
+    source = torch.empty(2**30, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    seconds = timed(lambda: target.copy_(source), device=device, repeat=10)
+    return 2 * 2**30 / seconds
+
+
 def timed(function, *, device: str, repeat: int, warmup: int = 2) -> float:
     """Median seconds of `function()` over `repeat` runs."""
     for _ in range(warmup):
@@ -182,27 +221,35 @@ def main() -> None:
             if batch * (context + 1) > budget:
                 continue
             decoder = Decoder(model, batch, context)
-            decode[(batch, context)] = timed(decoder.step, device=args.device, repeat=args.repeat)
+            step = graphed(decoder.step, args.device)
+            decode[(batch, context)] = timed(step, device=args.device, repeat=args.repeat)
             say(f"decode b={batch} c={context}: {decode[(batch, context)] * 1000:.2f} ms")
-            del decoder
+            del decoder, step
             if args.device == "cuda":
                 torch.cuda.empty_cache()
     prefill: dict[int, float] = {}
     for length in grid["prompts"]:
         ids = torch.randint(0, config.vocab_size, (1, length), device=args.device)
-        with torch.inference_mode():
-            prefill[length] = timed(
-                lambda ids=ids: model(input_ids=ids, use_cache=False),
-                device=args.device,
-                repeat=max(3, args.repeat // 3),
-            )
-        say(f"prefill {length}: {prefill[length] * 1000:.2f} ms")
 
+        @torch.inference_mode()
+        def forward(ids=ids):
+            return model(input_ids=ids, use_cache=False, logits_to_keep=1)
+
+        run = graphed(forward, args.device)
+        prefill[length] = timed(run, device=args.device, repeat=max(3, args.repeat // 3))
+        say(f"prefill {length}: {prefill[length] * 1000:.2f} ms")
+        del run
+
+    copy_rate = bandwidth(args.device)
     alpha, beta, gamma = fit([(b, c, t) for (b, c), t in decode.items()])
     roofline_ratio = kv_per_token / weight_bytes  # beta / alpha, by roofline
     measured_ratio = beta / alpha if alpha > 0 else math.inf
     biggest = max(decode)
     per_sequence_share = gamma * biggest[0] / decode[biggest]
+    # A prompt token's compute against the weights: the prefill's slope over
+    # its two longest prompts, over alpha (a whole read of the weights).
+    (short, t_short), (long, t_long) = sorted(prefill.items())[-2:]
+    prompt_token = (t_long - t_short) / (long - short)
     lines = [
         f"# Decode steps and prefill on {device_name(args.device)}",
         "",
@@ -214,6 +261,16 @@ def main() -> None:
         f"{weight_bytes / 2**20:,.1f} MiB of weights a step, K = {kv_per_token / 1024:,.1f} KiB "
         "of KV cache a token of context.",
         "",
+        *(
+            [
+                f"A device-to-device copy moved {copy_rate / 1e12:.2f} TB/s (read plus written); "
+                f"the fit's fixed cost of a step (alpha, below) streams W at "
+                f"{weight_bytes / alpha / 1e12:.2f} TB/s.",
+                "",
+            ]
+            if copy_rate and alpha > 0
+            else []
+        ),
         "## Decode step, ms (batch across, context down)",
         "",
         "| context | " + " | ".join(str(b) for b in grid["batches"]) + " |",
@@ -244,30 +301,41 @@ def main() -> None:
         f"{measured_ratio:.3e} (x {measured_ratio / roofline_ratio:.2f}) |",
         f"| the per-sequence term's share of the largest step (b={biggest[0]}, "
         f"c={biggest[1]}) | 0 | {per_sequence_share:.1%} |",
+        f"| a decoding sequence's compute against the weights (gamma / alpha) | "
+        f"{COMPUTE_PER_TOKEN:.2e} | {gamma / alpha:.2e} |",
+        f"| a prompt token's compute against the weights (prefill slope {short}-{long} "
+        f"tokens / alpha) | {COMPUTE_PER_TOKEN:.2e} | {prompt_token / alpha:.2e} |",
         "",
-        verdict(measured_ratio / roofline_ratio, per_sequence_share),
+        verdict(
+            measured_ratio / roofline_ratio,
+            per_sequence_share,
+            (gamma / alpha, prompt_token / alpha),
+        ),
     ]
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
-def verdict(ratio: float, per_sequence: float) -> str:
-    """What the fit says about attribution's weights."""
+def verdict(ratio: float, per_sequence: float, computes: tuple[float, ...]) -> str:
+    """What the fit says about attribution's weights: the context term
+    against K, and each compute-per-token reading against COMPUTE_PER_TOKEN."""
     advice = []
     if not 0.5 <= ratio <= 2:
         advice.append(
             f"a token of context costs x {ratio:.2f} what its bytes say against the weights: "
             "scale K (the KV term) by that"
         )
-    if per_sequence > 0.10:
+    off = [c for c in computes if not 0.5 <= c / COMPUTE_PER_TOKEN <= 2]
+    if off:
         advice.append(
-            f"a per-sequence cost roofline does not have is {per_sequence:.0%} of the largest "
-            "step: give each resident phase a fixed term besides W / n"
+            f"a token's compute reads {', '.join(f'{c:.2e}' for c in off)} of a weight read, "
+            f"more than 2x off COMPUTE_PER_TOKEN ({COMPUTE_PER_TOKEN:.2e}): set it from these"
         )
     if not advice:
         return (
-            "Verdict: the measured steps keep roofline's shape (the context term within 2x of "
-            "its bytes, the per-sequence term under 10%): the weights stand."
+            "Verdict: the measured steps keep attribution's shape (the context term within 2x "
+            "of its bytes, a token's compute within 2x of COMPUTE_PER_TOKEN; the per-sequence "
+            f"term is {per_sequence:.0%} of the largest step): the weights stand."
         )
     return "Verdict: " + "; ".join(advice) + "."
 

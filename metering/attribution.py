@@ -8,12 +8,22 @@ the window at every phase boundary; in each slice, the slice's device time
 (length x GPUs) goes to the phases resident in it by weight:
 
 - equal:    1 / n, n the resident count (processor sharing);
-- roofline: (W / n + c_i K) / (W + K sum_j c_j), W the weight bytes a step
-            reads once for the whole batch, K the KV bytes per token, c_i the
-            tokens a phase touches (prefill: uncached prompt tokens; decode:
-            the average context, prompt + completion / 2).
+- roofline: (W / n + x_i) / (W + sum_j x_j), W the weight bytes a step
+            reads once for the whole batch and x_i what a phase adds to a
+            step, in the same bytes:
+              decode:  c_i K + F, c_i the average context (prompt +
+                       completion / 2), K the KV bytes a token of it holds,
+                       F the compute of the one token it makes a step;
+              prefill: p_i (K + F), p_i its uncached prompt tokens (each
+                       computed and its KV written).
+            F = COMPUTE_PER_TOKEN x W (serving/model_config.py): a token's
+            2 FLOPs a parameter at the GPU's matrix rate, against its
+            weights streamed at its memory bandwidth. Measured on an H200
+            (bench/device_steps.py): without F a 2,048-token prefill beside
+            a decoding batch was given a few percent of a step it made ten
+            times longer.
 
-Both have the form (a / n + b c_i) / (a + b C), so a phase's total over all
+Both have the form (a / n + x_i) / (a + X), so a phase's total over all
 slices is a sum of two prefix sums: O(N log N) for N requests, no loop over
 slices. Slices with no resident request are idle.
 
@@ -30,6 +40,7 @@ import numpy as np
 from metering.apportion import apportion
 from metering.choices import AttributionPolicy
 from serving.gpu_shares import GPU_UNITS
+from serving.model_config import COMPUTE_PER_TOKEN
 
 NS_PER_US = 1000
 
@@ -84,11 +95,15 @@ def attribute_window(
     device time is its length times that, to the nanosecond below."""
     n_req = len(timeline)
     capacity_ns = (window_end_us - window_start_us) * NS_PER_US * gpu_units // GPU_UNITS
+    # ok-float: relative weights only; the totals are exact integers (apportion)
     if policy == AttributionPolicy.ROOFLINE and weight_bytes and kv_bytes_per_token is not None:
-        # ok-float: relative weights only; the totals are exact integers (apportion)
-        a, b = float(weight_bytes), float(kv_bytes_per_token)  # ok-float
-    else:
-        a, b = 1.0, 0.0  # equal shares (also roofline without the model's byte counts)
+        a, k = float(weight_bytes), float(kv_bytes_per_token)  # ok-float
+        f = COMPUTE_PER_TOKEN * a
+        prefill_bytes = timeline.prefill_tokens * (k + f)
+        decode_bytes = timeline.context_tokens * k + f
+    else:  # equal shares (also roofline without the model's byte counts)
+        a = 1.0
+        prefill_bytes = decode_bytes = np.zeros(n_req)
 
     lo, hi = window_start_us, window_end_us
     start = np.clip(timeline.start_us, lo, hi)
@@ -100,7 +115,7 @@ def attribute_window(
     # Two phases per request: prefill [start, first), decode [first, end).
     seg_start = np.concatenate([start, first])
     seg_end = np.concatenate([first, end])
-    seg_tokens = np.concatenate([timeline.prefill_tokens, timeline.context_tokens])
+    seg_bytes = np.concatenate([prefill_bytes, decode_bytes])
     seg_request = np.concatenate([np.arange(n_req), np.arange(n_req)])
 
     times = np.unique(np.concatenate([[lo, hi], seg_start, seg_end]))
@@ -111,9 +126,9 @@ def attribute_window(
     resident = np.cumsum(
         np.bincount(i0, minlength=slices + 1) - np.bincount(i1, minlength=slices + 1)
     )[:slices]
-    tokens = np.cumsum(
-        np.bincount(i0, weights=seg_tokens, minlength=slices + 1)
-        - np.bincount(i1, weights=seg_tokens, minlength=slices + 1)
+    added = np.cumsum(
+        np.bincount(i0, weights=seg_bytes, minlength=slices + 1)
+        - np.bincount(i1, weights=seg_bytes, minlength=slices + 1)
     )[:slices]
     length_us = np.diff(times)
     busy = resident > 0
@@ -121,12 +136,12 @@ def attribute_window(
 
     device_us = length_us.astype(np.float64) * (gpu_units / GPU_UNITS)
     with np.errstate(divide="ignore", invalid="ignore"):
-        denominator = a + b * np.maximum(tokens, 0.0)
+        denominator = a + np.maximum(added, 0.0)
         per_phase = np.where(busy, device_us * a / (resident * denominator), 0.0)
-        per_token = np.where(busy, device_us * b / denominator, 0.0)
+        per_byte = np.where(busy, device_us / denominator, 0.0)
     cum_phase = np.concatenate([[0.0], np.cumsum(per_phase)])
-    cum_token = np.concatenate([[0.0], np.cumsum(per_token)])
-    seg_value = (cum_phase[i1] - cum_phase[i0]) + seg_tokens * (cum_token[i1] - cum_token[i0])
+    cum_byte = np.concatenate([[0.0], np.cumsum(per_byte)])
+    seg_value = (cum_phase[i1] - cum_phase[i0]) + seg_bytes * (cum_byte[i1] - cum_byte[i0])
     request_us = np.bincount(seg_request, weights=seg_value, minlength=n_req)
 
     device_ns = apportion(request_us * NS_PER_US, total=capacity_ns - idle_ns)

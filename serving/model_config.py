@@ -27,3 +27,13 @@ def roofline_bytes(config: dict) -> tuple[int, int]:
     parameters = layers * per_layer + embeddings + hidden
     kv_per_token = 2 * layers * kv_heads * head_dim * dtype
     return parameters * dtype, kv_per_token
+
+
+# What a token computed (a decoding sequence's one token a step, or a prompt
+# token in prefill) costs, as a share of one whole read of the weights: its
+# 2 FLOPs a parameter at the GPU's matrix rate against the weights streamed
+# at its memory bandwidth. Measured on an H200 with bench/device_steps.py
+# (docs/benchmarks.md, "GPU step time"): 2.0e-3 from the decode fit's
+# per-sequence term, 5.2e-3 from the prefill's slope; the spec sheets give
+# 3.4e-3 (H100 SXM: 3.35 TB/s, 989 dense bf16 TFLOP/s) and 4.9e-3 (H200).
+COMPUTE_PER_TOKEN = 3.5e-3
