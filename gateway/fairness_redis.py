@@ -186,11 +186,14 @@ class FairQueueRedisShare:
     def _counters_key(self) -> str:
         return f"{self._prefix}:{{fq}}:vtc"
 
-    async def sync(self, max_inflight: Mapping[int, int]) -> None:
+    async def sync(
+        self, max_inflight: Mapping[int, int], ceilings: Mapping[int, int] | None = None
+    ) -> None:
         """One round: this process's share of each replica (replica id ->
-        max_inflight, the whole fleet's) and the shared counters."""
+        max_inflight, the whole fleet's; and the most each may take past it)
+        and the shared counters."""
         try:
-            await self._slots_sync(max_inflight)
+            await self._slots_sync(max_inflight, ceilings or {})
             await self._counters_sync()
         except Exception:
             now = time.monotonic()
@@ -205,7 +208,9 @@ class FairQueueRedisShare:
             )
             self._failing_since = None
 
-    async def _slots_sync(self, max_inflight: Mapping[int, int]) -> None:
+    async def _slots_sync(
+        self, max_inflight: Mapping[int, int], ceilings: Mapping[int, int]
+    ) -> None:
         replicas = sorted(max_inflight)
         self._replicas = replicas
         if not replicas:
@@ -225,7 +230,13 @@ class FairQueueRedisShare:
             args += [max_inflight[replica_id], held, busy + waiting.get(replica_id, 0)]
         result = await self._slots(keys=[self._replica_key(r) for r in replicas], args=args)
         capacity = {r: int(result[2 * i + 1]) for i, r in enumerate(replicas)}
-        self.queue.replicas_sync(capacity)
+        # Past N, this process's share of the ceiling in proportion to its share of N.
+        share_of = {
+            r: capacity[r] * ceilings[r] // max_inflight[r]
+            for r in replicas
+            if max_inflight[r] and ceilings.get(r, 0) > max_inflight[r]
+        }
+        self.queue.replicas_sync(capacity, share_of)
 
     async def _counters_sync(self) -> None:
         floors, deltas = self.queue.service_drain()

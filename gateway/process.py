@@ -264,6 +264,12 @@ class Gateway:
         replicas = self.router.snapshot.replicas_by_model.values()
         return {r.id: self.adaptive.limit(r) for group in replicas for r in group}
 
+    def _fleet_ceilings(self) -> dict[int, int]:
+        """The most each replica may take: its max_inflight (past a found N,
+        the fair queue's overflow)."""
+        replicas = self.router.snapshot.replicas_by_model.values()
+        return {r.id: r.max_inflight for group in replicas for r in group}
+
     async def _write_concurrency(self, period: float = 10.0) -> None:
         """The N found of each adaptive replica, into its row (/fleet/ shows
         it) when it moved: a few rows every few seconds, never per request."""
@@ -285,9 +291,9 @@ class Gateway:
         """The fair queue's replicas and their slots: each replica's
         max_inflight in one process, this process's share of it with Redis."""
         if self.queue_share is not None:
-            await self.queue_share.sync(self._fleet_max_inflight())
+            await self.queue_share.sync(self._fleet_max_inflight(), self._fleet_ceilings())
         elif self.queue is not None and self.queue.holds:
-            self.queue.fair.replicas_sync(self._fleet_max_inflight())
+            self.queue.fair.replicas_sync(self._fleet_max_inflight(), self._fleet_ceilings())
 
     async def _share_queue(self) -> None:
         while True:

@@ -198,6 +198,7 @@ class GatewayQueue:
         fair = FairQueue(
             track_service=bool(redis_url),
             headroom=cfg["SLOT_HEADROOM"],
+            overflow=cfg["SLOT_OVERFLOW"],
             unbounded=not cfg["FAIR_QUEUING"],
         )
         return cls(fair, admission)

@@ -304,6 +304,9 @@ GATEWAY = {
     # The share of a shared replica's slots no one tenant may hold, kept for
     # other tenants' first requests (gateway/fairness.py); 0: none.
     "SLOT_HEADROOM": env.float("GATEWAY_SLOT_HEADROOM", default=1 / 16),
+    # Past a found N, a tenant under its share may take ceil(N x this) more
+    # (up to the replica's max_inflight): gateway/fairness.py, Overflow.
+    "SLOT_OVERFLOW": env.float("GATEWAY_SLOT_OVERFLOW", default=1 / 4),
     # The durable spool (gateway.spool): each record is appended here before
     # it is written to the ledger, and replayed from here after a crash.
     # One directory per host (each worker takes a slot of it); in a

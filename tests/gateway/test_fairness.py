@@ -253,6 +253,58 @@ def test_headroom_keeps_slots_for_another_tenants_first_request():
     run(scenario)
 
 
+def test_overflow_admits_a_tenant_under_its_share_past_a_found_n():
+    """A replica whose N (6, found at its knee) is under its ceiling (16,
+    max_num_seqs): the flood holds all 6 (no headroom at 6), and a tenant
+    holding less than its share starts at once past N, by at most
+    ceil(6 / 4) = 2; the flood itself never gets an overflow slot."""
+
+    async def scenario():
+        fq = FairQueue(headroom=1 / 16, overflow=1 / 4)
+        fq.replica_set(1, max_inflight=6, ceiling=16)
+        flood = [fq.acquire_nowait(1, 50, 1, [1], 10) for _ in range(6)]
+        assert all(flood)
+        more = asyncio.create_task(fq.acquire(1, 50, 1, [1], 10, timeout=LONG))
+        await asyncio.sleep(0)
+        assert not more.done()  # alone, the flood's share is all of N and no more
+        light = [fq.acquire_nowait(2, 50, 1, [1], 10) for _ in range(2)]
+        assert all(light) and fq.outstanding_by_replica()[1] == 8
+        assert fq.acquire_nowait(2, 50, 1, [1], 10) is None  # the overflow is 2
+        third = asyncio.create_task(fq.acquire(2, 50, 1, [1], 10, timeout=LONG))
+        await asyncio.sleep(0)
+        light.pop().release()  # an overflow slot frees: the light waiter, not the flood
+        assert (await third).tenant_id == 2
+        assert not more.done()
+        for slot in flood[:3]:  # 8 -> 5 outstanding: under N, the flood's waiter goes
+            slot.release()
+        assert (await more).tenant_id == 1
+        assert fq.outstanding_by_replica()[1] == 6
+
+    run(scenario)
+
+
+def test_no_overflow_at_a_fixed_n_or_with_overflow_off():
+    async def scenario():
+        for fq, ceiling in ((FairQueue(overflow=1 / 4), None), (FairQueue(overflow=0), 16)):
+            fq.replica_set(1, max_inflight=6, ceiling=ceiling)
+            assert all(fq.acquire_nowait(1, 50, 1, [1], 10) for _ in range(6))
+            assert fq.acquire_nowait(2, 50, 1, [1], 10) is None  # waits for one of the 6
+
+    run(scenario)
+
+
+def test_overflow_never_passes_the_ceiling():
+    async def scenario():
+        fq = FairQueue(headroom=0, overflow=1 / 2)
+        fq.replica_set(1, max_inflight=8, ceiling=9)  # ceil(8 / 2) = 4, but 9 at most
+        assert all(fq.acquire_nowait(1, 50, 1, [1], 10) for _ in range(8))
+        assert fq.acquire_nowait(2, 50, 1, [1], 10) is not None
+        assert fq.acquire_nowait(3, 50, 1, [1], 10) is None
+        assert fq.outstanding_by_replica()[1] == 9
+
+    run(scenario)
+
+
 # --- priority classes --------------------------------------------------------
 
 
