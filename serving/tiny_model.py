@@ -11,6 +11,7 @@ characters is N tokens plus the chat template's."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,10 @@ class Shape:
     intermediate: int
     heads: int  # head_dim hidden / heads = 64: vLLM's CPU attention kernel rejects 16
     kv_heads: int
+    # The weights' type. bfloat16 unless the CPU computes it natively: where
+    # it has no AVX-512 BF16 (or AMX), vLLM-CPU emulates bf16 and every step
+    # is bound by that arithmetic, not by streaming the weights.
+    dtype: str = "bfloat16"
 
 
 TINY = Shape(hidden=256, layers=2, intermediate=512, heads=4, kv_heads=2)
@@ -71,6 +76,17 @@ def _bytes_to_unicode() -> dict[int, str]:
     return dict(zip(printable, map(chr, chars), strict=True))
 
 
+def cpu_dtype() -> str:
+    """bfloat16 where this CPU computes it natively (AVX-512 BF16 or AMX),
+    else float32: emulated bf16 makes every step compute-bound."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "bfloat16"
+    native = re.search(r"\b(avx512_bf16|amx_bf16)\b", flags)
+    return "bfloat16" if native else "float32"
+
+
 def model_config(shape: Shape = TINY) -> dict:
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -90,7 +106,7 @@ def model_config(shape: Shape = TINY) -> dict:
         "bos_token_id": BOS,
         "eos_token_id": EOS,
         "pad_token_id": PAD,
-        "torch_dtype": "bfloat16",
+        "torch_dtype": shape.dtype,
     }
 
 

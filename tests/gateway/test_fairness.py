@@ -283,6 +283,23 @@ def test_overflow_admits_a_tenant_under_its_share_past_a_found_n():
     run(scenario)
 
 
+def test_overflow_is_counted_apart_from_n_while_a_lowered_n_drains():
+    async def scenario():
+        fq = FairQueue(headroom=0, overflow=1 / 4)
+        fq.replica_set(1, max_inflight=8, ceiling=16)
+        flood = [fq.acquire_nowait(1, 50, 1, [1], 10) for _ in range(8)]
+        fq.replica_set(1, max_inflight=4, ceiling=16)  # the replica slowed: N found lower
+        light = fq.acquire_nowait(2, 50, 1, [1], 10)
+        assert light is not None and light.overflow  # at once, though 8 > N run
+        assert fq.acquire_nowait(2, 50, 1, [1], 10) is None  # ceil(4 / 4) = 1 past N
+        light.release()
+        for slot in flood:
+            slot.release()
+        assert fq.outstanding_by_replica()[1] == 0 and not fq._overflowed
+
+    run(scenario)
+
+
 def test_no_overflow_at_a_fixed_n_or_with_overflow_off():
     async def scenario():
         for fq, ceiling in ((FairQueue(overflow=1 / 4), None), (FairQueue(overflow=0), 16)):
