@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.concurrency import ConcurrencyLimit, Observation
+from gateway.concurrency import TOLERANCE, ConcurrencyLimit, Observation
 from gateway.fleet import ReplicaInfo, Router
 from gateway.upstream_http import UpstreamClient
 
@@ -84,12 +84,20 @@ class AdaptiveConcurrency:
     """The controllers of one gateway process, and the loop that feeds them."""
 
     def __init__(
-        self, router: Router, *, enabled: bool, interval: float, least: int, timeout: float = 2.0
+        self,
+        router: Router,
+        *,
+        enabled: bool,
+        interval: float,
+        least: int,
+        tolerance: float = TOLERANCE,
+        timeout: float = 2.0,
     ) -> None:
         self.router = router
         self.enabled = enabled
         self.interval = interval
         self.least = least
+        self.tolerance = tolerance
         self.timeout = timeout
         self.limits: dict[int, ConcurrencyLimit] = {}
         self._last: dict[int, Sample] = {}
@@ -102,6 +110,7 @@ class AdaptiveConcurrency:
             enabled=cfg["ADAPTIVE_CONCURRENCY"],
             interval=cfg["CONCURRENCY_SECONDS"],
             least=cfg["CONCURRENCY_MIN"],
+            tolerance=cfg["CONCURRENCY_TOLERANCE"],
         )
 
     def limit(self, replica: ReplicaInfo) -> int:
@@ -112,7 +121,9 @@ class AdaptiveConcurrency:
         if controller is None or controller.most != replica.max_inflight:
             start = controller.n if controller is not None else replica.max_inflight
             least = min(self.least, replica.max_inflight)
-            controller = ConcurrencyLimit(least=least, most=replica.max_inflight, start=start)
+            controller = ConcurrencyLimit(
+                least=least, most=replica.max_inflight, start=start, tolerance=self.tolerance
+            )
             self.limits[replica.id] = controller
         return controller.n
 

@@ -298,6 +298,8 @@ GATEWAY = {
     "ADAPTIVE_CONCURRENCY": env.bool("GATEWAY_ADAPTIVE_CONCURRENCY", default=True),
     "CONCURRENCY_SECONDS": env.float("GATEWAY_CONCURRENCY_SECONDS", default=1.0),
     "CONCURRENCY_MIN": env.int("GATEWAY_CONCURRENCY_MIN", default=1),
+    # The knee: a step at N at most this many times a small batch's (gateway/concurrency.py).
+    "CONCURRENCY_TOLERANCE": env.float("GATEWAY_CONCURRENCY_TOLERANCE", default=1.3),
     # With Redis: how often gateways settle replica slots and fair-share
     # counters, and poll a tenant's budget held by another gateway.
     "QUEUE_SYNC_SECONDS": env.float("GATEWAY_QUEUE_SYNC_SECONDS", default=0.04),

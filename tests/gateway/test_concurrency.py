@@ -51,6 +51,13 @@ def test_it_climbs_to_the_knee_within_seconds_and_stays_there():
     assert limit.floor_ms == BASE_MS
 
 
+def test_a_higher_tolerance_holds_a_larger_batch():
+    """GATEWAY_CONCURRENCY_TOLERANCE 3 (selling throughput): the knee moves
+    to where a step costs 3x the floor, 16 x 3 = 48."""
+    seen = run(primed(start=4, tolerance=3.0), Replica(), intervals=60)
+    assert all(0.75 * 48 <= n <= 1.25 * 48 for n in seen[-20:]), seen
+
+
 def test_it_backs_off_when_the_replica_slows_and_recovers_when_it_speeds_up():
     limit = primed(start=4)
     replica = Replica()
