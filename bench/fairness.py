@@ -624,7 +624,7 @@ def main() -> None:
                 name="fairness_gpu_sim",
                 title="Fair queuing with a noisy neighbour on a simulated GPU: an H200's "
                 "measured step curve (bench/fairness.py, bench/gpu_engine.py)",
-                command=f"./dev bench fairness --models {GPU_SIM}",
+                command="./dev bench fairness",
                 body=report_memory(args, key, **section),
             )
         else:
@@ -632,7 +632,7 @@ def main() -> None:
                 name=f"fairness_{key}",
                 title=f"Fair queuing with a noisy neighbour on a memory-bound model, {key} "
                 "(bench/fairness.py)",
-                command=f"./dev bench fairness --models {key}",
+                command="./dev bench fairness",
                 body=report_memory(args, key, **section)
                 if "arms" in section
                 else report_compute_bound(key, **section),
@@ -708,10 +708,10 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
         vllm_wait_idle(vllm.base_url)
         if key == GPU_SIM:  # the engine's curve, as set
             steps = {b: GpuEngine.curve_ms(b, args.gpu_scale) for b in (1, 2, 4, 8, 16, 32, 64)}
-        elif not tiny:  # the knee, measured in this run
-            steps = step_curve(vllm.base_url, served, [1, 2, 4, 8, 16, 32], say)
+        else:  # the knee, measured in this run
+            steps = step_curve(vllm.base_url, served, [1, 2, 4, 8, 16, 32, 64], say)
             vllm_wait_idle(vllm.base_url)
-            if knee(steps) < 2:
+            if not tiny and knee(steps) < 2:
                 say(f"{key}: compute-bound here (knee at b = {knee(steps):.1f}): no arms")
                 return {"steps": steps, "max_num_seqs": max_num_seqs}
 
@@ -758,9 +758,10 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
             "held": held,
             "chosen": chosen,
             "max_num_seqs": max_num_seqs,
+            "steps": steps,
         }
         if not tiny:
-            return result | {"steps": steps}
+            return result
         max_inflight_set(replica, fixed[0])
         backlog = fixed[0] + 32  # each always has requests waiting at the gateway
         sizes = {
@@ -845,6 +846,7 @@ def report(
     held: int,
     chosen: NSampler,
     max_num_seqs: int,
+    steps: dict[int, float],  # ok-float
 ):
     alone, passthrough, headline, floor = arms[0], arms[1], arms[2], arms[-1]
     adaptive = arms[-2]
@@ -905,7 +907,10 @@ def report(
         f"Row (e): the gateway finds N itself (adaptive concurrency, at most {max_num_seqs}; "
         f"the light tenant may be admitted past it while under its share: the fair queue's "
         f"overflow, GATEWAY_SLOT_OVERFLOW). The N it held the replica to through the arm, "
-        f"median of its /healthz read every 0.5 s: {chosen.summary()}. It gave the light "
+        f"median of its /healthz read every 0.5 s: {chosen.summary()}, against the knee "
+        f"of the step curve measured before the arms (where a step reaches "
+        f"{KNEE_TOLERANCE}x a batch of 1, interpolated): b = {knee(steps):.1f} "
+        f"({curve_cells(steps)} ms at b = {', '.join(map(str, steps))}). It gave the light "
         f"tenant {adaptive.light.p('ttft_ms', 99) / alone.light.p('ttft_ms', 99):.2f}x its "
         f"TTFT p99 alone at {adaptive.total_tps / passthrough.total_tps:.2f}x pass-through "
         "throughput: on this compute-bound model the step grows with every sequence, so "
@@ -1006,7 +1011,7 @@ def report_memory(
         "",
         f"Row (d) is the floor: the engine alone holding {held} heavy requests (the N the gateway "
         f"chose in (e)); one decode step took {step_alone:.1f} ms alone and {step_full:.1f} "
-        f"ms with {held} running. vLLM alone gives the light tenant "
+        f"ms with {held} running. The engine alone gives the light tenant "
         f"{floor.light.p('ttft_ms', 99) / base:.2f}x its TTFT p99 alone; (e) adds "
         f"{headline.light.p('ttft_ms', 99) - floor.light.p('ttft_ms', 99):+.0f} ms over it. "
         "Targets: (e) light TTFT p99 at most 1.5x (a), total throughput at least 0.95x (b).",
@@ -1016,6 +1021,10 @@ def report_memory(
         f"throughput_ratio={headline.total_tps / passthrough.total_tps:.2f}",
     ]
     return "\n".join(lines)
+
+
+def curve_cells(steps: dict[int, float]) -> str:  # ok-float
+    return ", ".join(f"{steps[b]:.1f}" for b in steps)
 
 
 def report_compute_bound(key: str, steps: dict[int, float], max_num_seqs: int) -> str:  # ok-float
