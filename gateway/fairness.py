@@ -520,10 +520,9 @@ class FairQueue:
         room under the ceiling: counted apart from N, so a tenant under its
         share still starts at once while a lowered N drains."""
         capacity = self._capacity.get(replica_id, 0)
-        outstanding = self._outstanding.get(replica_id, 0)
-        return capacity <= outstanding < self._ceiling.get(replica_id, 0) and self._overflowed.get(
-            replica_id, 0
-        ) < math.ceil(capacity * self.overflow)
+        if not capacity <= self._outstanding.get(replica_id, 0) < self._ceiling.get(replica_id, 0):
+            return False
+        return self._overflowed.get(replica_id, 0) < math.ceil(capacity * self.overflow)
 
     def _under_served(self, replica_id: int, tenant_id: int) -> bool:
         """The tenant holds less than an even share of the replica's N among

@@ -5,6 +5,7 @@ dedicated replicas, and clean exits (timeout, bound, cancellation)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -739,5 +740,68 @@ def test_max_inflight_is_never_exceeded(capacity, ops, seed, headroom):
         assert all(n == 0 for n in fq.outstanding_by_replica().values())
         assert fq.depth_by_priority() == {}
         assert fq._index == {} and fq._waiting == {}
+
+    run(scenario)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    capacity=st.integers(1, 6),
+    above=st.integers(0, 4),  # the ceiling: N + above
+    lowered=st.integers(1, 5),  # N lowered to this partway (a found N moving), if below
+    ops=st.lists(ops, min_size=1, max_size=40),
+    seed=st.integers(0, 2**16),
+)
+def test_overflow_never_passes_its_bounds_and_goes_only_to_a_tenant_under_its_share(
+    capacity, above, lowered, ops, seed
+):
+    """One shared replica with a found N below its ceiling: never more than
+    the ceiling outstanding, never more than ceil(N / 4) overflow slots held,
+    each granted to a tenant holding less than its even share at the time,
+    and everything given back in the end."""
+    rng = random.Random(seed)
+
+    async def scenario():
+        fq = FairQueue(starvation_passes=2, default_max_queued=5, headroom=0, overflow=1 / 4)
+        fq.replica_set(1, max_inflight=capacity, ceiling=capacity + above)
+        violations: list[str] = []
+
+        def check() -> None:
+            n = fq._capacity[1]
+            if fq.outstanding_by_replica().get(1, 0) > capacity + above:
+                violations.append(f"{fq.outstanding_by_replica()} past the ceiling")
+            if fq._overflowed.get(1, 0) > max(math.ceil(capacity / 4), math.ceil(n / 4)):
+                violations.append(f"{fq._overflowed} overflow slots")
+
+        async def client(op: Op, i: int) -> None:
+            for _ in range(op.delay):
+                await asyncio.sleep(0)
+            if i == len(ops) // 2 and lowered < capacity:
+                fq.replica_set(1, max_inflight=lowered, ceiling=capacity + above)
+            holders = fq._holders.get(1, 0)
+            share_before = fq._held.get((1, op.tenant), 0)
+            try:
+                slot = await fq.acquire(
+                    op.tenant, op.priority, 1, [1], rng.randint(1, 50), timeout=op.timeout
+                )
+            except (QueueTimeout, QueueFull):
+                return
+            if slot.overflow and slot.queued_seconds == 0.0:
+                counted = holders + (0 if share_before else 1)
+                if share_before * counted >= fq._capacity[1]:
+                    violations.append(f"tenant {op.tenant} at its share got an overflow slot")
+            check()
+            try:
+                for _ in range(op.hold):
+                    await asyncio.sleep(0)
+                    check()
+            finally:
+                slot.release(output_tokens=rng.randint(0, 20))
+
+        tasks = [asyncio.create_task(client(op, i)) for i, op in enumerate(ops)]
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+        assert violations == []
+        assert fq.outstanding_by_replica().get(1, 0) == 0
+        assert fq._overflowed == {} and fq._holders == {} and fq._waiting == {}
 
     run(scenario)
