@@ -746,7 +746,8 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
             "light": (secrets["light"], light),
             "heavy": (secrets["heavy"], replace(heavy, concurrency=held)),
         }
-        label = f"(d) straight to vLLM, heavy held at {held} in flight, no gateway"
+        engine = "the engine" if key == GPU_SIM else "vLLM"
+        label = f"(d) straight to {engine}, heavy held at {held} in flight, no gateway"
         tallies, window = arm(label, vllm.base_url, direct)
         arms.append(Arm(label, tallies["light"], tallies["heavy"], window))
 
