@@ -965,7 +965,6 @@ def report_memory(
     alone, passthrough, headline, floor = arms[0], arms[1], arms[-2], arms[-1]
     base = alone.light.p("ttft_ms", 99)
     step_alone, step_full = step_estimates(alone, floor, light, held)
-    curve = " | ".join(f"{steps[b]:.1f} ({steps[b] / steps[min(steps)]:.2f}x)" for b in steps)
     if key == GPU_SIM:
         engine = (
             f"One simulated GPU replica (bench/gpu_engine.py: vLLM's continuous batching and "
@@ -996,9 +995,7 @@ def report_memory(
         "",
         curve_source,
         "",
-        "| b | " + " | ".join(str(b) for b in steps) + " |",
-        "|---|" + "---|" * len(steps),
-        f"| step ms | {curve} |",
+        *curve_table(steps),
         "",
         f"The knee (where the step reaches {KNEE_TOLERANCE}x a batch of 1, interpolated): "
         f"b = {knee(steps):.1f}. The N the gateway chose through arm (e), median of its "
@@ -1024,6 +1021,16 @@ def report_memory(
     return "\n".join(lines)
 
 
+def curve_table(steps: dict[int, float]) -> list[str]:  # ok-float
+    """The step at each batch, and over a batch of one, as a Markdown table."""
+    cells = " | ".join(f"{steps[b]:.1f} ({steps[b] / steps[min(steps)]:.2f}x)" for b in steps)
+    return [
+        "| b | " + " | ".join(str(b) for b in steps) + " |",
+        "|---|" + "---|" * len(steps),
+        f"| step ms | {cells} |",
+    ]
+
+
 def curve_cells(steps: dict[int, float]) -> str:  # ok-float
     return ", ".join(f"{steps[b]:.1f}" for b in steps)
 
@@ -1031,7 +1038,6 @@ def curve_cells(steps: dict[int, float]) -> str:  # ok-float
 def report_compute_bound(key: str, steps: dict[int, float], max_num_seqs: int) -> str:  # ok-float
     """A memory-bound shape that is not memory-bound on this machine: its
     curve, and why no arm ran."""
-    curve = " | ".join(f"{steps[b]:.1f} ({steps[b] / steps[min(steps)]:.2f}x)" for b in steps)
     flags = "AVX-512 BF16" if cpu_dtype() == "bfloat16" else "no AVX-512 BF16 or AMX"
     return "\n".join(
         [
@@ -1040,9 +1046,7 @@ def report_compute_bound(key: str, steps: dict[int, float], max_num_seqs: int) -
             "(vLLM's own mean inter-token latency, 64-token requests, b at once; x: over "
             "b = 1):",
             "",
-            "| b | " + " | ".join(str(b) for b in steps) + " |",
-            "|---|" + "---|" * len(steps),
-            f"| step ms | {curve} |",
+            *curve_table(steps),
             "",
             f"On this CPU ({flags}) the step grows with every sequence: the knee (where it "
             f"reaches {KNEE_TOLERANCE}x a batch of 1) is at b = {knee(steps):.1f}, so the "

@@ -59,29 +59,8 @@ class GpuEngine(SteppedEngine):
     def step_ms(self, batch: int) -> float:
         return self.curve_ms(batch, self.scale) * self.slowdown
 
-    async def _schedule(self) -> None:
-        while True:
-            if not self._running and not self._waiting:
-                self._wake.clear()
-                await self._wake.wait()
-            prefill = 0
-            while self._waiting and len(self._running) < self.max_num_seqs:
-                job = self._waiting.pop(0)
-                prefill += job["prompt"]
-                self._running.append(job)
-            batch = len(self._running)
-            step = self.step_ms(batch) + prefill * H200_PREFILL_MS_PER_TOKEN * self.scale
-            started = time.perf_counter()
-            await asyncio.sleep(step / 1000)
-            took = time.perf_counter() - started
-            self.itl_sum += took * batch
-            self.itl_count += batch
-            for job in list(self._running):
-                job["left"] -= 1
-                job["tokens"].put_nowait(1)
-                if job["left"] == 0:
-                    self._running.remove(job)
-                    job["tokens"].put_nowait(None)
+    def prefill_ms(self, joined: list[dict]) -> float:
+        return sum(job["prompt"] for job in joined) * H200_PREFILL_MS_PER_TOKEN * self.scale
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -35,6 +35,10 @@ class SteppedEngine(FakeUpstream):
     def step_ms(self, batch: int) -> float:
         return self.base_ms * max(1.0, batch / self.flat_until) * self.slowdown
 
+    def prefill_ms(self, joined: list[dict]) -> float:
+        """What the requests joining this step add to it (none here)."""
+        return 0.0
+
     def reset_batch_max(self) -> None:
         self.batch_max = 0
 
@@ -53,11 +57,13 @@ class SteppedEngine(FakeUpstream):
             if not self._running and not self._waiting:
                 self._wake.clear()
                 await self._wake.wait()
+            joined = []
             while self._waiting and len(self._running) < self.max_num_seqs:
-                self._running.append(self._waiting.pop(0))
+                joined.append(self._waiting.pop(0))
+                self._running.append(joined[-1])
             batch = len(self._running)
             self.batch_max = max(self.batch_max, batch)
-            step = self.step_ms(batch)
+            step = self.step_ms(batch) + self.prefill_ms(joined)
             await asyncio.sleep(step / 1000)
             self.itl_sum += step / 1000 * batch
             self.itl_count += batch
