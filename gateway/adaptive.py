@@ -7,13 +7,25 @@ preemptions), feeds the interval to the replica's controller, and tells
 the process when an N changed (the fair queue's slots follow). A replica
 it cannot read, or one on another engine or set to a fixed N, runs at its
 max_inflight. N starts at max_inflight: with no evidence the gateway does
-what a fixed N does."""
+what a fixed N does.
+
+The reserve. Past N, the fair queue admits a tenant under its share up to
+the replica's max_inflight (its overflow): on an engine whose knee lies at
+or past max_inflight nothing would be left for it, and a newcomer would
+wait for a flood's request to end (seconds). So N stays under
+max_inflight by a reserve sized to what such tenants took: one seat more
+than the most overflow slots held at once over the last RESERVE_SECONDS
+(one while none were), at most ceil(max_inflight x overflow). Seats a
+newcomer fills still make tokens; only the spare one is lost to a flood
+alone (1 of max_inflight)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -28,6 +40,7 @@ logger = logging.getLogger(__name__)
 ITL = "vllm:inter_token_latency_seconds"
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 PREEMPTIONS = "vllm:num_preemptions"
+RESERVE_SECONDS = 30.0  # the reserve follows the overflow held this recently
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,7 @@ class AdaptiveConcurrency:
         interval: float,
         least: int,
         tolerance: float = TOLERANCE,
+        overflow: float = 0.0,  # ok-float: the fair queue's, a share of max_inflight
         timeout: float = 2.0,
     ) -> None:
         self.router = router
@@ -98,8 +112,13 @@ class AdaptiveConcurrency:
         self.interval = interval
         self.least = least
         self.tolerance = tolerance
+        self.overflow = overflow
         self.timeout = timeout
         self.limits: dict[int, ConcurrencyLimit] = {}
+        # What the fair queue reports: per replica, the most overflow slots
+        # held since it was last asked (none with fair queuing off).
+        self.overflow_seen: Callable[[], Mapping[int, int]] = dict
+        self._overflow_held: dict[int, deque] = {}  # replica -> (at, most held), recent
         self._last: dict[int, Sample] = {}
         self._client = UpstreamClient(keepalive_seconds=0)
 
@@ -111,6 +130,7 @@ class AdaptiveConcurrency:
             interval=cfg["CONCURRENCY_SECONDS"],
             least=cfg["CONCURRENCY_MIN"],
             tolerance=cfg["CONCURRENCY_TOLERANCE"],
+            overflow=cfg["SLOT_OVERFLOW"],
         )
 
     def limit(self, replica: ReplicaInfo) -> int:
@@ -125,15 +145,43 @@ class AdaptiveConcurrency:
                 least=least, most=replica.max_inflight, start=start, tolerance=self.tolerance
             )
             self.limits[replica.id] = controller
-        return controller.n
+        room = replica.max_inflight - self.reserve(replica)
+        return max(controller.least, min(controller.n, room))
+
+    def found(self) -> dict[int, int]:
+        """Replica id -> N, of each replica found adaptive."""
+        replicas = {r.id: r for r in self.router.snapshot.health_targets}
+        return {rid: self.limit(replicas[rid]) for rid in self.limits if rid in replicas}
+
+    def reserve(self, replica: ReplicaInfo) -> int:
+        """Seats under max_inflight kept for tenants under their share (the
+        module's docstring): 0 with no overflow."""
+        most = math.ceil(replica.max_inflight * self.overflow)
+        if most == 0:
+            return 0
+        held = max((n for _, n in self._overflow_held.get(replica.id, ())), default=0)
+        return min(most, held + 1)
+
+    def _overflow_note(self, at: float) -> None:
+        """Fold in the overflow held since the last round; forget the old."""
+        for replica_id, held in self.overflow_seen().items():
+            self._overflow_held.setdefault(replica_id, deque()).append((at, held))
+        for seen in self._overflow_held.values():
+            while seen and seen[0][0] < at - RESERVE_SECONDS:
+                seen.popleft()
 
     def state(self) -> dict[str, dict]:
-        """Per replica found adaptive: its N and the floor it holds to."""
-        names = {r.id: r.name for r in self.router.snapshot.health_targets}
+        """Per replica found adaptive: its N, the reserve kept above it, and
+        the floor it holds to."""
+        replicas = {r.id: r for r in self.router.snapshot.health_targets}
         return {
-            names[rid]: {"n": c.n, "floor_ms": c.floor_ms and round(c.floor_ms, 3)}
+            replicas[rid].name: {
+                "n": self.limit(replicas[rid]),
+                "reserve": self.reserve(replicas[rid]),
+                "floor_ms": c.floor_ms and round(c.floor_ms, 3),
+            }
             for rid, c in self.limits.items()
-            if rid in names
+            if rid in replicas
         }
 
     async def run(self, changed: Callable[[], Awaitable[None]]) -> None:
@@ -161,18 +209,16 @@ class AdaptiveConcurrency:
             if r.adaptive
         ]
         samples = await asyncio.gather(*(self._scrape(r) for r in targets))
-        moved = False
+        was = {r.id: self.limit(r) for r in targets}
+        self._overflow_note(time.monotonic())
         for replica, sample in zip(targets, samples, strict=True):
             if sample is None:
                 continue
             before = self._last.get(replica.id)
             self._last[replica.id] = sample
-            if before is None:
-                continue
-            was = self.limit(replica)
-            now = self.limits[replica.id].observe(observation(before, sample))
-            moved = moved or now != was
-        return moved
+            if before is not None:
+                self.limits[replica.id].observe(observation(before, sample))
+        return any(self.limit(r) != was[r.id] for r in targets)
 
     async def _scrape(self, replica: ReplicaInfo) -> Sample | None:
         try:

@@ -273,6 +273,7 @@ class FairQueue:
         self._held: dict[tuple[int, int], int] = {}
         self._holders: dict[int, int] = {}  # replica -> tenants holding such slots
         self._overflowed: dict[int, int] = {}  # replica -> slots granted past N, held
+        self._overflow_peak: dict[int, int] = {}  # ... the most held since last asked
         self._counters: dict[int, float] = {}  # tenant -> weighted service  # ok-float
         self._waiting: dict[int, int] = {}  # backlogged tenant -> requests waiting
         self._depth: dict[int, int] = {}  # priority class -> requests waiting
@@ -329,6 +330,13 @@ class FairQueue:
     def slots_by_replica(self) -> dict[int, int]:
         """Each registered replica's max_inflight (this process's share)."""
         return dict(self._capacity)
+
+    def overflow_peaks_take(self) -> dict[int, int]:
+        """Per replica, the most overflow slots held at once since the last
+        call (adaptive concurrency sizes each replica's reserve by it)."""
+        peaks = {r: max(n, self._overflowed.get(r, 0)) for r, n in self._overflow_peak.items()}
+        self._overflow_peak = {r: n for r, n in self._overflowed.items() if n}
+        return peaks
 
     def outstanding_by_replica(self) -> dict[int, int]:
         """Slots granted and not yet released, per replica."""
@@ -561,7 +569,9 @@ class FairQueue:
         overflow: bool = False,
     ) -> Slot:
         if overflow:
-            self._overflowed[replica_id] = self._overflowed.get(replica_id, 0) + 1
+            held = self._overflowed.get(replica_id, 0) + 1
+            self._overflowed[replica_id] = held
+            self._overflow_peak[replica_id] = max(held, self._overflow_peak.get(replica_id, 0))
         if not own:
             self._charge(tenant_id, prompt_tokens / weight)
             key = (replica_id, tenant_id)

@@ -114,6 +114,8 @@ class Gateway:
         self.admission = admission_from_settings(self.cfg, redis_url=redis_url)
         self.spend = SpendGuard.from_settings(self.cfg, redis_url=redis_url)
         self.queue = GatewayQueue.from_settings(self.cfg, self.admission, redis_url=redis_url)
+        if self.queue.holds:  # the reserve above each found N follows its overflow
+            self.adaptive.overflow_seen = self.queue.fair.overflow_peaks_take
         if redis_url and self.queue.holds:
             self.queue_share = FairQueueRedisShare(
                 redis_url, queue=self.queue.fair, prefix=self.cfg["REDIS_PREFIX"]
@@ -277,7 +279,7 @@ class Gateway:
 
         while True:
             await asyncio.sleep(period)
-            found = {rid: c.n for rid, c in self.adaptive.limits.items()}
+            found = self.adaptive.found()
             moved = {rid: n for rid, n in found.items() if self._concurrency_written.get(rid) != n}
             if not moved:
                 continue

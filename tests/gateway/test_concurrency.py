@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.adaptive import RESERVE_SECONDS, AdaptiveConcurrency
 from gateway.concurrency import TOLERANCE, ConcurrencyLimit, Observation
+from gateway.fleet import FleetSnapshot, ReplicaInfo, Router
 
 FLAT_UNTIL = 16
 BASE_MS = 30.0
@@ -116,3 +118,34 @@ def test_one_interval_of_arrivals_waiting_is_not_an_engine_queue():
     assert limit.observe(arriving) >= 16  # requests between two steps
     assert limit.observe(Observation(at=1, step_ms=BASE_MS, running=8, waiting=3)) == 7
     assert limit.observe(Observation(at=2, step_ms=BASE_MS, running=8, waiting=0)) <= 8
+
+
+def test_n_keeps_a_reserve_under_max_inflight_sized_to_the_overflow_held(monkeypatch):
+    """An engine whose knee lies past max_inflight (32): N stops one seat
+    under it while no tenant takes overflow, then as many more as the most
+    overflow held at once lately, at most ceil(32 / 4) = 8; the reserve goes
+    back once that is RESERVE_SECONDS old. Overflow off: no reserve."""
+    replica = ReplicaInfo(
+        id=7, name="r", base_url="http://127.0.0.1:9", model="m", pool_id=1,
+        pool_kind="shared", pool_owner_id=None, max_inflight=32, adaptive=True,
+    )  # fmt: skip
+    router = Router(suspect_seconds=1)
+    router.snapshot = FleetSnapshot(replicas_by_model={"m": [replica]}, health_targets=[replica])
+    adaptive = AdaptiveConcurrency(router, enabled=True, interval=1, least=1, overflow=1 / 4)
+    clock = [100.0]
+    monkeypatch.setattr("gateway.adaptive.time.monotonic", lambda: clock[0])
+    held: dict[int, int] = {}
+    adaptive.overflow_seen = lambda: dict(held)
+    assert adaptive.limit(replica) == 31  # the controller starts at 32: one seat spare
+    held[7] = 3
+    adaptive._overflow_note(clock[0])
+    assert adaptive.limit(replica) == 28 and adaptive.state()["r"]["reserve"] == 4
+    held[7] = 20  # more than ceil(32 / 4) held: the reserve stops at 8
+    adaptive._overflow_note(clock[0])
+    assert adaptive.found() == {7: 24}
+    held.clear()
+    clock[0] += RESERVE_SECONDS + 1
+    adaptive._overflow_note(clock[0])
+    assert adaptive.limit(replica) == 31
+    off = AdaptiveConcurrency(router, enabled=True, interval=1, least=1, overflow=0)
+    assert off.limit(replica) == 32

@@ -323,6 +323,24 @@ def test_overflow_never_passes_the_ceiling():
     run(scenario)
 
 
+def test_overflow_peaks_are_the_most_held_at_once_since_last_asked():
+    async def scenario():
+        fq = FairQueue(headroom=0, overflow=1 / 2)
+        fq.replica_set(1, max_inflight=8, ceiling=16)
+        assert all(fq.acquire_nowait(1, 50, 1, [1], 10) for _ in range(8))
+        light = [fq.acquire_nowait(2, 50, 1, [1], 10) for _ in range(3)]
+        assert all(s.overflow for s in light)
+        light.pop().release()
+        light.pop().release()
+        assert fq.overflow_peaks_take() == {1: 3}  # 3 at once, though 1 is held now
+        assert fq.overflow_peaks_take() == {1: 1}  # since then: the one still held
+        light.pop().release()
+        assert fq.overflow_peaks_take() == {1: 1}  # held when last asked
+        assert fq.overflow_peaks_take() == {}
+
+    run(scenario)
+
+
 # --- priority classes --------------------------------------------------------
 
 
