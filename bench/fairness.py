@@ -103,6 +103,7 @@ MODELS = {"tiny": (MODEL_NAME, TINY)} | {name: (name, s) for name, s in MEMORY_B
 GPU_SIM = "gpu-sim"  # bench/gpu_engine.py: an H200's measured step curve, simulated
 MAX_NUM_SEQS = {"tiny": 64}  # else MEMORY_MAX_NUM_SEQS
 MEMORY_MAX_NUM_SEQS = 32
+LIGHT_SHARE = 0.1  # the light tenant asks at most this share of a replica's tokens
 # The memory-bound project model: the flattest curve bench/step_curve.py
 # measured on a CPU with native bf16 (1.18x a batch of 1 at 32, 2026-11-28).
 MEMORY_MODEL = "mem-llama-240m"
@@ -689,7 +690,10 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
             gpus=[local_gpu_ensure(serial=f"fairbench-{key}")],
             max_inflight=fixed[0],
         )
-        max_inflight_set(replica, fixed[0])
+        # Adaptive from the start, as a replica is by default: the gateway's
+        # controller reads the replica's steps all along (its floor from the
+        # warm-up and the light arm), whichever gateway the traffic takes.
+        max_inflight_set(replica, max_num_seqs, adaptive=True)
         off, off_url, _ = gateway_start(fair=False)
         gateways.append(off)
         on, on_url, on_operator = gateway_start(fair=True)
@@ -720,6 +724,14 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
                 say(f"{key}: compute-bound here (knee at b = {knee(steps):.1f}): no arms")
                 return {"steps": steps, "max_num_seqs": max_num_seqs}
 
+        # Light: at most LIGHT_SHARE of what the replica delivers at a full
+        # batch (a slow replica's 16 tokens take seconds: every 200 ms would
+        # make the light tenant a heavy one there).
+        full = steps[max(b for b in steps if b <= max_num_seqs)] / 1000
+        light = replace(
+            light,
+            every=max(light.every, light.max_tokens * full / (LIGHT_SHARE * max_num_seqs)),
+        )
         only = {"light": (secrets["light"], light)}
         both = {**only, "heavy": (secrets["heavy"], heavy)}
         tallies, window = arm("(a) light alone, fair queuing off", off_url, only)
@@ -993,7 +1005,9 @@ def report_memory(
         f"{engine}, the gateway "
         f"and the clients on the rest, everything else as in the tiny model's section: "
         f"light tenant one request every {light.every * 1000:.0f} ms of {light.max_tokens} "
-        f"output tokens; heavy tenant {heavy.concurrency} requests kept in flight "
+        f"output tokens (every 200 ms, or less often where that would be more than "
+        f"{LIGHT_SHARE:.0%} of the tokens the replica delivers at a full batch); heavy tenant "
+        f"{heavy.concurrency} requests kept in flight "
         f"({args.flood}x max_num_seqs) of {heavy.min_tokens}-{heavy.max_tokens} output "
         f"tokens; {args.seconds:g} s windows. Arm (e)'s backlog runs {args.adaptive_ramp:g} s "
         "before its window, for the gateway's N to settle.",

@@ -27,7 +27,9 @@ preemptions), it answers the new N:
   replica always busy shows none: after PROBE_AFTER without one, N is held
   to FLOOR_BATCH until the batch drains to it and one interval is measured
   (a probe), and N goes back to where it was; so too when a step at a
-  larger batch comes in under the floor (the replica sped up).
+  larger batch comes in under the floor (the replica sped up). A probe
+  that drained nothing in PROBE_INTERVALS (requests that run longer) is
+  not tried again for PROBE_AFTER: N stays where it was meanwhile.
 
 A replica that slows (a neighbour on its GPU) is measured against its old
 floor: N backs off at once, and, the neighbour staying, the window
@@ -83,6 +85,7 @@ class ConcurrencyLimit:
     _ceiling: tuple[float, int] | None = field(init=False, default=None)  # (at, engine's batch)
     _waited: bool = field(init=False, default=False)  # the engine had requests waiting last time
     _probe: tuple[float, int] | None = field(init=False, default=None)  # (N before, intervals)
+    _gave_up: float | None = field(init=False, default=None)  # a probe ended with no floor, at
 
     def __post_init__(self) -> None:
         self.limit = float(min(max(self.start, self.least), self.most))
@@ -119,7 +122,8 @@ class ConcurrencyLimit:
         if stale or seen.step_ms < FASTER * self.floor_ms:
             # No floor, none lately, or a step at this batch under it (the
             # replica sped up): measure one at a small batch.
-            if not small and self.least <= FLOOR_BATCH < self.n:
+            retry = self._gave_up is None or self._gave_up <= seen.at - PROBE_AFTER
+            if not small and self.least <= FLOOR_BATCH < self.n and retry:
                 self._probe = (self.limit, 0)
                 self.limit = float(FLOOR_BATCH)
                 return self.n
@@ -146,6 +150,9 @@ class ConcurrencyLimit:
         before, waited = self._probe
         if floor_taken or waited + 1 >= PROBE_INTERVALS:
             self.limit, self._probe = before, None
+            # None measured (requests longer than the probe): N stays where
+            # it was, as a fixed N would, until the next try.
+            self._gave_up = None if floor_taken else seen.at
         else:
             self._probe = (before, waited + 1)
         return self.n
