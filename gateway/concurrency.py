@@ -22,6 +22,8 @@ preemptions), it answers the new N:
   FLAT) N grows x STEP_UP, if it was in use (running >= USED x N: else
   nothing says more would do); past it N moves by (TOLERANCE / ratio) **
   GAIN from what ran (at least x STEP_DOWN): down past the knee, up under it;
+  down only once the last N is in effect (the batch drained to DRAINED x N:
+  a replica of long requests takes seconds to);
 - the floor is the lowest step seen at a batch of FLOOR_BATCH or fewer
   over the last FLOOR_SECONDS (the last one seen, if none since). A
   replica always busy shows none: after PROBE_AFTER without one, N is held
@@ -54,11 +56,14 @@ STEP_UP, STEP_DOWN = 1.5, 0.5  # the most N moves in one interval
 USED = 0.8  # N is in use when this share of it is running
 FLAT = 1.1  # a step under this many times the floor: the curve is still flat
 FLOOR_SECONDS = 30.0  # the floor: the lowest small-batch step this recent
-PROBE_AFTER = 300.0  # no small-batch step for this long: measure one (a probe)
+PROBE_AFTER = 600.0  # no small-batch step for this long: measure one (a probe)
 FASTER = 0.95  # a step under this share of the floor: the replica sped up, measure again
 FLOOR_BATCH = 4  # a step at this batch or smaller is the floor's
 CEILING_SECONDS = 60.0  # how long N stays under a batch the engine queued at
-PROBE_INTERVALS = 30  # the most a probe holds N down waiting for the batch to drain
+PROBE_INTERVALS = 10  # the most a probe holds N down (N = FLOOR_BATCH: it costs throughput)
+# N is in effect once at most this many times N run (past N: the fair
+# queue's overflow, a quarter of N at most, for tenants under their share).
+DRAINED = 1.25
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,11 @@ class ConcurrencyLimit:
             if seen.running < USED * self.n:
                 return self.n  # N not in use: nothing says more would do
             grown = max(self.limit * move, self.limit + 1)
+        elif seen.running > DRAINED * self.n:
+            # A lower N not yet in effect: requests that run long (seconds)
+            # drain slowly, and cutting again at every interval on steps of
+            # the batch from before would take N far under the knee.
+            return self.n
         else:
             grown = min(self.limit, seen.running) * move  # down from what ran
         most = self.most if self._ceiling is None else min(self.most, self._ceiling[1])

@@ -89,7 +89,7 @@ def test_n_finds_the_knee_backs_off_when_slowed_recovers_and_starves_no_one(flee
     threads.append(threading.Thread(target=light))
     try:
         wait_for_fleet(url, replicas=1)
-        assert n_of(url) == 64  # no evidence yet: the most it may run
+        assert n_of(url) == 63  # no evidence yet: the most it may run, less a seat of reserve
         for t in threads:
             t.start()
         time.sleep(8)
@@ -115,7 +115,8 @@ def test_n_finds_the_knee_backs_off_when_slowed_recovers_and_starves_no_one(flee
     finally:
         stop.set()
         for t in threads:
-            t.join(timeout=60)
+            if t.is_alive():
+                t.join(timeout=60)
         stop_gateway(proc)
     assert errors == []
     # Neither tenant starved: the flood was served through the slowdown and

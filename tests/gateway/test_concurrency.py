@@ -167,3 +167,19 @@ def test_n_keeps_a_reserve_under_max_inflight_sized_to_the_overflow_held(monkeyp
     assert adaptive.limit(replica) == 31
     off = AdaptiveConcurrency(router, enabled=True, interval=1, least=1, overflow=0)
     assert off.limit(replica) == 32
+
+
+def test_a_slow_drain_is_waited_for_not_cut_again_at_every_interval():
+    """Requests that run for tens of seconds: N lowered from 32 takes long to
+    show in the batch. Steps of the old batch (2.3x the floor) keep coming
+    meanwhile; N is cut once, then held until the batch drains to it, and
+    never falls far under the knee of the replica (18 here)."""
+    limit = primed(start=32)
+    running, seen = 32, []
+    for at in range(60):
+        n = limit.observe(Observation(at=at, step_ms=BASE_MS * (2.3 if running > 18 else 1.2),
+                                      running=running, waiting=0))  # fmt: skip
+        seen.append(n)
+        running = max(n, running - 1)  # one request ends a second
+    assert min(seen) >= 12, seen  # cutting at every interval: 24, 18, 13, 10, 7, 5, 4
+    assert seen[-1] >= 14, seen
