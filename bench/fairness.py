@@ -608,6 +608,12 @@ def main() -> None:
         default=3.0,
         help=f"{GPU_SIM}: every step this many times the H200's (bench/gpu_engine.py)",
     )
+    parser.add_argument(
+        "--gpu-max-num-seqs",
+        type=int,
+        default=MEMORY_MAX_NUM_SEQS,
+        help=f"{GPU_SIM}: the engine's max_num_seqs (and the adaptive arm's ceiling)",
+    )
     parser.add_argument("--flood", type=int, default=5, help="heavy in flight, x max_num_seqs")
     parser.add_argument(
         "--stream-interval",
@@ -660,7 +666,9 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
     2 on the tiny one): what the report needs."""
     tiny = key == "tiny"
     served, replica = f"fairbench-{key}", f"fairbench-vllm-{key}"
-    max_num_seqs = MAX_NUM_SEQS.get(key, MEMORY_MAX_NUM_SEQS)
+    max_num_seqs = (
+        args.gpu_max_num_seqs if key == GPU_SIM else MAX_NUM_SEQS.get(key, MEMORY_MAX_NUM_SEQS)
+    )
     if key == GPU_SIM:
         vllm, model = gpu_engine_start(served, max_num_seqs, args)
     else:
@@ -1027,7 +1035,9 @@ def report_memory(
         *curve_table(steps),
         "",
         f"The knee (where the step reaches {KNEE_TOLERANCE}x a batch of 1, interpolated): "
-        f"b = {knee(steps):.1f}. The N the gateway chose through arm (e), median of its "
+        f"b = {knee(steps):.1f}. The N the gateway chose through arm (e) (a step at most "
+        f"{settings.GATEWAY['CONCURRENCY_TOLERANCE']:g}x its floor, "
+        "GATEWAY_CONCURRENCY_TOLERANCE), median of its "
         f"/healthz read every 0.5 s: {chosen.summary()}.",
         "",
         "| arm | light sent | errors | no first token | light TTFT p50 ms | TTFT p99 ms | "
