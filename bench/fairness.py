@@ -628,6 +628,17 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     secrets = {t: bench_tenant(f"fairbench-{t}") for t in ("light", "heavy", "small", "large")}
+    command = " ".join(
+        [
+            *[
+                f"{k}={os.environ[k]}"
+                for k in ("GATEWAY_CONCURRENCY_TOLERANCE",)
+                if k in os.environ
+            ],
+            "./dev bench fairness",
+            *sys.argv[1:],
+        ]
+    )
     for key in args.models.split(","):
         if key not in MODELS and key != GPU_SIM:
             parser.error(f"--models: {key!r} is none of {', '.join([*MODELS, GPU_SIM])}")
@@ -638,7 +649,7 @@ def main() -> None:
             report_write(
                 name="fairness",
                 title="Fair queuing with a noisy neighbour (bench/fairness.py)",
-                command="./dev bench fairness",
+                command=command,
                 body=report(args, **section),
             )
         elif key == GPU_SIM:
@@ -646,7 +657,7 @@ def main() -> None:
                 name="fairness_gpu_sim",
                 title="Fair queuing with a noisy neighbour on a simulated GPU: an H200's "
                 "measured step curve (bench/fairness.py, bench/gpu_engine.py)",
-                command="./dev bench fairness",
+                command=command,
                 body=report_memory(args, key, **section),
             )
         else:
@@ -654,7 +665,7 @@ def main() -> None:
                 name=f"fairness_{key}",
                 title=f"Fair queuing with a noisy neighbour on a memory-bound model, {key} "
                 "(bench/fairness.py)",
-                command="./dev bench fairness",
+                command=command,
                 body=report_memory(args, key, **section)
                 if "arms" in section
                 else report_compute_bound(key, **section),
