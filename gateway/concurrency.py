@@ -30,7 +30,7 @@ preemptions), it answers the new N:
   to FLOOR_BATCH until the batch drains to it and one interval is measured
   (a probe), and N goes back to where it was; so too when a step at a
   larger batch comes in under the floor (the replica sped up). A probe
-  that drained nothing in PROBE_INTERVALS (requests that run longer) is
+  that drained nothing in PROBE_SECONDS (requests that run longer) is
   not tried again for PROBE_AFTER: N stays where it was meanwhile.
 
 A replica that slows (a neighbour on its GPU) is measured against its old
@@ -60,7 +60,7 @@ PROBE_AFTER = 600.0  # no small-batch step for this long: measure one (a probe)
 FASTER = 0.95  # a step under this share of the floor: the replica sped up, measure again
 FLOOR_BATCH = 4  # a step at this batch or smaller is the floor's
 CEILING_SECONDS = 60.0  # how long N stays under a batch the engine queued at
-PROBE_INTERVALS = 10  # the most a probe holds N down (N = FLOOR_BATCH: it costs throughput)
+PROBE_SECONDS = 10.0  # the most a probe holds N down (N = FLOOR_BATCH: it costs throughput)
 # N is in effect once at most this many times N run (past N: the fair
 # queue's overflow, a quarter of N at most, for tenants under their share).
 DRAINED = 1.25
@@ -89,7 +89,7 @@ class ConcurrencyLimit:
     _floors: deque = field(init=False, default_factory=deque)  # (at, step_ms), ascending steps
     _ceiling: tuple[float, int] | None = field(init=False, default=None)  # (at, engine's batch)
     _waited: bool = field(init=False, default=False)  # the engine had requests waiting last time
-    _probe: tuple[float, int] | None = field(init=False, default=None)  # (N before, intervals)
+    _probe: tuple[float, float] | None = field(init=False, default=None)  # (N before, since)
     _gave_up: float | None = field(init=False, default=None)  # a probe ended with no floor, at
 
     def __post_init__(self) -> None:
@@ -129,7 +129,7 @@ class ConcurrencyLimit:
             # replica sped up): measure one at a small batch.
             retry = self._gave_up is None or self._gave_up <= seen.at - PROBE_AFTER
             if not small and self.least <= FLOOR_BATCH < self.n and retry:
-                self._probe = (self.limit, 0)
+                self._probe = (self.limit, seen.at)
                 self.limit = float(FLOOR_BATCH)
                 return self.n
             if stale:
@@ -156,15 +156,13 @@ class ConcurrencyLimit:
 
     def _probing(self, seen: Observation, *, floor_taken: bool) -> int:
         """N held at FLOOR_BATCH until an interval at that batch was
-        measured (or PROBE_INTERVALS passed); then back where it was."""
-        before, waited = self._probe
-        if floor_taken or waited + 1 >= PROBE_INTERVALS:
+        measured (or PROBE_SECONDS passed); then back where it was."""
+        before, since = self._probe
+        if floor_taken or seen.at - since >= PROBE_SECONDS:
             self.limit, self._probe = before, None
             # None measured (requests longer than the probe): N stays where
             # it was, as a fixed N would, until the next try.
             self._gave_up = None if floor_taken else seen.at
-        else:
-            self._probe = (before, waited + 1)
         return self.n
 
     def _floor_add(self, at: float, step_ms: float) -> None:

@@ -7,6 +7,7 @@ slows it, recovers when it leaves, and neither tenant starves."""
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 
@@ -56,6 +57,17 @@ def n_of(url) -> int:
     return worker["concurrency"]["stepped"]["n"]
 
 
+def n_over(url, seconds: float) -> int:
+    """The median N read four times a second for `seconds`: one read can
+    land on a single noisy interval (a test machine under load)."""
+    seen = []
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        seen.append(n_of(url))
+        time.sleep(0.25)
+    return int(statistics.median(seen))
+
+
 def test_n_finds_the_knee_backs_off_when_slowed_recovers_and_starves_no_one(fleet, stepped):
     fleet.add_tenant("heavy")
     fleet.add_tenant("light")
@@ -92,10 +104,9 @@ def test_n_finds_the_knee_backs_off_when_slowed_recovers_and_starves_no_one(flee
         assert n_of(url) == 63  # no evidence yet: the most it may run, less a seat of reserve
         for t in threads:
             t.start()
-        time.sleep(8)
+        time.sleep(10)  # converged: within seconds, on a machine under load
         stepped.reset_batch_max()
-        time.sleep(3)
-        found = n_of(url)
+        found = n_over(url, 3)
         assert 0.7 * KNEE <= found <= 1.35 * KNEE, found
         assert stepped.batch_max <= 1.35 * KNEE + 1, stepped.batch_max
         metrics = gateway_metrics(url)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from gateway.adaptive import RESERVE_SECONDS, AdaptiveConcurrency
 from gateway.concurrency import (
     PROBE_AFTER,
-    PROBE_INTERVALS,
+    PROBE_SECONDS,
     TOLERANCE,
     ConcurrencyLimit,
     Observation,
@@ -120,14 +120,15 @@ def test_a_replica_always_busy_is_probed_for_its_floor_then_n_goes_back():
 
 def test_a_probe_that_cannot_drain_gives_up_and_is_not_tried_again_at_once():
     """Requests longer than the probe (a slow replica's 30 s ones): the batch
-    never drains to FLOOR_BATCH, so after PROBE_INTERVALS N goes back to 32
+    never drains to FLOOR_BATCH, so after PROBE_SECONDS N goes back to 32
     and stays there, as a fixed N would, until PROBE_AFTER has passed."""
     limit = ConcurrencyLimit(start=32)
     busy = lambda at: Observation(at=at, step_ms=BASE_MS * 1.2, running=30, waiting=0)  # noqa: E731
-    seen = [limit.observe(busy(at)) for at in range(PROBE_INTERVALS + 60)]
-    assert seen[:PROBE_INTERVALS] == [4] * PROBE_INTERVALS, seen
-    assert set(seen[PROBE_INTERVALS:]) == {32}, seen
-    assert limit.observe(busy(PROBE_INTERVALS + PROBE_AFTER)) == 4  # tried again
+    probe = int(PROBE_SECONDS)  # intervals of a second
+    seen = [limit.observe(busy(at)) for at in range(probe + 60)]
+    assert seen[:probe] == [4] * probe, seen
+    assert set(seen[probe:]) == {32}, seen
+    assert limit.observe(busy(probe + PROBE_AFTER)) == 4  # tried again
 
 
 def test_one_interval_of_arrivals_waiting_is_not_an_engine_queue():
