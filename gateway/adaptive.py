@@ -148,10 +148,13 @@ class AdaptiveConcurrency:
         room = replica.max_inflight - self.reserve(replica)
         return max(controller.least, min(controller.n, room))
 
+    def _found_replicas(self) -> list[ReplicaInfo]:
+        """The replicas in the fleet that have a controller."""
+        return [r for r in self.router.snapshot.health_targets if r.id in self.limits]
+
     def found(self) -> dict[int, int]:
         """Replica id -> N, of each replica found adaptive."""
-        replicas = {r.id: r for r in self.router.snapshot.health_targets}
-        return {rid: self.limit(replicas[rid]) for rid in self.limits if rid in replicas}
+        return {r.id: self.limit(r) for r in self._found_replicas()}
 
     def reserve(self, replica: ReplicaInfo) -> int:
         """Seats under max_inflight kept for tenants under their share (the
@@ -173,15 +176,13 @@ class AdaptiveConcurrency:
     def state(self) -> dict[str, dict]:
         """Per replica found adaptive: its N, the reserve kept above it, and
         the floor it holds to."""
-        replicas = {r.id: r for r in self.router.snapshot.health_targets}
         return {
-            replicas[rid].name: {
-                "n": self.limit(replicas[rid]),
-                "reserve": self.reserve(replicas[rid]),
-                "floor_ms": c.floor_ms and round(c.floor_ms, 3),
+            r.name: {
+                "n": self.limit(r),
+                "reserve": self.reserve(r),
+                "floor_ms": self.limits[r.id].floor_ms and round(self.limits[r.id].floor_ms, 3),
             }
-            for rid, c in self.limits.items()
-            if rid in replicas
+            for r in self._found_replicas()
         }
 
     async def run(self, changed: Callable[[], Awaitable[None]]) -> None:
