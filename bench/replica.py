@@ -28,6 +28,7 @@ def tiny_replica_start(
     stream_interval: int = 1,
     shape: Shape = TINY,
     model_name: str = MODEL_NAME,
+    max_num_batched_tokens: int | None = None,
 ) -> tuple[LocalReplica, ServedModel]:
     """Start `name` serving the tiny model (or another `shape` of it, as
     `model_name`) as `served` (not yet ready)."""
@@ -46,5 +47,6 @@ def tiny_replica_start(
         nice=nice,
         cpus=cpus,
         stream_interval=stream_interval,
+        max_num_batched_tokens=max_num_batched_tokens,
     )
     return process, model

@@ -145,6 +145,7 @@ class AdaptiveConcurrency:
                 least=least, most=replica.max_inflight, start=start, tolerance=self.tolerance
             )
             self.limits[replica.id] = controller
+        controller.promise_ms = replica.itl_promise_ms  # the fleet's, reloaded
         room = replica.max_inflight - self.reserve(replica)
         return max(controller.least, min(controller.n, room))
 
@@ -174,13 +175,15 @@ class AdaptiveConcurrency:
                 seen.popleft()
 
     def state(self) -> dict[str, dict]:
-        """Per replica found adaptive: its N, the reserve kept above it, and
-        the floor it holds to."""
+        """Per replica found adaptive: its N, the reserve kept above it, the
+        floor it measures steps against, and how many times the floor a
+        step may take (the tolerance, or more under an SLO promise)."""
         return {
             r.name: {
                 "n": self.limit(r),
                 "reserve": self.reserve(r),
                 "floor_ms": self.limits[r.id].floor_ms and round(self.limits[r.id].floor_ms, 3),
+                "allowed": round(self.limits[r.id].allowed(), 3),
             }
             for r in self._found_replicas()
         }

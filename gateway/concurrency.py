@@ -7,7 +7,10 @@ with the batch until the batch is large; past the knee every request added
 slows every other one. The controller holds the replica where a step takes
 at most TOLERANCE times a step at a small batch (its floor), as the Gateway
 API Inference Extension's flow control and Netflix's concurrency-limits
-(a latency gradient) do.
+(a latency gradient) do. Where the replica's tenants are promised an
+inter-token p95 (an SLO policy) the step may grow further, up to
+PROMISE_SHARE of the promise: the knee favours latency, while an operator
+sells throughput up to what it promised.
 
 Fed once an interval with the replica's own numbers (vLLM's /metrics: the
 mean inter-token latency over the interval, requests running and waiting,
@@ -20,8 +23,9 @@ preemptions), it answers the new N:
   batch for CEILING_SECONDS;
 - a step took `ratio` times the floor. On the flat of the curve (ratio <
   FLAT) N grows x STEP_UP, if it was in use (running >= USED x N: else
-  nothing says more would do); past it N moves by (TOLERANCE / ratio) **
-  GAIN from what ran (at least x STEP_DOWN): down past the knee, up under it;
+  nothing says more would do); past it N moves by (allowed / ratio) **
+  GAIN from what ran (allowed: TOLERANCE, or the promise's share; at
+  least x STEP_DOWN): down past the knee, up under it;
   down only once the last N is in effect (the batch drained to DRAINED x N:
   a replica of long requests takes seconds to);
 - the floor is the lowest step seen at a batch of FLOOR_BATCH or fewer
@@ -51,6 +55,11 @@ from dataclasses import dataclass, field
 # 3.7x the tokens a second at 3.9x the step of one; an operator selling throughput
 # sets GATEWAY_CONCURRENCY_TOLERANCE higher.
 TOLERANCE = 1.3
+# Where the tenants are promised an inter-token p95 (billing's SLO policies),
+# N may go past the knee while the mean step stays within this share of the
+# promise (the p95 runs above the mean: a step that carries a prefill):
+# throughput up to what the promise allows, as an operator sells it.
+PROMISE_SHARE = 0.8
 GAIN = 0.5  # how much of the way to the target one interval goes
 STEP_UP, STEP_DOWN = 1.5, 0.5  # the most N moves in one interval
 USED = 0.8  # N is in use when this share of it is running
@@ -85,6 +94,7 @@ class ConcurrencyLimit:
     most: int = 256
     start: int = 8
     tolerance: float = TOLERANCE  # GATEWAY_CONCURRENCY_TOLERANCE
+    promise_ms: float | None = None  # the inter-token p95 promised here (None: none)
     limit: float = field(init=False)
     _floors: deque = field(init=False, default_factory=deque)  # (at, step_ms), ascending steps
     _ceiling: tuple[float, int] | None = field(init=False, default=None)  # (at, engine's batch)
@@ -137,7 +147,7 @@ class ConcurrencyLimit:
         ratio = seen.step_ms / self.floor_ms
         # Flat (no dearer than the floor, give or take noise): the knee is
         # further on, and nothing says how far; near it, a step towards it.
-        move = STEP_UP if ratio < FLAT else (self.tolerance / ratio) ** GAIN
+        move = STEP_UP if ratio < FLAT else (self.allowed() / ratio) ** GAIN
         move = min(STEP_UP, max(STEP_DOWN, move))
         if move >= 1:
             if seen.running < USED * self.n:
@@ -153,6 +163,13 @@ class ConcurrencyLimit:
         most = self.most if self._ceiling is None else min(self.most, self._ceiling[1])
         self.limit = min(float(most), max(float(self.least), grown))
         return self.n
+
+    def allowed(self) -> float:
+        """How many times the floor a step at N may take: the tolerance, or
+        more where the promise allows it."""
+        if self.promise_ms is None or not self._floors:
+            return self.tolerance
+        return max(self.tolerance, PROMISE_SHARE * self.promise_ms / self.floor_ms)
 
     def _probing(self, seen: Observation, *, floor_taken: bool) -> int:
         """N held at FLOOR_BATCH until an interval at that batch was

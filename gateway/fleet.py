@@ -42,6 +42,9 @@ class ReplicaInfo:
     # Its N found by the gateway from its step time (gateway.adaptive), up to
     # max_inflight; else max_inflight itself.
     adaptive: bool = False
+    # The inter-token p95 its tenants are promised (billing's SLO policies,
+    # ms; None: none): how slow the adaptive N may let a step get.
+    itl_promise_ms: float | None = None  # ok-float: a latency bound, never billed
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class FleetSnapshot:
 
 def fleet_snapshot_load() -> FleetSnapshot:
     """From the database (sync: gateway.orm runs it)."""
+    from billing.sla.policies import itl_promises
     from serving.models import LoraAdapter, Replica, Reservation, ServedModel
 
     now = timezone.now()
@@ -97,13 +101,17 @@ def fleet_snapshot_load() -> FleetSnapshot:
             base_model=a.base_model.name,
             upstream_name=a.upstream_name,
         )
-    replicas = (
+    replicas = list(
         Replica.objects.exclude(status=ReplicaStatus.DRAINING)
-        .select_related("pool", "model")
+        .select_related("pool__owner", "model")
         .annotate(gpu_units=Coalesce(Sum("gpu_shares__units"), 0))
+    )
+    tightest, own = itl_promises(
+        owners=list({r.pool.owner for r in replicas if r.pool.owner_id is not None}), moment=now
     )
     down = set()
     for r in replicas:
+        promise = own[r.pool.owner_id] if r.pool.owner_id is not None else tightest
         info = ReplicaInfo(
             id=r.pk,
             name=r.name,
@@ -117,6 +125,7 @@ def fleet_snapshot_load() -> FleetSnapshot:
             role=r.role,
             gpus=r.gpu_units / GPU_UNITS,
             adaptive=r.concurrency == Concurrency.ADAPTIVE and r.engine == Engine.VLLM,
+            itl_promise_ms=None if promise is None else float(promise),  # ok-float
         )
         snapshot.health_targets.append(info)
         if r.status == ReplicaStatus.UP:

@@ -34,6 +34,7 @@ FLEET_MODELS = (
     "serving.Replica",
     "serving.ReplicaGpu",
     "serving.Reservation",
+    "billing.SloPolicy",  # the inter-token promise an adaptive N keeps
 )
 
 

@@ -158,6 +158,7 @@ def replica_argv(
     stream_interval: int = 1,
     embed: bool = False,
     kv_transfer: dict | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> list[str]:
     # `nice` and `taskset` exec the server in the same process, so the pid
     # stays the server's; `cpus` (a taskset list) binds it and its engine.
@@ -194,6 +195,14 @@ def replica_argv(
         # A prefill or decode replica of a disaggregated pool: how its KV
         # cache moves (kv_transfer_config).
         *(["--kv-transfer-config", json.dumps(kv_transfer)] if kv_transfer else []),
+        # The most tokens one step computes: a prompt past it is prefilled in
+        # chunks over several steps (chunked prefill), so no one step of the
+        # batch carries a whole long prompt.
+        *(
+            ["--max-num-batched-tokens", str(max_num_batched_tokens)]
+            if max_num_batched_tokens
+            else []
+        ),
     ]
 
 
@@ -222,6 +231,7 @@ def replica_start(
     stream_interval: int = 1,
     embed: bool = False,
     kv_transfer: dict | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> LocalReplica:
     log_path = settings.VAR_DIR / "log" / f"vllm-{name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -250,6 +260,7 @@ def replica_start(
                 stream_interval=stream_interval,
                 embed=embed,
                 kv_transfer=kv_transfer,
+                max_num_batched_tokens=max_num_batched_tokens,
             ),
             env=env,
             stdout=log,

@@ -4,6 +4,9 @@ one, else its tier's (the default); none, and nothing is promised."""
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
+
+from django.db.models import Min
 
 from billing.models import SloPolicy, Subscription
 from billing.pricing.periods import subscriptions_at
@@ -37,3 +40,15 @@ def slo_policies_at(*, tenants: list[Tenant], moment: datetime) -> dict[int, Slo
         return {t.pk: None for t in tenants}
     subscriptions = subscriptions_at(tenant_ids=[t.pk for t in tenants], moment=moment)
     return {t.pk: policies.for_tenant(t, subscriptions.get(t.pk)) for t in tenants}
+
+
+def itl_promises(*, owners: list[Tenant], moment: datetime) -> tuple[Decimal | None, dict]:
+    """The inter-token p95 promised (ms; None: nothing promised): the
+    tightest any policy makes (what a shared pool's replicas must keep, any
+    tenant may run there), and each owner's own (tenant id -> ms, what its
+    reserved or dedicated pool's replicas must keep)."""
+    tightest = SloPolicy.objects.aggregate(ms=Min("itl_p95_ms"))["ms"]
+    if tightest is None or not owners:
+        return tightest, {t.pk: None for t in owners}
+    own = slo_policies_at(tenants=owners, moment=moment)
+    return tightest, {k: p and p.itl_p95_ms for k, p in own.items()}

@@ -11,6 +11,7 @@ from gateway.adaptive import RESERVE_SECONDS, AdaptiveConcurrency
 from gateway.concurrency import (
     PROBE_AFTER,
     PROBE_SECONDS,
+    PROMISE_SHARE,
     TOLERANCE,
     ConcurrencyLimit,
     Observation,
@@ -64,6 +65,19 @@ def test_a_higher_tolerance_holds_a_larger_batch():
     to where a step costs 3x the floor, 16 x 3 = 48."""
     seen = run(primed(start=4, tolerance=3.0), Replica(), intervals=60)
     assert all(0.75 * 48 <= n <= 1.25 * 48 for n in seen[-20:]), seen
+
+
+def test_an_slo_promise_lets_n_past_the_knee_up_to_what_it_allows():
+    """Tenants promised an inter-token p95 of 75 ms: the mean step may reach
+    PROMISE_SHARE x 75 = 60 ms, 2x the floor, so N holds near 16 x 2 = 32
+    (past the knee, 20.8). A promise looser than the knee changes nothing
+    below it, and one tighter than the knee does not pull N under it."""
+    assert PROMISE_SHARE * 75 / BASE_MS == 2.0
+    seen = run(primed(start=4, promise_ms=75.0), Replica(), intervals=60)
+    assert all(0.8 * 32 <= n <= 1.2 * 32 for n in seen[-20:]), seen
+    assert all(n <= 1.25 * 32 for n in seen), seen
+    tight = run(primed(start=4, promise_ms=30.0), Replica(), intervals=60)
+    assert all(0.75 * KNEE <= n <= 1.25 * KNEE for n in tight[-20:]), tight
 
 
 def test_it_backs_off_when_the_replica_slows_and_recovers_when_it_speeds_up():

@@ -137,3 +137,41 @@ def test_a_fleet_that_cannot_be_read_is_tried_again_once_a_second(settings, monk
 
     asyncio.run(scenario())
     assert 1 <= len(reads) <= 2  # at 0.05 s, then a second later
+
+
+def test_each_replica_carries_the_inter_token_promise_of_the_tenants_it_serves(db):
+    """A shared pool's replicas keep the tightest inter-token p95 any policy
+    promises (any tenant may run there); a dedicated pool's, its owner's
+    own (its tier's here); an owner promised none, none. No policy with an
+    inter-token target: no replica carries one."""
+    from serving.services import local_gpu_ensure, pool_ensure, replica_register
+    from tests.slo import slo_policy
+
+    model = fleet_model()
+    big = make_tenant(name="big", tier="dedicated")
+    bare = make_tenant(name="bare", tier="reserved")
+    pools = {
+        "shared": pool_ensure(name="shared", kind=PoolKind.SHARED),
+        "big": pool_ensure(name="big", kind=PoolKind.DEDICATED, owner=big),
+        "bare": pool_ensure(name="bare", kind=PoolKind.DEDICATED, owner=bare),
+    }
+    for name, pool in pools.items():
+        replica_register(
+            name=name, base_url=f"http://127.0.0.1:9/{name}", model=model, pool=pool,
+            gpus=[local_gpu_ensure(serial=f"gpu-{name}")],
+        )  # fmt: skip
+
+    def promises() -> dict[str, float | None]:
+        return {r.name: r.itl_promise_ms for r in fleet_snapshot_load().health_targets}
+
+    slo_policy(name="shared", tier="shared", itl=None)
+    assert promises() == {"shared": None, "big": None, "bare": None}
+    slo_policy(name="dedicated", tier="dedicated", itl="120")
+    slo_policy(name="enterprise", plan=_plan(), itl="45.5")  # no tenant on it yet
+    assert promises() == {"shared": 45.5, "big": 120.0, "bare": None}
+
+
+def _plan():
+    from billing.models import Plan
+
+    return Plan.objects.create(name="enterprise", currency="USD")
