@@ -120,6 +120,9 @@ class Prepared:
         if not engine.vllm_fields:
             for name in VLLM_FIELDS:
                 payload.pop(name, None)
+        if engine.extension is not None:
+            name, asked = engine.extension
+            payload[name] = extension_merged(payload.get(name), asked)
         if as_stream:
             payload["stream"] = True
             payload.pop("stream_options", None)  # the client's were for a plain answer
@@ -154,6 +157,29 @@ class Prepared:
         payload = orjson.loads(body)
         payload["kv_transfer_params"] = kv_transfer_params
         return orjson.dumps(payload)
+
+
+def extension_merged(client: Any, asked: dict[str, Any]) -> dict[str, Any]:
+    """What the client asked of an engine's extension, plus what the gateway
+    asks (lists joined, the client's first)."""
+    merged = dict(client) if isinstance(client, dict) else {}
+    for key, value in asked.items():
+        had = merged.get(key)
+        if isinstance(value, list) and isinstance(had, list):
+            merged[key] = list(dict.fromkeys([*had, *value]))
+        elif had is None:
+            merged[key] = value
+    return merged
+
+
+def extension_unasked(engine: EngineSpec, body: bytes) -> str | None:
+    """The engine's extension when the gateway asks for it and the client's
+    request (`body`) did not: what to take out of the answer."""
+    if engine.extension is None:
+        return None
+    name = engine.extension[0]
+    asked = f'"{name}"'.encode() in body and name in orjson.loads(body)
+    return None if asked else name
 
 
 def prepare(

@@ -160,6 +160,9 @@ class UpstreamCall:
     # characters per token): billed when the replica cannot count it.
     prompt_tokens_estimate: int = 0
     engine: EngineSpec = ENGINES[Engine.VLLM]
+    # The engine's extension the gateway asked for and the client did not:
+    # taken out of what the client gets (None: nothing to take out).
+    strip: str | None = None
 
     @property
     def counted_by(self) -> re.Pattern | None:
@@ -257,13 +260,16 @@ async def call_unary(call: UpstreamCall) -> Outcome:
         if resp.status != 200:
             return await _relay_refusal(call, resp, sent_at)
         raw = await _read(resp)
+        data = orjson.loads(raw)
+        timings = call.engine.timings(data, resp.headers)
+        if call.strip is not None and data.pop(call.strip, None) is not None:
+            raw = orjson.dumps(data)
         await _answer_whole(call, resp, raw)
     finally:
         resp.release()
     outcome = Outcome(http_status=200, status="ok", sent_at=sent_at)
-    data = orjson.loads(raw)
     outcome.usage = usage_normalized(data.get("usage") or {})
-    outcome.timings = timings = call.engine.timings(data, resp.headers)
+    outcome.timings = timings
     if timings.ttft_ms is not None:
         # The engine's TTFT runs from scheduling, after its queue time; its
         # clock may disagree a little with ours, and the token cannot be
@@ -385,6 +391,9 @@ async def _relay(
     send, extra_headers, on_output, cut = call.send, call.extra_headers, call.on_output, call.cut
     counted_by = call.counted_by
     wants_id = call.engine.perf_metrics_path is not None  # TensorRT-LLM's timings, by it
+    # The engine's extension (Dynamo's nvext): its last event has the timings.
+    extension = call.engine.extension and f'"{call.engine.extension[0]}"'.encode()
+    extension_event = b""
     outcome = Outcome(http_status=200, status="ok", sent_at=sent_at)
     last_usage_event = b""
     deltas = 0
@@ -407,6 +416,10 @@ async def _relay(
             if wants_id and not outcome.engine_id:
                 found = CHUNK_ID.search(out)
                 outcome.engine_id = found.group(1).decode() if found else ""
+            if extension and extension in out:
+                extension_event = _last_event_with(out, extension) or extension_event
+                if call.strip is not None:
+                    out = _extension_removed(out, call.strip)
             if USAGE_OBJECT.search(out):
                 last_usage_event = _last_usage_event(out) or last_usage_event
                 if on_output is not None:
@@ -457,7 +470,7 @@ async def _relay(
         refused = cut_outcome(outcome, cut)
         if not started:
             await respond_refused(send, refused, extra_headers)
-            _usage_of(outcome, last_usage_event, call, resp)
+            _usage_of(outcome, last_usage_event, call, resp, extension_event)
             return outcome
         await _send_error_event(send, refused.status, refused.message, refused.code)
     if not started:  # an empty 200 stream
@@ -471,7 +484,7 @@ async def _relay(
     if outcome.status == "ok" and pending:
         await send({"type": "http.response.body", "body": pending, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
-    _usage_of(outcome, last_usage_event, call, resp)
+    _usage_of(outcome, last_usage_event, call, resp, extension_event)
     if counted_by is not None and not outcome.usage:  # ended before its usage: what it streamed
         outcome.usage = {"completion_tokens": deltas}
     return outcome
@@ -489,15 +502,22 @@ def _upstream_ended(outcome: Outcome, cut: Cut | None) -> None:
 
 
 def _usage_of(
-    outcome: Outcome, usage_event: bytes, call: UpstreamCall, resp: UpstreamResponse
+    outcome: Outcome,
+    usage_event: bytes,
+    call: UpstreamCall,
+    resp: UpstreamResponse,
+    extension_event: bytes = b"",
 ) -> None:
     """The stream's usage and the engine's timings, from the last event
-    that carried usage (vLLM's metrics and NIM's stats ride on it)."""
+    that carried usage (vLLM's metrics and NIM's stats ride on it), or
+    the last that carried the engine's extension (Dynamo's nvext)."""
     if usage_event:
         data = orjson.loads(_event_data(usage_event))
         response = data.get("response") if isinstance(data.get("response"), dict) else {}
         outcome.usage = usage_normalized(data.get("usage") or response.get("usage") or {})
         outcome.timings = call.engine.timings(data, resp.headers)
+    if extension_event and (found := _event_data(extension_event)) is not None:
+        outcome.timings = call.engine.timings(orjson.loads(found), resp.headers)
 
 
 def _event_data(event: bytes) -> bytes | None:
@@ -565,7 +585,10 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
     finally:
         resp.release()
     outcome.usage = answer.usage or {}
-    outcome.timings = call.engine.timings(answer.tail, resp.headers)
+    # The usage chunk's, or where the engine's extension carried them.
+    outcome.timings = call.engine.timings({**answer.tail, **answer.extras}, resp.headers)
+    if call.strip is not None:
+        answer.extras.pop(call.strip, None)
     outcome.engine_id = str(answer.head.get("id") or "") if kind != "responses" else ""
     if counted_by is not None and not outcome.usage:  # cut before its usage: what it made
         outcome.usage = {"completion_tokens": deltas}
@@ -581,6 +604,30 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
         return outcome
     await respond(call.send, 200, orjson.dumps(answer.answer()), call.extra_headers)
     return outcome
+
+
+def _last_event_with(block: bytes, marker: bytes) -> bytes | None:
+    """The block's last event holding `marker`."""
+    at = block.rfind(marker)
+    if at < 0:
+        return None
+    before = block.rfind(EVENT_END, 0, at)
+    stop = block.find(EVENT_END, at)
+    return block[0 if before < 0 else before + len(EVENT_END) : len(block) if stop < 0 else stop]
+
+
+def _extension_removed(block: bytes, name: str) -> bytes:
+    """The block with every event's `name` object taken out (two levels
+    of objects deep at most: Dynamo's nvext {worker_id: {..}, timing: {..}})."""
+    pattern = _EXTENSIONS.get(name)
+    if pattern is None:
+        pattern = _EXTENSIONS[name] = re.compile(
+            rb',\s*"' + re.escape(name.encode()) + rb'"\s*:\s*\{(?:[^{}]|\{[^{}]*\})*\}'
+        )
+    return pattern.sub(b"", block)
+
+
+_EXTENSIONS: dict[str, re.Pattern] = {}
 
 
 def _last_usage_event(block: bytes) -> bytes | None:

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from gateway.exchange import Exchange
 from gateway.fleet import ReplicaInfo
-from gateway.payload import PATHS
+from gateway.payload import PATHS, extension_unasked
 from gateway.proxy import (
     Cut,
     Outcome,
@@ -58,6 +58,7 @@ class Relay:
             cut=cut,
             kind=ex.kind,
             prompt_tokens_estimate=ex.prepared.prompt_tokens_estimate,
+            strip=extension_unasked(engine, ex.prepared.body),
         )
 
     async def upstream(

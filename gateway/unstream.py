@@ -19,8 +19,8 @@ from typing import Any
 CHAT_LOGPROB_LISTS = ("content", "refusal")
 TEXT_FIELDS = ("content", "reasoning_content", "refusal")  # a chat delta's text
 TEXT_LOGPROB_LISTS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
-# Where engines put a request's timings in a chunk: vLLM's, NIM's.
-TIMING_FIELDS = ("metrics", "stats")
+# Where engines put a request's timings in a chunk: vLLM's, NIM's, Dynamo's.
+TIMING_FIELDS = ("metrics", "stats", "nvext")
 
 
 def unstreamed(kind: str) -> Unstreamed | UnstreamedResponse:

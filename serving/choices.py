@@ -34,6 +34,7 @@ class Engine(models.TextChoices):
     SGLANG = "sglang", "SGLang"
     TGI = "tgi", "Hugging Face TGI"
     TRITON = "triton", "Triton (OpenAI frontend)"
+    DYNAMO = "dynamo", "NVIDIA Dynamo (its frontend)"
     OPENAI = "openai", "Other OpenAI-compatible server"
 
 

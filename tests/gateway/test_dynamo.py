@@ -1,0 +1,174 @@
+"""NVIDIA Dynamo as an engine, for real: its Rust frontend and its mocker
+workers (serving.dynamo: vLLM-, SGLang- and TensorRT-LLM-style simulated
+engines, two workers behind one frontend), registered as one replica whose
+engine is `dynamo`, through the real gateway and the official openai client.
+
+The gateway asks Dynamo for each request's timing (nvext) and keeps it out
+of the client's answer unless the client asked for it; the ledger's
+timeline is Dynamo's own (`timing: engine`), equal to what nvext said;
+reconciliation balances against the frontend's own token counters; spend
+control refuses in front of it; and every socket the deployment listens on
+is on loopback."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from billing.models import ModelPrice, PriceBook
+from metering.reconciliation import reconciliation_compute
+from serving.dynamo import ENGINE_TYPES, WorkerGroup, dynamo_start, listening_sockets
+from serving.models import ServedModel
+from serving.scraper import replica_scrape
+from serving.tiny_model import MODEL_NAME, tiny_model_write
+from tests.fleet import wait_for_records
+
+HELLO = [{"role": "user", "content": "hello there"}]
+MS = Decimal("0.001")
+
+
+@pytest.fixture(scope="module", params=ENGINE_TYPES)
+def dynamo(request, dynamo_runtime):
+    """One frontend and two mocker workers of one engine type."""
+    model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
+    deployment = dynamo_start(
+        name=f"test-{request.param}",
+        model_dir=model_dir,
+        served_model=MODEL_NAME,
+        workers=[WorkerGroup(engine_type=request.param, count=2)],
+    )
+    try:
+        deployment.wait_ready(timeout=120)
+        yield deployment
+    finally:
+        deployment.stop()
+
+
+def _post(fleet, tenant: str, body: dict) -> httpx.Response:
+    return httpx.post(
+        f"{fleet.gateway}/v1/chat/completions",
+        json={"model": MODEL_NAME, "messages": HELLO, **body},
+        headers={"Authorization": f"Bearer {fleet.secrets[tenant]}"},
+        timeout=30,
+    )
+
+
+def _events(answer: httpx.Response) -> list[dict]:
+    return [
+        orjson.loads(line[len("data: ") :])
+        for line in answer.text.splitlines()
+        if line.startswith("data: {")
+    ]
+
+
+def test_dynamo_is_metered_through_its_frontend_on_its_own_clock(fleet, dynamo):
+    fleet.add_tenant("a")
+    replica = fleet.add_replica("dyn", dynamo.base_url, "shared", engine="dynamo")
+    fleet.ready()
+    before = replica_scrape(replica=replica)
+    client = fleet.client("a")
+    plain = client.chat.completions.with_raw_response.create(
+        model=MODEL_NAME, messages=HELLO, max_tokens=6
+    )
+    assert plain.parse().usage.completion_tokens == 6
+    assert b"nvext" not in plain.http_response.content  # the gateway's ask, not the client's
+    streamed = _post(
+        fleet, "a", {"max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}}
+    )
+    events = _events(streamed)
+    assert events[-1]["usage"]["completion_tokens"] == 5
+    assert "nvext" not in streamed.text
+    assert all("usage" not in e or e["choices"] == [] for e in events)  # as the client asked
+
+    ids = [plain.headers["x-request-id"], streamed.headers["x-request-id"]]
+    records = wait_for_records(ids)
+    for rid, output in zip(ids, (6, 5), strict=True):
+        row = records[rid]
+        assert (row.status, row.completion_tokens, row.timing) == ("ok", output, "engine")
+        assert row.prompt_tokens > 0 and row.ttft_ms > 0 and row.generation_ms > 0
+        window = (row.ended_at - row.sent_at) / timedelta(milliseconds=1)
+        assert row.queue_ms + row.ttft_ms + row.generation_ms <= Decimal(window) + 5
+
+    # Reconciliation: the frontend's own counters (every worker behind it).
+    after = replica_scrape(replica=replica)
+    prompt = sum(records[i].prompt_tokens for i in ids)
+    assert after.prompt_tokens_total - before.prompt_tokens_total == prompt
+    assert after.generation_tokens_total - before.generation_tokens_total == 11
+    gap = reconciliation_compute(
+        replica=replica, start=before.scraped_at, end=timezone.now() + timedelta(seconds=1)
+    )
+    assert (gap.vllm_prompt_tokens, gap.vllm_generation_tokens) == (prompt, 11)
+    assert (gap.metered_prompt_tokens, gap.metered_generation_tokens) == (prompt, 11)
+
+
+def test_a_client_that_asks_for_nvext_gets_it_and_the_ledger_holds_its_timing(fleet, dynamo):
+    """The client's own nvext ask is kept and joined with the gateway's
+    (worker ids and timing both come back), plain and streamed; the row's
+    queue, TTFT and generation are nvext's prefill wait, TTFT less that
+    wait, and total less TTFT."""
+    fleet.add_tenant("a")
+    fleet.add_replica("dyn", dynamo.base_url, "shared", engine="dynamo")
+    fleet.ready()
+    ask = {"nvext": {"extra_fields": ["timing"]}}
+    plain = _post(fleet, "a", {"max_tokens": 4, **ask})
+    streamed = _post(fleet, "a", {"max_tokens": 4, "stream": True, **ask})
+    timed = [e["nvext"] for e in _events(streamed) if "timing" in e.get("nvext", {})]
+    said = [plain.json()["nvext"], timed[-1]]
+    workers = {str(w) for ids in dynamo.workers_found().values() for w in ids}
+    ids = [plain.headers["x-request-id"], streamed.headers["x-request-id"]]
+    records = wait_for_records(ids)
+    for rid, nvext in zip(ids, said, strict=True):
+        assert str(nvext["worker_id"]["decode_worker_id"]) in workers
+        timing = {k: Decimal(str(v)) for k, v in nvext["timing"].items()}
+        wait, ttft = timing["prefill_wait_time_ms"], timing["ttft_ms"]
+        row = records[rid]
+        assert row.timing == "engine"
+        assert row.queue_ms == wait.quantize(MS)
+        assert row.ttft_ms == (ttft - wait).quantize(MS)
+        assert row.generation_ms == (timing["total_time_ms"] - ttft).quantize(MS)
+
+
+def test_spend_control_refuses_in_front_of_dynamo(fleet, dynamo):
+    """A hard budget whose worst case no longer fits: 402 at the gateway,
+    and the frontend never sees the request (its own request counter)."""
+    fleet.add_tenant("capped", monthly_budget=Decimal("0.5"), budget_hard_percent=100)
+    fleet.add_replica("dyn", dynamo.base_url, "shared", engine="dynamo")
+    book = PriceBook.objects.create(name="list", effective_from=datetime(2026, 1, 1, tzinfo=UTC))
+    ModelPrice.objects.create(
+        book=book,
+        served_model=ServedModel.objects.get(name=MODEL_NAME),
+        input_per_mtok=Decimal(1000),
+        cached_input_per_mtok=Decimal(1000),
+        output_per_mtok=Decimal(2000),
+    )
+    fleet.ready()
+    first = _post(fleet, "capped", {"max_tokens": 5})
+    assert first.status_code == 200
+    seen = _frontend_requests(dynamo.base_url)
+    refused = _post(fleet, "capped", {"max_tokens": 300})  # 300 x 0.002 > 0.5 left
+    assert refused.status_code == 402
+    assert refused.json()["error"]["code"] == "budget_exceeded"
+    assert _frontend_requests(dynamo.base_url) == seen
+
+
+def test_every_socket_the_deployment_listens_on_is_loopback(dynamo):
+    sockets = listening_sockets(dynamo.pids)
+    assert len(sockets) >= 4  # frontend HTTP and response stream, broker x2, workers' RPC
+    assert {address for address, _ in sockets} == {"127.0.0.1"}
+
+
+def _frontend_requests(base_url: str) -> float:
+    """The frontend's own count of requests it answered."""
+    text = httpx.get(f"{base_url}/metrics", timeout=5).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("dynamo_frontend_requests_total{")
+    )
