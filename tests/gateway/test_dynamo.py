@@ -12,6 +12,7 @@ is on loopback."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -29,6 +30,7 @@ from serving.models import ServedModel
 from serving.scraper import replica_scrape
 from serving.tiny_model import MODEL_NAME, tiny_model_write
 from tests.fleet import wait_for_records
+from tests.gateway.test_gateway_fair_queue import queue_depth, wait_until
 
 HELLO = [{"role": "user", "content": "hello there"}]
 MS = Decimal("0.001")
@@ -156,6 +158,27 @@ def test_spend_control_refuses_in_front_of_dynamo(fleet, dynamo):
     assert refused.status_code == 402
     assert refused.json()["error"]["code"] == "budget_exceeded"
     assert _frontend_requests(dynamo.base_url) == seen
+
+
+def test_fair_queuing_in_front_of_dynamo_sends_a_light_tenant_ahead_of_a_backlog(fleet, dynamo):
+    """One slot at the gateway; the heavy tenant's six requests come first.
+    First come, first served would send the light tenant's request after all
+    six; the fair queue sends it next after the heavy tenant's turn."""
+    fleet.add_tenant("heavy")
+    fleet.add_tenant("light")
+    fleet.add_replica("dyn", dynamo.base_url, "shared", engine="dynamo", max_inflight=1)
+    fleet.ready()
+    with ThreadPoolExecutor(max_workers=7) as pool:
+        heavy = [pool.submit(_post, fleet, "heavy", {"max_tokens": 60}) for _ in range(6)]
+        wait_until(lambda: queue_depth(fleet.gateway) >= 4, what="the heavy backlog")
+        light = pool.submit(_post, fleet, "light", {"max_tokens": 5})
+        answers = [f.result() for f in [*heavy, light]]
+    assert [a.status_code for a in answers] == [200] * 7
+    ids = [a.headers["x-request-id"] for a in answers]
+    records = wait_for_records(ids)
+    light_sent = records[ids[-1]].sent_at
+    after = [rid for rid in ids[:-1] if records[rid].sent_at > light_sent]
+    assert len(after) >= 3, [records[rid].sent_at for rid in ids]  # FIFO: none after it
 
 
 def test_every_socket_the_deployment_listens_on_is_loopback(dynamo):
