@@ -90,6 +90,7 @@ def observation(before: Sample, after: Sample) -> Observation:
         running=after.running,
         waiting=after.waiting,
         preempted=max(0, int(after.preemptions - before.preemptions)),
+        running_before=before.running,
     )
 
 

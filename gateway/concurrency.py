@@ -29,6 +29,7 @@ preemptions), it answers the new N:
   down only once the last N is in effect (the batch drained to DRAINED x N:
   a replica of long requests takes seconds to);
 - the floor is the lowest step seen at a batch of FLOOR_BATCH or fewer
+  (at both ends of its interval: a batch draining to it is not one)
   over the last FLOOR_SECONDS (the last one seen, if none since). A
   replica always busy shows none: after PROBE_AFTER without one, N is held
   to FLOOR_BATCH until the batch drains to it and one interval is measured
@@ -84,6 +85,11 @@ class Observation:
     running: int
     waiting: int
     preempted: int = 0  # preemptions during the interval
+    # Running when the interval began (None: not known). A step counts
+    # towards the floor only when the batch was small at both ends: an
+    # interval in which a large batch drained to a small one has the large
+    # batch's steps in its mean.
+    running_before: int | None = None
 
 
 @dataclass
@@ -115,7 +121,7 @@ class ConcurrencyLimit:
 
     def observe(self, seen: Observation) -> int:
         """The new N after one interval."""
-        small = seen.running <= FLOOR_BATCH
+        small = seen.running <= FLOOR_BATCH and (seen.running_before or 0) <= FLOOR_BATCH
         if seen.step_ms is not None and small:
             self._floor_add(seen.at, seen.step_ms)
         self._floor_forget(seen.at)

@@ -198,3 +198,15 @@ def test_a_slow_drain_is_waited_for_not_cut_again_at_every_interval():
         running = max(n, running - 1)  # one request ends a second
     assert min(seen) >= 12, seen  # cutting at every interval: 24, 18, 13, 10, 7, 5, 4
     assert seen[-1] >= 14, seen
+
+
+def test_a_batch_draining_to_a_small_one_is_not_a_floor():
+    """An interval that began at 40 running and ended at 3 (a probe
+    draining) has the large batch's steps in its mean: it sets no floor,
+    or every knee after it would be measured against 80 ms. The next
+    interval, small at both ends, does."""
+    limit = ConcurrencyLimit(start=64, most=64)
+    limit.observe(Observation(at=0, step_ms=80.0, running=3, waiting=0, running_before=40))
+    assert limit.floor_ms is None
+    limit.observe(Observation(at=1, step_ms=20.0, running=3, waiting=0, running_before=3))
+    assert limit.floor_ms == 20.0
