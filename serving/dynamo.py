@@ -19,9 +19,9 @@ stopped by process id. Every figure from it is simulated.
                                      what those processes listen on (TCP)
 
 Install quirks: `ai-dynamo` requires `aisimulate`, a stub that downloads
-from an index this machine cannot reach, so `ai-dynamo` goes in with
---no-deps and its other requirements after it (pip then warns that
-aisimulate is missing: harmless, the mocker's own timing model needs none).
+from an index this machine cannot reach, so `ai-dynamo` goes in last, with
+--no-deps, after its other requirements (the mocker's own timing model
+needs no aisimulate).
 A marker file written last says the install finished; without it the
 virtualenv is recreated.
 
@@ -52,6 +52,7 @@ from pathlib import Path
 from django.conf import settings
 
 from core.processes import ManagedProcess, ProcessFailed, free_port
+from serving.launcher import venv_prepare
 
 Progress = Callable[[str], None]
 
@@ -91,36 +92,10 @@ def dynamo_installed() -> bool:
     return finished and dynamo_python().exists()
 
 
-class DynamoVenvUnusable(RuntimeError):
-    """DYNAMO_VENV names something the installer must not touch."""
-
-
-def _venv_prepare(venv: Path) -> str:
-    """What will be done to `venv`: created, or recreated when it is a
-    virtualenv without the marker (an interrupted install). A dangling
-    link, a file or a folder that is not a virtualenv may be somebody
-    else's: refused, saying what to do."""
-    if venv.is_symlink() and not venv.exists():
-        raise DynamoVenvUnusable(
-            f"DYNAMO_VENV {venv} is a symbolic link to {os.readlink(venv)}, which does not "
-            f"exist: remove the link or set DYNAMO_VENV to another folder"
-        )
-    if not venv.exists():
-        return "creating"
-    if not venv.is_dir():
-        raise DynamoVenvUnusable(f"DYNAMO_VENV {venv} is a file: remove it or set DYNAMO_VENV")
-    if any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():
-        raise DynamoVenvUnusable(
-            f"DYNAMO_VENV {venv} is a folder that is not a virtualenv (no pyvenv.cfg): "
-            "set DYNAMO_VENV to an empty or new folder"
-        )
-    return "recreating half-made"
-
-
 def dynamo_install(*, progress: Progress) -> None:
     """Create the Dynamo virtualenv and install ai-dynamo (about a minute)."""
     venv = Path(settings.DYNAMO_VENV)
-    action = _venv_prepare(venv)
+    action = venv_prepare(venv, setting="DYNAMO_VENV")
     log_path = settings.VAR_DIR / "log" / "dynamo-install.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
@@ -131,11 +106,13 @@ def dynamo_install(*, progress: Progress) -> None:
             f"pip install ai-dynamo-runtime=={DYNAMO_VERSION} (log: {log_path})",
             [*pip, f"ai-dynamo-runtime=={DYNAMO_VERSION}"],
         ),
+        ("pip install its requirements (all but aisimulate)", [*pip, *DYNAMO_REQUIREMENTS]),
+        # Last, without its requirements: pip then checks none, and prints no
+        # conflict over aisimulate.
         (
             f"pip install --no-deps ai-dynamo=={DYNAMO_VERSION}",
-            [*pip, "--no-deps", f"ai-dynamo=={DYNAMO_VERSION}"],
+            [*pip, "--no-deps", "--no-warn-conflicts", f"ai-dynamo=={DYNAMO_VERSION}"],
         ),
-        ("pip install its requirements (all but aisimulate)", [*pip, *DYNAMO_REQUIREMENTS]),
     ]
     with log_path.open("ab") as log:
         for message, argv in steps:
@@ -287,25 +264,40 @@ class DynamoDeployment:
         return body if isinstance(body, dict) else None
 
     def stop(self, *, timeout: float = 15) -> None:
-        """SIGTERM every process group at once, SIGKILL what lingers, then
-        remove the discovery folder. Safe to call twice."""
+        """Stop the whole deployment: the workers at once (SIGKILL: a worker
+        that ends gracefully removes its discovery entries, and Dynamo
+        1.6.1's frontend logs an ERROR, "Failed to send file watch event",
+        for each; the deployment goes whole, so nothing needs them
+        removed), then the frontend and the broker (SIGTERM, SIGKILL what
+        lingers; on SIGTERM or SIGINT alike the frontend logs one ERROR of
+        its own shutdown, "monitor_instance_source: The Sender is dropped"),
+        then the discovery folder. Safe to call twice."""
         running = [p for p in reversed(self.processes) if p.popen and p.returncode is None]
-        for process in running:
+        workers = [p for p in running if p.name.rsplit("-", 1)[-1] not in ("frontend", "broker")]
+        self._terminated(workers, timeout=timeout, sig=signal.SIGKILL)
+        self._terminated([p for p in running if p not in workers], timeout=timeout)
+        shutil.rmtree(self.discovery_dir, ignore_errors=True)
+
+    @staticmethod
+    def _terminated(
+        processes: list[ManagedProcess], *, timeout: float, sig: int = signal.SIGTERM
+    ) -> None:
+        """`sig` to each process group at once, SIGKILL what lingers past
+        `timeout`, and whatever a leader left behind in its group."""
+        for process in processes:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
+                os.killpg(process.pid, sig)
         deadline = time.monotonic() + timeout
-        for process in running:
+        for process in processes:
             try:
                 process.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.popen.wait(timeout=5)
-        # Anything the leader left behind in its group (none expected).
-        for process in running:
+        for process in processes:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-        shutil.rmtree(self.discovery_dir, ignore_errors=True)
 
 
 def dynamo_start(

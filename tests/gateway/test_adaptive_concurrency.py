@@ -73,6 +73,16 @@ def n_over(url, seconds: float) -> int:
     return int(statistics.median(seen))
 
 
+def _stopped(stop: threading.Event, threads: list[threading.Thread], proc) -> None:
+    """The load's threads told to stop and joined (those that started), then
+    the gateway stopped."""
+    stop.set()
+    for t in threads:
+        if t.is_alive():
+            t.join(timeout=60)
+    stop_gateway(proc)
+
+
 def test_n_finds_the_knee_backs_off_when_slowed_recovers_and_starves_no_one(fleet, stepped):
     fleet.add_tenant("heavy")
     fleet.add_tenant("light")
@@ -129,11 +139,7 @@ def test_n_finds_the_knee_backs_off_when_slowed_recovers_and_starves_no_one(flee
         assert recovered >= LOW, recovered
         time.sleep(7)  # the gateway writes what it found into the replica's row
     finally:
-        stop.set()
-        for t in threads:
-            if t.is_alive():
-                t.join(timeout=60)
-        stop_gateway(proc)
+        _stopped(stop, threads, proc)
     assert errors == []
     # Neither tenant starved: the flood was served through the slowdown and
     # after it, the light tenant all along, never stuck behind the flood.
@@ -179,8 +185,4 @@ def test_an_slo_promise_holds_n_past_the_knee_at_what_it_allows(fleet, stepped):
         assert 0.65 * 24 <= found <= 1.35 * 24, found
         assert stepped.batch_max <= 1.35 * 24 + 1, stepped.batch_max
     finally:
-        stop.set()
-        for t in threads:
-            if t.is_alive():
-                t.join(timeout=60)
-        stop_gateway(proc)
+        _stopped(stop, threads, proc)

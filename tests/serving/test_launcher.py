@@ -10,18 +10,18 @@ import sys
 
 import pytest
 
-from serving.launcher import VllmVenvUnusable, vllm_install, vllm_venv_prepare
+from serving.launcher import VenvUnusable, venv_prepare, vllm_install
 
 
 def test_nothing_there_is_created(tmp_path):
-    assert vllm_venv_prepare(tmp_path / "venv-vllm") == "creating"
+    assert venv_prepare(tmp_path / "venv-vllm") == "creating"
 
 
 def test_a_dangling_link_is_refused_naming_the_path_and_what_to_do(tmp_path):
     link = tmp_path / ".venv-vllm"
     link.symlink_to(tmp_path / "gone" / "venv-vllm")
-    with pytest.raises(VllmVenvUnusable) as refused:
-        vllm_venv_prepare(link)
+    with pytest.raises(VenvUnusable) as refused:
+        venv_prepare(link)
     message = str(refused.value)
     assert str(link) in message and "gone/venv-vllm" in message
     assert f"rm {link}" in message and "VLLM_VENV" in message
@@ -29,8 +29,8 @@ def test_a_dangling_link_is_refused_naming_the_path_and_what_to_do(tmp_path):
 
 def test_a_folder_that_is_not_a_virtualenv_is_left_alone(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
-    with pytest.raises(VllmVenvUnusable, match="not a virtualenv"):
-        vllm_venv_prepare(tmp_path)
+    with pytest.raises(VenvUnusable, match="not a virtualenv"):
+        venv_prepare(tmp_path)
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
@@ -42,7 +42,7 @@ def test_a_half_made_virtualenv_is_recreated(tmp_path, settings, monkeypatch):
     (venv / "pyvenv.cfg").write_text("home = /nowhere\n")
     (venv / "bin").mkdir()
     (venv / "bin" / "python").write_text("broken")
-    assert vllm_venv_prepare(venv) == "recreating half-made"
+    assert venv_prepare(venv) == "recreating half-made"
 
     settings.VLLM_VENV = venv
     settings.VAR_DIR = tmp_path / "var"

@@ -53,7 +53,7 @@ from demo.stack import (
     vllm_replicas_start,
     workload,
 )
-from serving.launcher import VllmVenvUnusable
+from serving.launcher import VenvUnusable
 from serving.local_replicas import replicas_stop
 from serving.tiny_model import EMBEDDING_MODEL_NAME, MODEL_NAME
 
@@ -226,7 +226,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{dead.name} exited with code {dead.returncode}; see {dead.log_path}"
             )
-        except (ProcessFailed, WorkloadFailed, VllmVenvUnusable) as failed:
+        except (ProcessFailed, WorkloadFailed, VenvUnusable) as failed:
             raise CommandError(str(failed)) from None
         except KeyboardInterrupt:
             self.stdout.write("\nstopping…")
