@@ -333,7 +333,9 @@ class FairQueue:
 
     def overflow_peaks_take(self) -> dict[int, int]:
         """Per replica, the most overflow slots held at once since the last
-        call (adaptive concurrency sizes each replica's reserve by it)."""
+        call, or wanted: one more than held while a tenant under its share
+        waited with no room left (adaptive concurrency sizes each replica's
+        reserve by it)."""
         peaks = {r: max(n, self._overflowed.get(r, 0)) for r, n in self._overflow_peak.items()}
         self._overflow_peak = {r: n for r, n in self._overflowed.items() if n}
         return peaks
@@ -448,6 +450,8 @@ class FairQueue:
             future=loop.create_future(),
         )
         self._enqueue(waiter)
+        for replica_id in ordered:
+            self._overflow_wanted(replica_id)
         expiry = loop.call_later(timeout, self._expire, waiter, timeout)
         try:
             return await waiter.future
@@ -531,6 +535,18 @@ class FairQueue:
         if not capacity <= self._outstanding.get(replica_id, 0) < self._ceiling.get(replica_id, 0):
             return False
         return self._overflowed.get(replica_id, 0) < math.ceil(capacity * self.overflow)
+
+    def _overflow_wanted(self, replica_id: int) -> None:
+        """No overflow room left and a tenant under its share waits here: one
+        seat more than the overflow held was wanted, and the peak says so
+        (the reserve above a found N grows by it; seats held alone would
+        never show a demand the ceiling already turns away)."""
+        if self._has_room(replica_id) or self._overflow_room(replica_id):
+            return
+        if self._overflow_peak.get(replica_id, 0) > self._overflowed.get(replica_id, 0):
+            return
+        if self._pick(replica_id, overflow=True) is not None:
+            self._overflow_peak[replica_id] = self._overflowed.get(replica_id, 0) + 1
 
     def _under_served(self, replica_id: int, tenant_id: int) -> bool:
         """The tenant holds less than an even share of the replica's N among
@@ -721,6 +737,7 @@ class FairQueue:
         while True:
             overflow = not self._has_room(replica_id)
             if overflow and not self._overflow_room(replica_id):
+                self._overflow_wanted(replica_id)
                 return
             picked = self._pick(replica_id, overflow=overflow)
             if picked is None:

@@ -156,8 +156,9 @@ def test_one_interval_of_arrivals_waiting_is_not_an_engine_queue():
 def test_n_keeps_a_reserve_under_max_inflight_sized_to_the_overflow_held(monkeypatch):
     """An engine whose knee lies past max_inflight (32): N stops one seat
     under it while no tenant takes overflow, then as many more as the most
-    overflow held at once lately, at most ceil(32 / 4) = 8; the reserve goes
-    back once that is RESERVE_SECONDS old. Overflow off: no reserve."""
+    overflow held (or wanted) at once lately, at most ceil(32 / 4) = 8; the
+    reserve goes back once that is RESERVE_SECONDS old. Overflow off: no
+    reserve."""
     replica = ReplicaInfo(
         id=7, name="r", base_url="http://127.0.0.1:9", model="m", pool_id=1,
         pool_kind="shared", pool_owner_id=None, max_inflight=32, adaptive=True,

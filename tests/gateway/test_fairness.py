@@ -341,6 +341,34 @@ def test_overflow_peaks_are_the_most_held_at_once_since_last_asked():
     run(scenario)
 
 
+def test_overflow_wanted_past_the_ceiling_counts_in_the_peak():
+    """Every seat to the ceiling held and a tenant under its share waits:
+    the peak says one more than held was wanted (so the reserve above N
+    can grow to it); a flood's own waiter past the ceiling says nothing."""
+
+    async def scenario():
+        fq = FairQueue(headroom=0, overflow=1 / 2)
+        fq.replica_set(1, max_inflight=8, ceiling=10)
+        heavy = [fq.acquire_nowait(1, 50, 1, [1], 10) for _ in range(8)]
+        light = [fq.acquire_nowait(2, 50, 1, [1], 10) for _ in range(2)]
+        assert all(heavy) and all(s.overflow for s in light)
+        assert fq.overflow_peaks_take() == {1: 2}
+        flood = asyncio.ensure_future(fq.acquire(1, 50, 1, [1], 10, timeout=5))
+        await asyncio.sleep(0)
+        assert fq.overflow_peaks_take() == {1: 2}  # the flood is over its share: no want
+        third = asyncio.ensure_future(fq.acquire(2, 50, 1, [1], 10, timeout=5))
+        await asyncio.sleep(0)
+        assert not third.done()  # full to the ceiling: it waits
+        assert fq.overflow_peaks_take() == {1: 3}
+        heavy.pop().release()  # an overflow seat again: the tenant under its share has it
+        await asyncio.sleep(0)
+        assert third.done() and third.result().overflow and not flood.done()
+        flood.cancel()
+        await asyncio.sleep(0)
+
+    run(scenario)
+
+
 # --- priority classes --------------------------------------------------------
 
 
