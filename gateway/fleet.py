@@ -45,6 +45,10 @@ class ReplicaInfo:
     # The inter-token p95 its tenants are promised (billing's SLO policies,
     # ms; None: none): how slow the adaptive N may let a step get.
     itl_promise_ms: float | None = None  # ok-float: a latency bound, never billed
+    # A worker behind a frontend (Dynamo's): the frontend's id, and the
+    # engine's own id for it that the frontend's answers name.
+    front_id: int | None = None
+    engine_instance: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,9 @@ class FleetSnapshot:
     health_targets: list[ReplicaInfo] = field(default_factory=list)
     down_ids: frozenset[int] = frozenset()
     reservation_holders: dict[int, frozenset[int]] = field(default_factory=dict)
+    # Workers behind a frontend, by (frontend id, engine instance): never
+    # routed to or checked, only named in the rows of what they served.
+    workers: dict[tuple[int, str], ReplicaInfo] = field(default_factory=dict)
     loaded_at: float = 0.0  # epoch seconds
     # When a reservation next starts or ends (epoch seconds; None: none
     # will): the holders above change then, with no row written.
@@ -126,7 +133,12 @@ def fleet_snapshot_load() -> FleetSnapshot:
             gpus=r.gpu_units / GPU_UNITS,
             adaptive=r.concurrency == Concurrency.ADAPTIVE and r.engine == Engine.VLLM,
             itl_promise_ms=None if promise is None else float(promise),  # ok-float
+            front_id=r.front_id,
+            engine_instance=r.engine_instance,
         )
+        if r.front_id is not None:
+            snapshot.workers[(r.front_id, r.engine_instance)] = info
+            continue
         snapshot.health_targets.append(info)
         if r.status == ReplicaStatus.UP:
             snapshot.replicas_by_model.setdefault(r.model.name, []).append(info)
@@ -156,6 +168,10 @@ class Router:
         # Replicas this gateway's health checks find down (gateway/health_checks.py).
         self.down: set[int] = set()
         self._suspect_seconds = suspect_seconds
+
+    def worker(self, front_id: int, instance: str) -> ReplicaInfo | None:
+        """The worker behind a frontend that its answers name (Dynamo's)."""
+        return self.snapshot.workers.get((front_id, instance))
 
     def is_own(self, replica: ReplicaInfo, tenant_id: int) -> bool:
         if replica.pool_kind == PoolKind.SHARED:

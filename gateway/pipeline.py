@@ -96,7 +96,7 @@ class Pipeline:
             read=cfg["UPSTREAM_READ_TIMEOUT"],
         )
         self.relay = Relay(session, timeouts)
-        self.recording = Recording(recorder, perf_metrics)
+        self.recording = Recording(recorder, perf_metrics, worker_of=router.worker)
         self._id_prefix = secrets.token_hex(8)  # this process's (built at its startup)
         self._id_numbers = itertools.count()
 

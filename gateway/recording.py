@@ -14,7 +14,8 @@ from gateway.perf_metrics import PerfMetrics
 from gateway.proxy import Outcome, ms, now, prompt_counted, respond_refused
 from gateway.recorder import Recorder
 from gateway.telemetry import queue_wait_observe, request_observe
-from metering.choices import Timing
+from gateway.worker_rows import WorkerOf, worker_rows
+from metering.choices import Phase, Timing
 from serving.choices import RequestStatus
 from serving.records import CompletedRequest
 
@@ -22,9 +23,12 @@ from serving.records import CompletedRequest
 class Recording:
     """Where the pipeline's rows go, and what fills them in."""
 
-    def __init__(self, recorder: Recorder, perf_metrics: PerfMetrics) -> None:
+    def __init__(
+        self, recorder: Recorder, perf_metrics: PerfMetrics, *, worker_of: WorkerOf
+    ) -> None:
         self.recorder = recorder
         self.perf_metrics = perf_metrics  # TensorRT-LLM's timings, read apart
+        self.worker_of = worker_of  # the workers behind a frontend (Dynamo's)
 
     async def answered(self, ex: Exchange, outcome: Outcome | None, last_error: str) -> None:
         """Record what the replica answered (already relayed to the client),
@@ -84,7 +88,10 @@ class Recording:
         # Whose clock its timeline is: the engine's, or the gateway's own
         # window (an engine that said nothing of its timing).
         record.timing = Timing.ENGINE if timings.any else Timing.GATEWAY
-        self.finish(record, caller, ended_at=outcome.upstream_ended_at, observe=observe)
+        record.ended_at = outcome.upstream_ended_at or now()
+        for row in worker_rows(record, timings.workers, self.worker_of):
+            counted = observe and row.phase != Phase.PREFILL
+            self.finish(row, caller, ended_at=row.ended_at, observe=counted)
 
     def finish(
         self,

@@ -13,9 +13,10 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 
 from django.conf import settings
-from django.db.models import Q, Sum
+from django.db.models import Case, F, Q, Sum, When
 from django.utils import timezone
 
+from metering.choices import Phase
 from metering.models import ReconciliationGap, UsageEvent
 from serving.models import Replica, ReplicaMetricSample
 
@@ -77,14 +78,23 @@ def reconciliation_compute(
     delta = counter_delta(replica_id=replica.pk, start=start, end=end)
     metered = {"prompt": 0, "generation": 0}
     if delta.first_at is not None and delta.samples > 1:
-        sums = UsageEvent.objects.filter(
-            Q(replica_id=replica.pk)
-            & Q(ended_at__gt=delta.first_at, ended_at__lte=delta.last_at)
+        rows = UsageEvent.objects.filter(
+            Q(ended_at__gt=delta.first_at, ended_at__lte=delta.last_at)
             # bounds the partitions scanned: no request outlives MAX_REQUEST_SECONDS
             & Q(received_at__gte=delta.first_at - MAX_REQUEST)
             & ~Q(status="rejected")
-        ).aggregate(prompt=Sum("prompt_tokens"), generation=Sum("completion_tokens"))
-        metered = {k: v or 0 for k, v in sums.items()}
+        )
+        own = rows.filter(replica_id=replica.pk).aggregate(
+            prompt=Sum("prompt_tokens"), generation=Sum("completion_tokens")
+        )
+        # Its workers' rows (a Dynamo frontend's counters count every worker
+        # behind it): each request once, its prompt by its prefill row and
+        # its output by its decode row, as metering.rollups bills them.
+        behind = rows.filter(replica__front_id=replica.pk).aggregate(
+            prompt=Sum(Case(When(phase=Phase.DECODE, then=0), default=F("prompt_tokens"))),
+            generation=Sum(Case(When(phase=Phase.PREFILL, then=0), default=F("completion_tokens"))),
+        )
+        metered = {k: (own[k] or 0) + (behind[k] or 0) for k in metered}
     gap, _ = ReconciliationGap.objects.update_or_create(
         replica=replica,
         start=start,
@@ -106,5 +116,5 @@ def reconciliation_run_hour(*, hour: datetime) -> list[ReconciliationGap]:
     hour = hour.replace(minute=0, second=0, microsecond=0)
     return [
         reconciliation_compute(replica=replica, start=hour, end=hour + timedelta(hours=1))
-        for replica in Replica.objects.all()
+        for replica in Replica.objects.filter(front__isnull=True)  # workers: by their frontend
     ]

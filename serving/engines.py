@@ -71,13 +71,29 @@ from serving.choices import Engine
 
 
 @dataclass(frozen=True)
+class WorkerSplit:
+    """Which workers behind a frontend served a request (Dynamo's
+    nvext.worker_id, ids as decimal text; one worker for both phases when
+    aggregated), and how long its prefill ran on the prefill worker."""
+
+    prefill: str
+    decode: str
+    prefill_ms: Decimal | None = None
+
+    @property
+    def split(self) -> bool:
+        return self.prefill != self.decode
+
+
+@dataclass(frozen=True)
 class Timings:
     """One request's engine-measured durations, in milliseconds (None: the
-    engine did not say)."""
+    engine did not say), and the workers it ran on where a frontend says."""
 
     queue_ms: Decimal | None = None
     ttft_ms: Decimal | None = None
     generation_ms: Decimal | None = None
+    workers: WorkerSplit | None = None
 
     @property
     def any(self) -> bool:
@@ -133,15 +149,29 @@ def _dynamo_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timi
     rest of its TTFT (scheduling to the first token), the first token to
     the last (total less TTFT)."""
     nvext = data.get("nvext")
-    timing = nvext.get("timing") if isinstance(nvext, dict) else None
-    if not isinstance(timing, dict):
+    if not isinstance(nvext, dict):
         return NO_TIMINGS
+    timing = nvext.get("timing") if isinstance(nvext.get("timing"), dict) else {}
+    workers = _dynamo_workers(nvext.get("worker_id"), _number(timing.get("prefill_time_ms")))
     ttft, total = _number(timing.get("ttft_ms")), _number(timing.get("total_time_ms"))
     if ttft is None or total is None or total < ttft:
-        return NO_TIMINGS
+        return Timings(workers=workers)
     queue = _number(timing.get("prefill_wait_time_ms"))
     queue = queue if queue is not None and queue <= ttft else None
-    return Timings(queue, ttft - (queue or 0), total - ttft)
+    return Timings(queue, ttft - (queue or 0), total - ttft, workers=workers)
+
+
+def _dynamo_workers(ids: Any, prefill_ms: Decimal | None) -> WorkerSplit | None:
+    """nvext.worker_id: {prefill_worker_id, decode_worker_id} (unsigned
+    64-bit integers; the prefill's missing when one worker ran both)."""
+    if not isinstance(ids, dict):
+        return None
+    decode, prefill = ids.get("decode_worker_id"), ids.get("prefill_worker_id")
+    if isinstance(decode, bool) or not isinstance(decode, int):
+        return None
+    if isinstance(prefill, bool) or not isinstance(prefill, int):
+        prefill = decode
+    return WorkerSplit(prefill=str(prefill), decode=str(decode), prefill_ms=prefill_ms)
 
 
 def _tgi_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timings:

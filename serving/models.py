@@ -253,6 +253,26 @@ class Replica(models.Model):
     launched_pid = models.PositiveIntegerField(
         null=True, blank=True, help_text="Set for replicas started by vllm_up on this machine."
     )
+    # A worker behind a frontend that routes to it itself (NVIDIA Dynamo's):
+    # never routed to by the gateway (its frontend is), registered from the
+    # frontend's /health (serving.engine_workers), named in its answers by
+    # `engine_instance`. Its GPUs and the rows of the requests it served are
+    # its own: GPU-seconds and attribution per worker.
+    front = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="workers",
+        help_text="The frontend this worker serves behind (Dynamo); empty for a replica "
+        "the gateway routes to.",
+    )
+    engine_instance = models.CharField(
+        max_length=40,
+        blank=True,
+        default="",
+        help_text="The engine's own id for this worker (Dynamo's instance id).",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -270,12 +290,19 @@ class Replica(models.Model):
             models.CheckConstraint(
                 condition=Q(concurrency__in=Concurrency.values), name="replica_concurrency_valid"
             ),
+            models.UniqueConstraint(
+                fields=["front", "engine_instance"],
+                condition=Q(front__isnull=False),
+                name="replica_worker_instance_unique",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
 
     def clean(self) -> None:
+        if self.front_id is not None:  # its role is its frontend's split, not its pool's
+            return
         problem = role_misfit(self.pool if self.pool_id else None, self.role)
         if problem:
             raise ValidationError({"role": problem})

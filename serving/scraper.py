@@ -14,6 +14,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from serving.choices import Engine, ReplicaStatus
+from serving.engine_workers import engine_workers_refresh
 from serving.engines import VLLM_COUNTERS, Counters, engine_spec
 from serving.models import Replica, ReplicaMetricSample
 from serving.services import replica_set_status
@@ -92,6 +93,8 @@ def replica_scrape(*, replica: Replica) -> ReplicaMetricSample:
     that does not answer goes down; one that answers again comes back up.
     Draining replicas keep their status (an operator set it)."""
     result = replica_scrape_fetch(replica.base_url, engine=replica.engine)
+    if result.up:
+        engine_workers_refresh(replica)  # a Dynamo frontend's: each a replica of its own
     sample = ReplicaMetricSample.objects.create(
         replica=replica,
         scraped_at=timezone.now(),
@@ -108,8 +111,9 @@ def replica_scrape(*, replica: Replica) -> ReplicaMetricSample:
 
 
 def replicas_scrape_all() -> int:
-    """Every registered replica, a few at a time."""
-    replicas = list(Replica.objects.all())
+    """Every registered replica, a few at a time (a worker behind a frontend
+    through its frontend: its counters are the frontend's)."""
+    replicas = list(Replica.objects.filter(front__isnull=True))
 
     def one(replica: Replica) -> None:
         from django.db import close_old_connections
