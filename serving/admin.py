@@ -124,11 +124,19 @@ class ReplicaAdmin(admin.ModelAdmin):
         "max_inflight",
         "concurrency",
         "concurrency_limit",
+        "front",
         "last_seen_at",
     ]
     list_filter = ["status", "engine", "role", "pool__kind", "model"]
-    search_fields = ["name", "base_url"]
-    readonly_fields = ["status_since", "concurrency_limit", "concurrency_limit_at"]
+    search_fields = ["name", "base_url", "engine_instance"]
+    # A worker's frontend and id are its frontend's listing (serving.engine_workers).
+    readonly_fields = [
+        "status_since",
+        "concurrency_limit",
+        "concurrency_limit_at",
+        "front",
+        "engine_instance",
+    ]
     inlines = [ReplicaGpuInline]
     # A replica's URL is the engine's on the private network, usually http.
     formfield_overrides = {models.URLField: {"assume_scheme": "http"}}

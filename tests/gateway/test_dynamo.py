@@ -25,8 +25,9 @@ from django.utils import timezone
 
 from billing.models import ModelPrice, PriceBook
 from metering.reconciliation import reconciliation_compute
+from serving.choices import ReplicaStatus
 from serving.dynamo import ENGINE_TYPES, WorkerGroup, dynamo_start, listening_sockets
-from serving.models import ServedModel
+from serving.models import Replica, ServedModel
 from serving.scraper import replica_scrape
 from serving.tiny_model import MODEL_NAME, tiny_model_write
 from tests.fleet import wait_for_records
@@ -195,3 +196,58 @@ def _frontend_requests(base_url: str) -> float:
         for line in text.splitlines()
         if line.startswith("dynamo_frontend_requests_total{")
     )
+
+
+def test_a_stream_dynamo_cuts_is_billed_to_its_last_token_and_its_frontend_goes_down(
+    fleet, dynamo_runtime
+):
+    """The frontend killed mid-stream: the client's stream ends with an
+    error event after the tokens it got, the row is billed the output the
+    last usage chunk counted (what the client saw), and the gateway's
+    health checks mark the frontend down like any replica."""
+    model_dir = tiny_model_write(directory=Path(settings.VAR_DIR) / "models" / MODEL_NAME)
+    deployment = dynamo_start(
+        name="test-cut", model_dir=model_dir, served_model=MODEL_NAME, workers=[WorkerGroup()]
+    )
+    try:
+        deployment.wait_ready(timeout=120)
+        fleet.add_tenant("a")
+        replica = fleet.add_replica("dyn", deployment.base_url, "shared", engine="dynamo")
+        fleet.ready()
+        frontend = next(p for p in deployment.processes if p.name.endswith("-frontend"))
+        body = {
+            "model": MODEL_NAME,
+            "messages": HELLO,
+            "max_tokens": 1500,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        seen, tail = 0, []
+        with httpx.stream(
+            "POST",
+            f"{fleet.gateway}/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {fleet.secrets['a']}"},
+            timeout=30,
+        ) as answer:
+            rid = answer.headers["x-request-id"]
+            for line in answer.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                event = orjson.loads(line[len("data: ") :])
+                tail.append(event)
+                if event.get("usage"):
+                    seen = event["usage"]["completion_tokens"]
+                if seen >= 40 and frontend.popen.poll() is None:
+                    frontend.popen.kill()  # SIGKILL: no goodbye from the frontend
+        assert 40 <= seen < 1500, tail[-3:]
+        assert "error" in tail[-1]  # the client is told its stream was cut
+        row = wait_for_records([rid])[rid]
+        assert row.status in ("aborted", "error") and row.completion_tokens == seen
+        wait_until(
+            lambda: Replica.objects.get(pk=replica.pk).status == ReplicaStatus.DOWN,
+            timeout=30,
+            what="the frontend marked down",
+        )
+    finally:
+        deployment.stop()
