@@ -70,6 +70,9 @@ def images_build() -> Images:
     )  # fmt: skip
     if result.returncode != 0:
         raise AssertionError(f"deploy/images/build failed:\n{result.stdout}\n{result.stderr}")
+    artifacts = ROOT / "test-artifacts"  # CI's: each image's build time, kept
+    if artifacts.is_dir():
+        (artifacts / "images-build.log").write_text(result.stdout)
     return Images(
         app=f"localhost/gpu-ledger:{TAG}",
         vllm_cpu=f"localhost/gpu-ledger-vllm-cpu:{TAG}",
