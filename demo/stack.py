@@ -48,6 +48,34 @@ def vllm_replicas_start(*, pools: dict, progress, embedder=None) -> list:
     return replicas_launch(placements=placements, progress=progress)
 
 
+def dynamo_demo_start(*, progress):
+    """NVIDIA Dynamo serving the tiny model in the demo's Dynamo pool: its
+    frontend and two mocker workers (a disaggregated prefill and decode
+    pair, simulated GPUs), installed on first use; returns the deployment
+    (stopped by the caller) and the workers registered."""
+    from demo.seeds.fleet import dynamo_demo_seed, dynamo_workers_place
+    from serving.dynamo import WorkerGroup, dynamo_install, dynamo_installed, dynamo_start
+    from serving.tiny_model import MODEL_NAME, tiny_model_write
+
+    if not dynamo_installed():
+        progress("installing NVIDIA Dynamo (its own virtualenv, about a minute)")
+        dynamo_install(progress=progress)
+    model_dir = tiny_model_write(directory=settings.VAR_DIR / "models" / MODEL_NAME)
+    deployment = dynamo_start(
+        name="demo",
+        model_dir=model_dir,
+        served_model=MODEL_NAME,
+        workers=[WorkerGroup(mode="prefill"), WorkerGroup(mode="decode")],
+    )
+    try:
+        deployment.wait_ready(timeout=120)
+        workers = dynamo_workers_place(dynamo_demo_seed(base_url=deployment.base_url))
+    except BaseException:
+        deployment.stop()
+        raise
+    return deployment, workers
+
+
 def services_start(
     *,
     log_dir: Path,

