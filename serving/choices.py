@@ -34,7 +34,7 @@ class Engine(models.TextChoices):
     SGLANG = "sglang", "SGLang"
     TGI = "tgi", "Hugging Face TGI"
     TRITON = "triton", "Triton (OpenAI frontend)"
-    DYNAMO = "dynamo", "NVIDIA Dynamo (its frontend)"
+    DYNAMO = "dynamo", "NVIDIA Dynamo"
     OPENAI = "openai", "Other OpenAI-compatible server"
 
 

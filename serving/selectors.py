@@ -29,7 +29,7 @@ def pools_overview() -> QuerySet[Pool]:
 
 
 def replicas_overview() -> QuerySet[Replica]:
-    return Replica.objects.select_related("pool", "model").prefetch_related(
+    return Replica.objects.select_related("pool", "model", "front").prefetch_related(
         Prefetch(
             "gpu_shares",
             queryset=ReplicaGpu.objects.select_related("gpu").order_by("gpu__serial"),

@@ -130,3 +130,25 @@ def _cells(html: str) -> list[str]:
     import re
 
     return re.findall(r'data-testid="replica-engine">([^<]*)</td>', html)
+
+
+def test_a_dynamo_worker_is_shown_with_its_role_behind_its_frontend(client, demo_fleet):
+    from serving.choices import Engine
+    from serving.engine_workers import Listed, engine_workers_sync
+    from serving.services import replica_register
+
+    shared = demo_fleet["demo-shared"]
+    front = replica_register(
+        name="dyn", base_url="http://127.0.0.1:9", model=shared.replica.model,
+        pool=shared.pool, gpus=[], engine=Engine.DYNAMO,
+    )  # fmt: skip
+    engine_workers_sync(
+        frontend=front,
+        listed=[Listed("17", "prefill", "prefill"), Listed("18", "backend", "decode")],
+    )
+    client.force_login(make_finance_user())
+    page = client.get("/fleet/")
+    html = page.content.decode()
+    assert html.count("worker behind dyn") == 2
+    assert "NVIDIA Dynamo · prefill" in html and "NVIDIA Dynamo · decode" in html
+    assert {r.name for r in page.context["replicas"]} >= {"dyn/prefill-11", "dyn/backend-12"}
