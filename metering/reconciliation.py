@@ -78,23 +78,26 @@ def reconciliation_compute(
     delta = counter_delta(replica_id=replica.pk, start=start, end=end)
     metered = {"prompt": 0, "generation": 0}
     if delta.first_at is not None and delta.samples > 1:
-        rows = UsageEvent.objects.filter(
-            Q(ended_at__gt=delta.first_at, ended_at__lte=delta.last_at)
+        # A Dynamo frontend's counters count every worker behind it: its
+        # workers' rows too, each request once (its prompt by its prefill
+        # row, its output by its decode row, as metering.rollups bills them).
+        workers = list(Replica.objects.filter(front=replica).values_list("pk", flat=True))
+        behind = Q(replica_id__in=workers)
+        sums = UsageEvent.objects.filter(
+            Q(replica_id__in=[replica.pk, *workers])
+            & Q(ended_at__gt=delta.first_at, ended_at__lte=delta.last_at)
             # bounds the partitions scanned: no request outlives MAX_REQUEST_SECONDS
             & Q(received_at__gte=delta.first_at - MAX_REQUEST)
             & ~Q(status="rejected")
+        ).aggregate(
+            prompt=Sum(
+                Case(When(behind & Q(phase=Phase.DECODE), then=0), default=F("prompt_tokens"))
+            ),
+            generation=Sum(
+                Case(When(behind & Q(phase=Phase.PREFILL), then=0), default=F("completion_tokens"))
+            ),
         )
-        own = rows.filter(replica_id=replica.pk).aggregate(
-            prompt=Sum("prompt_tokens"), generation=Sum("completion_tokens")
-        )
-        # Its workers' rows (a Dynamo frontend's counters count every worker
-        # behind it): each request once, its prompt by its prefill row and
-        # its output by its decode row, as metering.rollups bills them.
-        behind = rows.filter(replica__front_id=replica.pk).aggregate(
-            prompt=Sum(Case(When(phase=Phase.DECODE, then=0), default=F("prompt_tokens"))),
-            generation=Sum(Case(When(phase=Phase.PREFILL, then=0), default=F("completion_tokens"))),
-        )
-        metered = {k: (own[k] or 0) + (behind[k] or 0) for k in metered}
+        metered = {k: v or 0 for k, v in sums.items()}
     gap, _ = ReconciliationGap.objects.update_or_create(
         replica=replica,
         start=start,

@@ -52,6 +52,7 @@ from pathlib import Path
 from django.conf import settings
 
 from core.processes import ManagedProcess, ProcessFailed, free_port
+from serving.engines import workers_listed
 from serving.launcher import venv_prepare
 
 Progress = Callable[[str], None]
@@ -238,18 +239,14 @@ class DynamoDeployment:
             expected[component] = expected.get(component, 0) + group.count
         return expected
 
-    def workers_found(self) -> dict[str, list[int]]:
-        """The ids of the workers the frontend has found, per component: the
-        instances of their `generate` endpoints its /health lists. These are
-        the ids an answer's nvext.worker_id names."""
-        health = self._get_json("/health") or {}
-        found: dict[str, list[int]] = {}
-        for instance in health.get("instances", []):
-            if isinstance(instance, dict) and instance.get("endpoint") == "generate":
-                found.setdefault(str(instance.get("component")), []).append(
-                    int(instance.get("instance_id", 0))
-                )
-        return {component: sorted(ids) for component, ids in found.items()}
+    def workers_found(self) -> dict[str, list[str]]:
+        """The ids of the workers the frontend has found, per component, as
+        its /health lists them (serving.engines.workers_listed): the ids an
+        answer's nvext.worker_id names."""
+        found: dict[str, list[str]] = {}
+        for worker in workers_listed(self._get_json("/health") or {}):
+            found.setdefault(worker.component, []).append(worker.instance)
+        return found
 
     def _model_listed(self) -> bool:
         listed = self._get_json("/v1/models") or {}

@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from serving.choices import Engine
+from serving.choices import Engine, ReplicaRole
 
 
 @dataclass(frozen=True)
@@ -162,16 +162,60 @@ def _dynamo_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timi
 
 
 def _dynamo_workers(ids: Any, prefill_ms: Decimal | None) -> WorkerSplit | None:
-    """nvext.worker_id: {prefill_worker_id, decode_worker_id} (unsigned
-    64-bit integers; the prefill's missing when one worker ran both)."""
+    """nvext.worker_id: {prefill_worker_id, decode_worker_id} (the prefill's
+    missing when one worker ran both)."""
     if not isinstance(ids, dict):
         return None
-    decode, prefill = ids.get("decode_worker_id"), ids.get("prefill_worker_id")
-    if isinstance(decode, bool) or not isinstance(decode, int):
+    decode = dynamo_instance(ids.get("decode_worker_id"))
+    if decode is None:
         return None
-    if isinstance(prefill, bool) or not isinstance(prefill, int):
-        prefill = decode
-    return WorkerSplit(prefill=str(prefill), decode=str(decode), prefill_ms=prefill_ms)
+    prefill = dynamo_instance(ids.get("prefill_worker_id")) or decode
+    return WorkerSplit(prefill=prefill, decode=decode, prefill_ms=prefill_ms)
+
+
+def dynamo_instance(value: Any) -> str | None:
+    """A Dynamo worker's instance id (an unsigned 64-bit integer, past what
+    a database's bigint holds) as the decimal text it is kept as; None if
+    `value` is none."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A worker a Dynamo frontend's /health lists."""
+
+    instance: str  # dynamo_instance's text: what its answers name it by
+    component: str
+    role: str  # serving.choices.ReplicaRole
+
+
+def workers_listed(health: Mapping[str, Any]) -> list[Listed]:
+    """The workers a Dynamo frontend's /health lists ("instances": component,
+    endpoint, instance_id per endpoint of each worker): each instance with a
+    `generate` endpoint. Component `prefill` is a disaggregated pair's
+    prefill worker; any other (`backend`) a decode worker where a prefill
+    worker is listed beside it, else an aggregated one. (Its /metrics says
+    the same per worker, `worker_type`, but only of workers that served.)"""
+    found: dict[str, str] = {}
+    for item in health.get("instances") or []:
+        if not isinstance(item, dict) or item.get("endpoint") != "generate":
+            continue
+        instance = dynamo_instance(item.get("instance_id"))
+        if instance is not None:
+            found[instance] = str(item.get("component") or "backend")
+    split = "prefill" in found.values()
+    return [
+        Listed(
+            instance=instance,
+            component=component,
+            role=ReplicaRole.PREFILL
+            if component == "prefill"
+            else (ReplicaRole.DECODE if split else ReplicaRole.BOTH),
+        )
+        for instance, component in sorted(found.items())
+    ]
 
 
 def _tgi_timings(data: Mapping[str, Any], headers: Mapping[str, str]) -> Timings:

@@ -134,7 +134,8 @@ def _cells(html: str) -> list[str]:
 
 def test_a_dynamo_worker_is_shown_with_its_role_behind_its_frontend(client, demo_fleet):
     from serving.choices import Engine
-    from serving.engine_workers import Listed, engine_workers_sync
+    from serving.engine_workers import engine_workers_sync
+    from serving.engines import Listed
     from serving.services import replica_register
 
     shared = demo_fleet["demo-shared"]

@@ -27,7 +27,8 @@ from metering.reconciliation import reconciliation_compute
 from metering.windows import attribution_conservation_check
 from serving.choices import ReplicaRole, ReplicaStatus
 from serving.dynamo import WorkerGroup, dynamo_start
-from serving.engine_workers import GONE, engine_workers_sync, workers_listed
+from serving.engine_workers import GONE, engine_workers_sync
+from serving.engines import workers_listed
 from serving.gpu_shares import Share
 from serving.scraper import replica_scrape
 from serving.services import local_gpu_ensure, replica_gpu_shares_set

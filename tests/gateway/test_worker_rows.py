@@ -10,8 +10,7 @@ from decimal import Decimal
 
 from gateway.fleet import ReplicaInfo
 from gateway.worker_rows import worker_rows
-from serving.engine_workers import workers_listed
-from serving.engines import WorkerSplit, engine_spec
+from serving.engines import WorkerSplit, engine_spec, workers_listed
 from serving.records import CompletedRequest
 
 T0 = datetime(2026, 11, 28, 12, tzinfo=UTC)
