@@ -114,15 +114,17 @@ def fake_upstream(tokens: int) -> tuple[ManagedProcess, int]:
     return process, port
 
 
-def gateway_process(name: str, env: dict[str, str]) -> tuple[ManagedProcess, int]:
-    """A gateway (`manage.py gateway`, one worker) on a free port with `env`
-    over this process's environment, logging to var/log/bench-NAME.log (not
-    started), and its port. Its operator listener (gateway_health) on
+def gateway_process(
+    name: str, env: dict[str, str], *, args: list[str] | None = None
+) -> tuple[ManagedProcess, int]:
+    """A gateway (`manage.py gateway`, one worker unless `args` say more) on
+    a free port with `env` over this process's environment, logging to
+    var/log/bench-NAME.log (not started), and its port. Its operator listener (gateway_health) on
     another free port answers its readiness."""
     port, operator_port = free_port(), free_port()
     process = ManagedProcess(
         name,
-        [sys.executable, "manage.py", "gateway", "--port", str(port)],
+        [sys.executable, "manage.py", "gateway", "--port", str(port), *(args or [])],
         env={"GATEWAY_OPERATOR_PORT": str(operator_port), **env},
         log_path=Path(settings.VAR_DIR) / "log" / f"bench-{name}.log",
         ready_url=f"http://127.0.0.1:{operator_port}/healthz",

@@ -170,26 +170,44 @@ def records_flushed(operator_url: str, *, timeout: float = 30) -> None:
 
 def pipeline_run() -> dict:
     """Attribute and roll up what the workload left, allocate today's cost,
-    draft this period's invoices and compute the month-to-date margins."""
+    draft this period's invoices and compute the month-to-date margins;
+    with the seconds each stage took."""
     from billing.choices import ReportKind
     from billing.costs.runs import allocation_run_create, allocation_run_execute
     from billing.invoicing.runs import invoice_run_create, invoice_run_execute
     from billing.reports.margin_reports import margin_report_build, margin_report_request
     from metering.jobs import metering_run
 
+    seconds: dict[str, float] = {}  # ok-float: timings
+
+    def timed(stage: str, work):
+        started = time.perf_counter()
+        result = work()
+        seconds[stage] = time.perf_counter() - started
+        return result
+
     now = timezone.now()
     grace = timedelta(seconds=settings.METERING["ATTRIBUTION_GRACE_SECONDS"])
-    metered = metering_run(now=now + grace + timedelta(hours=1))
+    metered = timed("attribution", lambda: metering_run(now=now + grace + timedelta(hours=1)))
     next_hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     today = day_start(now)
-    allocation = allocation_run_execute(run_id=allocation_run_create(start=today, end=next_hour).pk)
-    drafts = invoice_run_execute(
-        run_id=invoice_run_create(as_of=now, finalize=False).pk, current_period=True
+    allocation = timed(
+        "allocation",
+        lambda: allocation_run_execute(run_id=allocation_run_create(start=today, end=next_hour).pk),
     )
-    report = margin_report_build(
-        report_id=margin_report_request(
-            kind=ReportKind.MONTH_TO_DATE, start=month_start(now), end=next_hour
-        ).pk
+    drafts = timed(
+        "invoices",
+        lambda: invoice_run_execute(
+            run_id=invoice_run_create(as_of=now, finalize=False).pk, current_period=True
+        ),
+    )
+    report = timed(
+        "margins",
+        lambda: margin_report_build(
+            report_id=margin_report_request(
+                kind=ReportKind.MONTH_TO_DATE, start=month_start(now), end=next_hour
+            ).pk
+        ),
     )
     from metering.models import UsageEvent
 
@@ -205,4 +223,5 @@ def pipeline_run() -> dict:
         "allocation": allocation.status,
         "drafts": drafts.invoices_created,
         "margin": report.totals,
+        "seconds": seconds,
     }

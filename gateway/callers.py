@@ -52,6 +52,9 @@ class Caller:
     priority: int
     cache_salt: str
     limits: Limits
+    # When the key expires (epoch seconds; None: never): the cache keeps
+    # the caller no longer than that.
+    expires_at: float | None = None
 
 
 STALE_RETRY = 1.0  # seconds between tries of a database that is away
@@ -108,6 +111,7 @@ def caller_load(raw_key: str) -> Caller:
             queue_timeout_ms=policy.queue_timeout_ms,
             max_queued_requests=policy.max_queued_requests,
         ),
+        expires_at=key.expires_at.timestamp() if key.expires_at is not None else None,
     )
 
 
@@ -257,6 +261,14 @@ class CallerCache(LoadingCache):
 
     def load(self, key: str) -> Caller:
         return caller_load(key)
+
+    def expires_in(self, value) -> float:
+        """The TTL, or less for a key that expires sooner (then read again,
+        and refused)."""
+        expires_at = getattr(value, "expires_at", None)
+        if expires_at is None:
+            return self._ttl
+        return max(0.0, min(self._ttl, expires_at - time.time()))
 
     def tenant_of(self, key: str, value: Caller) -> int:
         return value.tenant_id

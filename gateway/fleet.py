@@ -168,6 +168,8 @@ class Router:
         # Replicas this gateway's health checks find down (gateway/health_checks.py).
         self.down: set[int] = set()
         self._suspect_seconds = suspect_seconds
+        # When each replica last answered a request (monotonic seconds).
+        self._answered_at: dict[int, float] = {}
 
     def worker(self, front_id: int, instance: str) -> ReplicaInfo | None:
         """The worker behind a frontend that its answers name (Dynamo's)."""
@@ -254,6 +256,13 @@ class Router:
 
     def release(self, replica: ReplicaInfo) -> None:
         self.inflight[replica.id] = max(0, self.inflight.get(replica.id, 0) - 1)
+
+    def answered(self, replica: ReplicaInfo) -> None:
+        """It answered a request: alive, however slow its health check."""
+        self._answered_at[replica.id] = time.monotonic()
+
+    def answered_within(self, replica_id: int, seconds: float) -> bool:
+        return time.monotonic() - self._answered_at.get(replica_id, float("-inf")) <= seconds
 
     def mark_suspect(self, replica: ReplicaInfo) -> None:
         self._suspect_until[replica.id] = time.monotonic() + self._suspect_seconds

@@ -6,7 +6,13 @@ registered and not draining for its engine's health endpoint
 (serving.engines: vLLM `GET /health`, NIM `/v1/health/ready`, Triton
 `/health/ready`; an OpenAI-compatible server that has none, `GET
 /v1/models`), on a connection of its own. A check fails when the answer is
-not 2xx within GATEWAY_HEALTH_TIMEOUT_SECONDS. A replica goes down after
+not 2xx within GATEWAY_HEALTH_TIMEOUT_SECONDS, save a check that timed out
+on a replica that answered one of this gateway's requests within the last
+interval and timeout: it is busy, not gone (a saturated engine still
+serving slows its health endpoint too; taking it out turns overload into
+an outage: bench/fleet found a Dynamo frontend marked down so, and its
+pool's traffic refused, at 64 workers past the rate kept up with). A
+replica goes down after
 UNHEALTHY_THRESHOLD failures in a row and comes back up after
 HEALTHY_THRESHOLD successes in a row: one dropped check, or one answer from
 a replica still coming up, changes nothing.
@@ -223,6 +229,8 @@ class HealthChecks:
         try:
             status, _ = await self._client.get(replica.base_url + path, timeout=self.timeout)
         except TimeoutError:
+            if self.router.answered_within(replica.id, self.interval + self.timeout):
+                return None  # busy serving, not gone
             return f"GET {path}: no answer within {self.timeout:g} s"
         except Exception as exc:  # whatever kept it from answering is a failed check
             return f"GET {path}: {str(exc) or type(exc).__name__}"

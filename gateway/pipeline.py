@@ -296,6 +296,7 @@ class Pipeline:
                     outcome = await self.relay.upstream(
                         ex, replica, cut=cut, on_output=ex.slot.output_counter
                     )
+            self.router.answered(replica)
             return outcome, ""
         except UpstreamUnavailable as exc:
             error = f"{replica.name}: {exc}"

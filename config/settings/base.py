@@ -231,7 +231,13 @@ DEMO_KEYS_FILE = Path(env("DEMO_KEYS_FILE", default=str(VAR_DIR / "demo_api_keys
 # --- The OpenAI-compatible gateway (gateway/) ---
 SERVING_RECORD_SINK = env("SERVING_RECORD_SINK", default="metering.sink.usage_event_sink")
 GATEWAY = {
-    "KEY_CACHE_SECONDS": env.float("GATEWAY_KEY_CACHE_SECONDS", default=5.0),
+    # A key's lookup (its tenant, scopes and policy) is read again after
+    # this long at most, and no later than the key's expiry; a revoked key,
+    # a suspended tenant, a changed policy are heard at once anyway
+    # (core.changes). Every active key costs a read per half of it per
+    # gateway worker: with thousands of tenants a few seconds' TTL made
+    # those reads a fifth of the gateway's CPU (bench/fleet).
+    "KEY_CACHE_SECONDS": env.float("GATEWAY_KEY_CACHE_SECONDS", default=60.0),
     # A tenant's spend terms (its budget, credit, prices and the period's
     # spend by the ledger: gateway.callers.TermsCache) are read again after
     # this long at most; every change to them is heard at once anyway.

@@ -234,3 +234,25 @@ def test_the_database_away_a_known_key_is_served_as_it_was_and_an_unknown_one_is
 
     with mock.patch("gateway.callers.caller_load", load):
         asyncio.run(scenario())
+
+
+def test_a_caller_is_kept_no_longer_than_its_key_lives():
+    import time as clock
+
+    cache = CallerCache(ttl_seconds=60)
+
+    def caller(expires_at):
+        return Caller(
+            tenant_id=1,
+            tenant_slug="t",
+            api_key_id=9,
+            priority=50,
+            cache_salt="s",
+            limits=Limits(None, None, None, None),
+            expires_at=expires_at,
+        )
+
+    assert cache.expires_in(caller(None)) == 60  # a key without expiry: the TTL
+    assert 1 < cache.expires_in(caller(clock.time() + 2)) <= 2
+    assert cache.expires_in(caller(clock.time() - 5)) == 0  # expired: read again at once
+    assert cache.expires_in(CallerRefused(401, "invalid_api_key", "x").refused) == 60

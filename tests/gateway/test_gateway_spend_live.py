@@ -393,3 +393,36 @@ def test_an_aborted_stream_settles_to_what_was_streamed(fake):
         state = drained(lambda: redis_spend_state(redis_url(), account.key, prefix=prefix))
         assert state.reserved == 0  # the 0.2 worst case let go
         assert state.spent == D(record.completion_tokens) / 1000
+
+
+def test_with_a_five_minute_key_cache_a_revoked_key_and_an_expired_one_are_refused_at_once(fake):
+    """The key cache may keep a caller for minutes (thousands of tenants
+    would otherwise cost a read each every few seconds): a revocation is
+    heard as it commits, and a key is never kept past its expiry."""
+    from django.utils import timezone
+
+    from tenants.services import api_key_revoke
+    from tests.factories import make_key
+
+    with live_fleet() as fleet:
+        tenant = fleet.add_tenant("keys")
+        fleet.add_replica("fake", fake.base_url, "shared", max_inflight=4)
+        fleet.ready()
+        expires = timezone.now() + timedelta(seconds=3)
+        _, expiring = make_key(tenant, name="short-lived", expires_at=expires)
+        assert post(fleet.gateway, fleet.secrets["keys"]).status_code == 200
+        assert post(fleet.gateway, expiring).status_code == 200  # cached until its expiry
+
+        api_key_revoke(tenant=tenant, key_id=tenant.api_keys.get(name="test key").pk)
+        started = time.monotonic()
+        while (refused := post(fleet.gateway, fleet.secrets["keys"])).status_code == 200:
+            assert time.monotonic() - started < 1.0, "a revoked key still served after 1 s"
+            time.sleep(0.02)
+        assert refused.status_code == 401 and "revoked" in refused.json()["error"]["message"]
+
+        while timezone.now() < expires - timedelta(seconds=0.5):
+            assert post(fleet.gateway, expiring).status_code == 200
+            time.sleep(0.2)
+        time.sleep((expires - timezone.now()).total_seconds() + 0.05)
+        late = post(fleet.gateway, expiring)
+        assert late.status_code == 401 and "expired" in late.json()["error"]["message"]

@@ -169,3 +169,28 @@ def test_a_check_asks_the_engines_own_health_endpoint_and_wants_a_2xx():
         vllm.stop()
         other.stop()
     assert "cannot connect" in _check(replace(info(1), base_url=vllm.base_url))
+
+
+def test_a_busy_replica_whose_health_check_times_out_is_not_failed_for_it():
+    """A saturated engine still serving answers its health endpoint late:
+    a timeout on a replica that answered a request within the last round is
+    not a failure; on one that answered none it is, and a replica that
+    refuses connections fails whatever it answered before."""
+    import socket
+
+    listener = socket.socket()  # accepts connections (its backlog) and never answers
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    silent = replace(info(1), base_url=f"http://127.0.0.1:{listener.getsockname()[1]}")
+    r = router(silent)
+    checks = HealthChecks(r, interval=0.5, timeout=0.2, unhealthy=1, healthy=1)
+    try:
+        assert asyncio.run(checks.check(silent)) == "GET /health: no answer within 0.2 s"
+        r.answered(silent)
+        assert asyncio.run(checks.check(silent)) is None  # busy serving, not gone
+        r._answered_at[silent.id] -= 1.0  # its last answer a round and more ago
+        assert asyncio.run(checks.check(silent)) == "GET /health: no answer within 0.2 s"
+    finally:
+        listener.close()
+    r.answered(silent)
+    assert "cannot connect" in asyncio.run(checks.check(silent))

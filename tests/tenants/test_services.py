@@ -70,3 +70,21 @@ def test_unknown_prefix_is_invalid():
     with pytest.raises(AuthenticationError, match="invalid"):
         api_key_authenticate(raw_key="glk_" + "A" * 10 + "_" + "b" * 43)
     assert not ApiKey.objects.exists()
+
+
+def test_keys_marked_used_in_one_statement_never_move_back(django_assert_num_queries):
+    from datetime import UTC, datetime
+
+    from tenants.services import api_keys_mark_used
+    from tests.factories import make_key
+
+    tenant = make_tenant()
+    keys = [make_key(tenant, name=f"k{n}")[0] for n in range(3)]
+    early, late = datetime(2026, 5, 1, tzinfo=UTC), datetime(2026, 5, 2, tzinfo=UTC)
+    ApiKey.objects.filter(pk=keys[0].pk).update(last_used_at=late)
+    with django_assert_num_queries(1):
+        updated = api_keys_mark_used(used_at_by_key={k.pk: early for k in keys})
+    assert updated == 2  # the first key's later use is kept
+    stamps = dict(ApiKey.objects.filter(tenant=tenant).values_list("pk", "last_used_at"))
+    assert stamps == {keys[0].pk: late, keys[1].pk: early, keys[2].pk: early}
+    assert api_keys_mark_used(used_at_by_key={}) == 0
