@@ -541,9 +541,10 @@ def report(runs: list[dict], args) -> str:
         "",
         "### What the pipeline keeps up with",
         "",
-        "| workers (GPUs) | kept up with, req/s | first step missed | why | day: served / sent "
-        "| day e2e p50 / p99 | ledger lag p50 / p99 / max | in the ledger / served |",
-        "|---|---|---|---|---|---|---|---|",
+        "| workers (GPUs) | kept up with, req/s | first step missed | why | served in full up to "
+        "| day: served / sent | day e2e p50 / p99 | ledger lag p50 / p99 / max "
+        "| in the ledger / served |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         kept = kept_rate(run)
@@ -561,7 +562,7 @@ def report(runs: list[dict], args) -> str:
         )
         lines[-1] += (
             f" | {f'{missed.offered:g}' if missed else 'none'} | {why(missed, day)} "
-            f"| {day.served} / {day.sent} "
+            f"| {served_in_full(steps)} | {day.served} / {day.sent} "
             f"| {pct(day.e2e_ms, 50):.0f} / {pct(day.e2e_ms, 99):.0f} ms "
             f"| {lag[0]:.2f} / {lag[1]:.2f} / {lag[2]:.2f} s | {ledger_total} / {served_total} |"
         )
@@ -605,6 +606,26 @@ def report(runs: list[dict], args) -> str:
             f"| {s['margins']:.1f} | {pipe['rss']:.0f} |"
         )
     labels = sorted({label for run in runs for label in run["cpu"]})
+    per_request = [sum(r["cpu"].values()) / max(1, sum(p.served for p in r["parts"])) for r in runs]
+    gateway = [r["cpu"].get("gateway", 0) / max(1, sum(p.served for p in r["parts"])) for r in runs]
+    cores = os.cpu_count() or 1
+    lines += [
+        "",
+        "### What runs out first",
+        "",
+        f"This machine's {cores} cores, shared by everything: every run spent "
+        f"{min(per_request) * 1000:.0f}-{max(per_request) * 1000:.0f} ms of CPU per request "
+        f"served over the whole run (the fleet's idle time included), the gateway "
+        f"{min(gateway) * 1000:.1f}-{max(gateway) * 1000:.1f} ms of it. The steps show what that "
+        f"sustains, whatever the fleet's size: every request served up to "
+        f"{' / '.join(served_in_full(steps_of(r)) for r in runs)} req/s offered, end-to-end time "
+        f"within {KEPT_E2E:g}x the day's up to {' / '.join(kept_text(r) for r in runs)} (the "
+        f"rows above, in order). Past that, requests queue, then the fair queue refuses what "
+        f"waited past a tenant's queue timeout (429/503) and the simulated frontends answer "
+        f"503/504 themselves. Requests failed unanswered: "
+        f"{sum(p.failed for r in runs for p in r['parts'])}; served requests missing from the "
+        f"ledger: {sum(max(0, sum(p.served for p in r['parts']) - r['in_ledger']) for r in runs)}.",
+    ]
     lines += [
         "",
         "### Where the cores went: CPU ms per request served, over the whole run",
@@ -629,6 +650,27 @@ def report(runs: list[dict], args) -> str:
         cells = " | ".join(f"{run['peaks'].get(label, 0):.0f}" for label in labels)
         lines.append(f"| {run['label']} | {cells} |")
     return "\n".join(lines)
+
+
+def steps_of(run: dict) -> list[Part]:
+    return [p for p in run["parts"] if p.name.startswith("step")]
+
+
+def kept_text(run: dict) -> str:
+    kept = kept_rate(run)
+    return f"{kept.offered:g}" if kept else f"below {steps_of(run)[0].offered:g}"
+
+
+def served_in_full(steps: list[Part]) -> str:
+    """The highest step (req/s offered) up to which every step served at
+    least KEPT_SERVED of its requests, none refused or failed, however long
+    they queued."""
+    best = None
+    for step in steps:
+        if step.served < KEPT_SERVED * step.sent or step.refused or step.failed:
+            break
+        best = step
+    return f"{best.offered:g}" if best else f"below {steps[0].offered:g}"
 
 
 def why(missed: Part | None, day: Part) -> str:
