@@ -119,8 +119,8 @@ def gateway_process(
 ) -> tuple[ManagedProcess, int]:
     """A gateway (`manage.py gateway`, one worker unless `args` say more) on
     a free port with `env` over this process's environment, logging to
-    var/log/bench-NAME.log (not started), and its port. Its operator listener (gateway_health) on
-    another free port answers its readiness."""
+    var/log/bench-NAME.log (not started), and its port. Its operator
+    listener (gateway_health) on another free port answers its readiness."""
     port, operator_port = free_port(), free_port()
     process = ManagedProcess(
         name,

@@ -247,7 +247,7 @@ def service_key_revoke(*, key: ServiceKey) -> ServiceKey:
 
 def api_keys_mark_used(*, used_at_by_key: Mapping[int, datetime]) -> int:
     """Record when keys were last used; never moves a timestamp backwards.
-    Callers batch these (each gateway worker every few seconds) so the
+    Callers batch these (each gateway worker every ten seconds) so the
     request path does not write a row per request; one statement however
     many keys were used (thousands of tenants)."""
     if not used_at_by_key:

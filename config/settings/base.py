@@ -235,8 +235,8 @@ GATEWAY = {
     # this long at most, and no later than the key's expiry; a revoked key,
     # a suspended tenant, a changed policy are heard at once anyway
     # (core.changes). Every active key costs a read per half of it per
-    # gateway worker: with thousands of tenants a few seconds' TTL made
-    # those reads a fifth of the gateway's CPU (bench/fleet).
+    # gateway worker: with thousands of tenants, a 5 s TTL made those reads
+    # (with the keys' use marks) about 15% of a worker's profile (bench/fleet).
     "KEY_CACHE_SECONDS": env.float("GATEWAY_KEY_CACHE_SECONDS", default=60.0),
     # A tenant's spend terms (its budget, credit, prices and the period's
     # spend by the ledger: gateway.callers.TermsCache) are read again after
