@@ -237,6 +237,34 @@ def fleet_remove(prefix: str) -> None:
     ServedModel.objects.filter(name__startswith=prefix).delete()
 
 
+def database_switch(name: str, *, create: bool = False, template: str | None = None) -> str:
+    """Point this process at database `name` on the same server, made afresh
+    when asked (empty, or a copy of `template`; this process must not be on
+    `name` then); returns its URL for the processes a bench starts."""
+    from django.db import connection, connections
+
+    from core.processes import database_url_for_subprocess
+
+    url = database_url_for_subprocess(name=name)
+    if create:
+        copy = f' TEMPLATE "{template}"' if template else ""
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            cursor.execute(f'CREATE DATABASE "{name}"{copy}')
+    connections["default"].close()
+    connections["default"].settings_dict["NAME"] = name
+    return url
+
+
+def databases_drop(*names: str) -> None:
+    """Drop a bench's own databases (this process on another one)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for name in names:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def database_settle(*tables: str) -> bool:
     """Settle the database before a timed part: `tables`' dead rows
     vacuumed and statistics fresh, and (where we may) a checkpoint taken,

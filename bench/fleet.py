@@ -57,7 +57,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from urllib.parse import quote
 
 import django
 
@@ -66,12 +65,11 @@ django.setup()
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per health check
 
 import psutil  # noqa: E402
-import psycopg  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from django.db import connection, connections  # noqa: E402
+from django.db import connection  # noqa: E402
 
-from bench.common import PeakRss, report_write  # noqa: E402
+from bench.common import PeakRss, database_switch, databases_drop, report_write  # noqa: E402
 from bench.fleet_traffic import Plan, traffic_process  # noqa: E402
 from bench.gateway import gateway_process  # noqa: E402
 from demo.seeds.billing import cost_rates_demo_seed, fx_rates_demo_seed, prices_demo_seed  # noqa: E402
@@ -101,34 +99,16 @@ def say(message: str) -> None:
 # --- A database per size, copied from a seeded template ----------------------
 
 
-def database_url(name: str) -> str:
-    db = connection.settings_dict
-    password = f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else ""
-    return f"postgres://{quote(db['USER'])}{password}@{db['HOST']}:{db['PORT']}/{name}"
-
-
-def admin(*statements: str) -> None:
-    """`statements` on the server's maintenance database (outside a transaction)."""
-    with psycopg.connect(database_url("postgres"), autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
-def database_use(name: str) -> None:
-    """This process, and the processes it starts from now on, on database `name`."""
-    connections.close_all()
-    connection.settings_dict["NAME"] = name
-    os.environ["DATABASE_URL"] = database_url(name)
+def database_use(name: str, **made) -> None:
+    """This process, and the processes it starts from now on, on database
+    `name` (made afresh with `made`: bench.common.database_switch)."""
+    os.environ["DATABASE_URL"] = database_switch(name, **made)
 
 
 def database_copy(base: str, template: str, work: str) -> None:
     """A fresh `work` copied from `template`, and this process on it."""
     database_use(base)
-    admin(
-        f'DROP DATABASE IF EXISTS "{work}" WITH (FORCE)',
-        f'CREATE DATABASE "{work}" TEMPLATE "{template}"',
-    )
-    database_use(work)
+    database_use(work, create=True, template=template)
 
 
 # --- The world: tenants, prices, rates ---------------------------------------
@@ -329,24 +309,23 @@ def ledger_served() -> int:
 
 def ledger_read(start: float, end: float) -> dict:  # ok-float: epoch seconds
     """Over requests received in [start, end): the ledger's requests (a
-    disaggregated request's decode row stands for it), those served, and the
-    lag from request end to ingestion (s): p50, p99, max."""
+    disaggregated request's decode row stands for it) and the lag from
+    request end to ingestion (s): p50, p99, max."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
             SELECT count(*) FILTER (WHERE phase <> 'prefill'),
-                   count(*) FILTER (WHERE phase <> 'prefill' AND status = 'ok'),
                    percentile_cont(0.5) WITHIN GROUP (ORDER BY lag),
                    percentile_cont(0.99) WITHIN GROUP (ORDER BY lag),
                    max(lag)
-            FROM (SELECT phase, status, extract(epoch FROM ingested_at - ended_at) AS lag
+            FROM (SELECT phase, extract(epoch FROM ingested_at - ended_at) AS lag
                   FROM metering_usageevent
                   WHERE received_at >= to_timestamp(%s) AND received_at < to_timestamp(%s)) rows
             """,
             [start, end],
         )
-        rows, ok, p50, p99, most = cursor.fetchone()
-    return {"rows": rows, "ok": ok, "lag": (p50 or 0.0, p99 or 0.0, most or 0.0)}
+        rows, p50, p99, most = cursor.fetchone()
+    return {"rows": rows, "lag": (p50 or 0.0, p99 or 0.0, most or 0.0)}
 
 
 @dataclass
@@ -420,7 +399,6 @@ def _pipeline(queue) -> None:
                 "seconds": result["seconds"],
                 "windows": result["windows"],
                 "drafts": result["drafts"],
-                "allocation": result["allocation"],
                 "rss": rss.take(),
             }
         )
@@ -719,8 +697,7 @@ def main() -> None:
         dynamo_install(progress=say)
     base = connection.settings_dict["NAME"]
     template, work = f"{base}_fleet_tpl", f"{base}_fleet"
-    admin(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)', f'CREATE DATABASE "{template}"')
-    database_use(template)
+    database_use(template, create=True)
     started = time.monotonic()
     call_command("migrate", verbosity=0)
     secrets = world_seed(args.tenants)
@@ -742,10 +719,7 @@ def main() -> None:
                 )
     finally:
         database_use(base)
-        admin(
-            f'DROP DATABASE IF EXISTS "{work}" WITH (FORCE)',
-            f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)',
-        )
+        databases_drop(work, template)
     RESULTS.write_bytes(pickle.dumps((args, runs)))
     report_publish(runs, args)
 

@@ -46,10 +46,15 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections, transaction  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from bench.common import collector_read, collector_table, report_write  # noqa: E402
+from bench.common import (  # noqa: E402
+    collector_read,
+    collector_table,
+    database_switch,
+    databases_drop,
+    report_write,
+)
 from core.processes import (  # noqa: E402
     ManagedProcess,
-    database_url_for_subprocess,
     free_port,
     uvicorn_argv,
 )
@@ -84,19 +89,6 @@ COLLECTOR_TIMED_APP = "bench.collector_timed_asgi:application"
 
 def say(message: str) -> None:
     print(message, flush=True)
-
-
-def database_switch(name: str, *, create: bool) -> str:
-    """Point this process at database `name` on the same server (created
-    empty when asked); returns its URL for the web server."""
-    url = database_url_for_subprocess(name=name)
-    if create:
-        with connection.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            cursor.execute(f'CREATE DATABASE "{name}"')
-    connections["default"].close()
-    connections["default"].settings_dict["NAME"] = name
-    return url
 
 
 def world_build(*, tenants: int, days: int, now: datetime) -> dict:
@@ -359,9 +351,8 @@ def main() -> None:
             web.stop()
             shutil.rmtree(logs, ignore_errors=True)
         if not args.keep:
-            database_switch(home, create=False)
-            with connection.cursor() as cursor:
-                cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            database_switch(home)
+            databases_drop(name)
 
     worst = max(r[2][0]["p95"] for r in results)
     lines = [

@@ -265,10 +265,9 @@ class CallerCache(LoadingCache):
     def expires_in(self, value) -> float:
         """The TTL, or less for a key that expires sooner (then read again,
         and refused)."""
-        expires_at = getattr(value, "expires_at", None)
-        if expires_at is None:
-            return self._ttl
-        return max(0.0, min(self._ttl, expires_at - time.time()))
+        if not isinstance(value, Caller) or value.expires_at is None:
+            return self._ttl  # a refusal, or a key that never expires
+        return max(0.0, min(self._ttl, value.expires_at - time.time()))
 
     def tenant_of(self, key: str, value: Caller) -> int:
         return value.tenant_id

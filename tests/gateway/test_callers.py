@@ -43,15 +43,20 @@ def test_refusals_are_cached_and_raised_fresh_without_growing():
     assert after - before < 500
 
 
-def test_concurrent_requests_share_one_lookup_and_the_entry_expires():
-    caller = Caller(
-        tenant_id=1,
+def caller_of(tenant_id: int, key_id: int, *, expires_at: float | None = None) -> Caller:
+    return Caller(
+        tenant_id=tenant_id,
         tenant_slug="t",
-        api_key_id=9,
+        api_key_id=key_id,
         priority=50,
         cache_salt="s",
         limits=Limits(None, None, None, None),
+        expires_at=expires_at,
     )
+
+
+def test_concurrent_requests_share_one_lookup_and_the_entry_expires():
+    caller = caller_of(1, 9)
     loads = []
 
     def load(raw):
@@ -70,17 +75,6 @@ def test_concurrent_requests_share_one_lookup_and_the_entry_expires():
         cache = asyncio.run(scenario())
     assert len(loads) == 2  # 50 concurrent requests, then once more after the TTL
     assert set(cache.used_at) == {9}
-
-
-def caller_of(tenant_id: int, key_id: int) -> Caller:
-    return Caller(
-        tenant_id=tenant_id,
-        tenant_slug="t",
-        api_key_id=key_id,
-        priority=50,
-        cache_salt="s",
-        limits=Limits(None, None, None, None),
-    )
 
 
 def test_a_busy_key_is_reloaded_in_the_background_while_its_entry_serves():
@@ -241,18 +235,8 @@ def test_a_caller_is_kept_no_longer_than_its_key_lives():
 
     cache = CallerCache(ttl_seconds=60)
 
-    def caller(expires_at):
-        return Caller(
-            tenant_id=1,
-            tenant_slug="t",
-            api_key_id=9,
-            priority=50,
-            cache_salt="s",
-            limits=Limits(None, None, None, None),
-            expires_at=expires_at,
-        )
-
-    assert cache.expires_in(caller(None)) == 60  # a key without expiry: the TTL
-    assert 1 < cache.expires_in(caller(clock.time() + 2)) <= 2
-    assert cache.expires_in(caller(clock.time() - 5)) == 0  # expired: read again at once
+    assert cache.expires_in(caller_of(1, 9)) == 60  # a key without expiry: the TTL
+    assert 1 < cache.expires_in(caller_of(1, 9, expires_at=clock.time() + 2)) <= 2
+    # Expired: read again at once.
+    assert cache.expires_in(caller_of(1, 9, expires_at=clock.time() - 5)) == 0
     assert cache.expires_in(CallerRefused(401, "invalid_api_key", "x").refused) == 60
