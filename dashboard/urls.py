@@ -1,5 +1,5 @@
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 
 from dashboard import (
     account,
@@ -13,13 +13,15 @@ from dashboard import (
     receivables,
     request_trace,
     runs,
+    sign_in,
     slo,
     views,
 )
 
 urlpatterns = [
     path("", account.home, name="home"),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", sign_in.SignInView.as_view(), name="login"),
+    path("accounts/", include("allauth.socialaccount.providers.openid_connect.urls")),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tenant/switch/", account.tenant_switch, name="tenant-switch"),
     path("keys/", account.keys, name="keys"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
@@ -43,3 +45,9 @@ def tenant_policy_count() -> int:
     """How many tenants have a policy (every tenant has one). Only for
     platform finance staff code paths."""
     return TenantPolicy.objects.count()
+
+
+def tenant_list_by_slugs(*, slugs: Iterable[str]) -> list[Tenant]:
+    """The tenants with these slugs. Only for single sign-on, which maps an
+    identity provider's claims to tenants before anyone is signed in."""
+    return list(Tenant.objects.filter(slug__in=list(slugs)).order_by("slug"))

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, Group
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -16,7 +16,7 @@ from django.utils.text import slugify
 from core.calendar import OUT_OF_RANGE, moment_supported
 from core.changes import terms_changed
 from core.errors import InputError
-from tenants.choices import Role, Scope, ServiceScope, TenantStatus, Tier
+from tenants.choices import FINANCE_GROUP, Role, Scope, ServiceScope, TenantStatus, Tier
 from tenants.errors import AuthenticationError, LastOwnerError, TenantSuspendedError
 from tenants.keys import (
     SERVICE_KEY_PREFIX,
@@ -96,6 +96,33 @@ def membership_remove(*, tenant: Tenant, user: AbstractBaseUser) -> None:
     if membership.role == Role.OWNER:
         _ensure_other_owner(tenant=tenant, user=user)
     membership.delete()
+
+
+@transaction.atomic
+def user_access_sync(
+    *, user: AbstractBaseUser, finance: bool, roles: Mapping[Tenant, str]
+) -> list[str]:
+    """Make `user`'s standing what their identity provider says, on every
+    single sign-on: finance staff or not, and a membership with its role in
+    exactly the tenants of `roles` (others are removed). A tenant's last
+    owner stays its owner; what was kept is returned, for the log."""
+    kept = []
+    finance_group = Group.objects.get(name=FINANCE_GROUP)
+    if finance:
+        user.groups.add(finance_group)
+    else:
+        user.groups.remove(finance_group)
+    for tenant, role in roles.items():
+        try:
+            membership_set(tenant=tenant, user=user, role=role)
+        except LastOwnerError:
+            kept.append(f"kept as the last owner of {tenant.slug} (the provider says {role})")
+    for membership in Membership.objects.filter(user=user).exclude(tenant__in=list(roles)):
+        try:
+            membership_remove(tenant=membership.tenant, user=user)
+        except LastOwnerError:
+            kept.append(f"kept as the last owner of {membership.tenant.slug} (not named)")
+    return kept
 
 
 def _ensure_other_owner(*, tenant: Tenant, user: AbstractBaseUser) -> None:

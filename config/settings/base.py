@@ -47,6 +47,10 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
     "config.apps.PlatformConfig",
     "core",
     "tenants",
@@ -66,6 +70,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
@@ -158,6 +163,30 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# --- Single sign-on: OpenID Connect providers (README "Signing in with your
+# identity provider"). Claims map to roles on every sign-in (tenants.sso).
+# With PASSWORD_LOGIN off no password signs anyone in, on any page.
+from config.sso import allauth_providers, oidc_providers_parse  # noqa: E402
+
+OIDC_PROVIDERS = oidc_providers_parse(
+    env("OIDC_PROVIDERS", default=""), problem=configuration_error
+)
+PASSWORD_LOGIN = env.bool("PASSWORD_LOGIN", default=True)
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend"
+    if PASSWORD_LOGIN
+    else "tenants.sso.backends.NoPasswordBackend"
+]
+SOCIALACCOUNT_PROVIDERS = allauth_providers(OIDC_PROVIDERS)
+SOCIALACCOUNT_ADAPTER = "tenants.sso.adapter.ClaimsAdapter"
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_STORE_TOKENS = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False  # an IdP's email never takes over a local account
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_UNIQUE_EMAIL = False
+ACCOUNT_ADAPTER = "tenants.sso.adapter.NoSignupAccountAdapter"
 
 # API keys are hashed with this pepper: a leaked database alone cannot be
 # used to test guesses offline. Changing it invalidates every key. Empty (as

@@ -61,3 +61,33 @@ def test_production_starts_with_its_own_secrets():
 def test_development_starts_on_the_defaults():
     started = _start("config.settings.local")
     assert started.returncode == 0, started.stderr
+
+
+@pytest.mark.parametrize(
+    "providers, named",
+    [
+        ("[{", "OIDC_PROVIDERS is not JSON"),
+        ('{"id": "corp"}', "OIDC_PROVIDERS must be a JSON list"),
+        ('[{"id": "corp", "name": "Corp"}]', "OIDC_PROVIDERS[0].issuer is required"),
+        (
+            '[{"id": "Corp SSO", "name": "C", "issuer": "https://i", "client_id": "c", '
+            '"client_secret": "s"}]',
+            "OIDC_PROVIDERS[0].id must be lowercase letters",
+        ),
+        (
+            '[{"id": "corp", "name": "C", "issuer": "https://i", "client_id": "c", '
+            '"client_secret": "s", "finance_group": "x"}]',
+            "OIDC_PROVIDERS[0] has unknown keys ['finance_group']",
+        ),
+        (
+            '[{"id": "corp", "name": "C", "issuer": "https://i", "client_id": "c", '
+            '"client_secret": "s", "finance_groups": "finance"}]',
+            "OIDC_PROVIDERS[0].finance_groups must be a list of group names",
+        ),
+    ],
+)
+def test_a_malformed_identity_provider_list_stops_the_process_naming_the_key(providers, named):
+    started = _start("config.settings.local", OIDC_PROVIDERS=providers)
+    assert started.returncode == 3
+    [line] = started.stderr.splitlines()
+    assert line.startswith(f"configuration error: {named}"), line
