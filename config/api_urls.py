@@ -7,4 +7,5 @@ urlpatterns = [
     path("", include("serving.api.urls")),
     path("", include("metering.api.urls")),
     path("", include("billing.api.urls")),
+    path("", include("audit.api.urls")),
 ]

@@ -55,6 +55,11 @@ BEAT_SCHEDULE = {
         "task": "metering.ledger_archive",
         "schedule": crontab(day_of_month="3", hour=5, minute=0),
     },
+    # The audit trail's months past the same horizon, archived and removed.
+    "audit-archive": {
+        "task": "audit.archive",
+        "schedule": crontab(day_of_month="3", hour=5, minute=30),
+    },
     "billing-allocation-check": {
         "task": "billing.allocation_check",
         "schedule": crontab(hour=1, minute=30),

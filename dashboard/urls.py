@@ -4,6 +4,7 @@ from django.urls import include, path
 from dashboard import (
     account,
     archives,
+    audit,
     costs,
     finance,
     fleet,
@@ -29,6 +30,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("metrics", views.metrics, name="metrics"),
     path("jobs/", jobs.jobs_page, name="jobs"),
+    path("audit/", audit.audit_page, name="audit"),
     path("costs/", costs.costs, name="costs"),
     path("costs/runs", runs.allocation_run_start, name="allocation-run-start"),
     path("finance/", finance.finance_overview, name="finance"),

@@ -141,10 +141,20 @@ def month_archive(
 
 def _location(base_url: str, month: datetime) -> tuple[pafs.FileSystem, str, str]:
     """(filesystem, its path, the URL recorded) of `month`'s file."""
+    return archive_location(base_url, f"{LEDGER_TABLE}-{month:%Y-%m}.parquet")
+
+
+def archive_location(base_url: str, name: str) -> tuple[pafs.FileSystem, str, str]:
+    """(filesystem, its path, the URL recorded) of the archive file `name`
+    under `base_url` (a directory or a URL pyarrow.fs opens)."""
     filesystem, base = pafs.FileSystem.from_uri(_as_uri(base_url))
     filesystem.create_dir(base, recursive=True)
-    name = f"{LEDGER_TABLE}-{month:%Y-%m}.parquet"
     return filesystem, f"{base.rstrip('/')}/{name}", f"{base_url.rstrip('/')}/{name}"
+
+
+def archive_open(url: str) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path) of an archive file recorded by its URL."""
+    return pafs.FileSystem.from_uri(_as_uri(url))
 
 
 def _as_uri(base_url: str) -> str:
@@ -230,7 +240,7 @@ def _typed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 def _verify(archive: UsageArchive) -> None:
     """Read the file back: its bytes, rows and token sums are the archive's."""
-    filesystem, path = pafs.FileSystem.from_uri(_as_uri(archive.url))
+    filesystem, path = archive_open(archive.url)
     digest, size = hashlib.sha256(), 0
     with filesystem.open_input_stream(path) as stream:
         while chunk := stream.read(8 << 20):

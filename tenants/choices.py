@@ -32,6 +32,7 @@ class Scope(models.TextChoices):
     INFERENCE = "inference", "Inference (the OpenAI-compatible gateway)"
     USAGE_READ = "usage:read", "Read usage"
     BILLING_READ = "billing:read", "Read invoices and spend"
+    AUDIT_READ = "audit:read", "Read the audit trail (granted by owners only)"
 
 
 class ServiceScope(models.TextChoices):
@@ -40,9 +41,10 @@ class ServiceScope(models.TextChoices):
     USAGE_WRITE = "usage:write", "Report usage events (another serving tier)"
 
 
-# What a signed-in member may read through the API, by role.
+# What a signed-in member may read through the API, by role. Only an owner
+# reads the tenant's audit trail, and only an owner grants a key that may.
 ROLE_SCOPES = {
-    Role.OWNER: frozenset({Scope.USAGE_READ, Scope.BILLING_READ}),
+    Role.OWNER: frozenset({Scope.USAGE_READ, Scope.BILLING_READ, Scope.AUDIT_READ}),
     Role.ADMIN: frozenset({Scope.USAGE_READ, Scope.BILLING_READ}),
     Role.VIEWER: frozenset({Scope.USAGE_READ, Scope.BILLING_READ}),
 }

@@ -158,6 +158,12 @@ def api_key_create(
         raise ValidationError(
             {"scopes": [f"unknown scope {unknown[0]!r}; known: {', '.join(Scope.values)}"]}
         )
+    if Scope.AUDIT_READ in scope_list and created_by is not None:
+        is_owner = Membership.objects.filter(tenant=tenant, user=created_by, role=Role.OWNER)
+        if not is_owner.exists():
+            raise ValidationError(
+                {"scopes": [f"only the tenant's owners may grant {Scope.AUDIT_READ.value!r}"]}
+            )
     if expires_at is not None:
         api_key_expiry_check(expires_at=expires_at)
 

@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "serving",
     "metering",
     "billing",
+    "audit",
     "dashboard",
     "demo",
     "gateway",
@@ -71,6 +72,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "audit.middleware.AuditActorMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

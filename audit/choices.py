@@ -1,0 +1,20 @@
+"""Enumerations of the audit trail."""
+
+from django.db import models
+
+
+class Action(models.TextChoices):
+    INSERT = "insert", "Created"
+    UPDATE = "update", "Changed"
+    DELETE = "delete", "Deleted"
+
+
+class Via(models.TextChoices):
+    """Where a change came from."""
+
+    SESSION = "session", "Dashboard (signed in)"
+    ADMIN = "admin", "Admin"
+    API_KEY = "api_key", "API key"
+    JOB = "job", "Scheduled or queued job"
+    COMMAND = "command", "Management command"
+    DATABASE = "database", "Database session (outside the application)"

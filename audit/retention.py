@@ -1,0 +1,127 @@
+"""The audit trail keeps the ledger's retention rule (metering.retention):
+a month wholly before the horizon is written to a Parquet file beside the
+ledger's archives (METERING_ARCHIVE_URL/audit/), read back and verified
+(bytes, rows, entry ids), recorded, and only then removed, with the
+append-only guard lifted for that one statement's transaction. A run cut
+short removes nothing it has not verified; run again, it goes on."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import UTC, date, datetime
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models.functions import TruncMonth
+from psycopg import sql
+
+from audit.models import AuditArchive, AuditEntry
+from audit.triggers import ENTRY_TABLE, GUARD
+from core.calendar import months_add
+from core.locks import advisory_lock
+from metering.archive import archive_location, archive_open
+from metering.retention import horizon_start
+
+logger = logging.getLogger(__name__)
+LOCK = "audit.archive"
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("at", pa.timestamp("us", "UTC")),
+        ("table", pa.string()),
+        ("row_id", pa.string()),
+        ("action", pa.string()),
+        ("changed", pa.list_(pa.string())),
+        ("before", pa.string()),  # JSON
+        ("after", pa.string()),  # JSON
+        ("tenant_id", pa.int64()),
+        ("actor", pa.string()),
+        ("actor_user_id", pa.int64()),
+        ("via", pa.string()),
+        ("request", pa.string()),
+        ("transaction_id", pa.int64()),
+    ]
+)
+
+
+class AuditArchiveMismatch(Exception):
+    """The file read back is not what was written: nothing removed."""
+
+
+def audit_archive_due(*, now: datetime) -> list[date]:
+    horizon = horizon_start(now)
+    months = (
+        AuditEntry.objects.filter(at__lt=horizon)
+        .annotate(month=TruncMonth("at"))
+        .values_list("month", flat=True)
+        .distinct()
+    )
+    return sorted(m.date() for m in months)
+
+
+def audit_archive(*, now: datetime, base_url: str | None = None) -> list[AuditArchive]:
+    """Archive and remove every month of entries past the horizon."""
+    with advisory_lock(LOCK):
+        return [audit_month_archive(month=m, base_url=base_url) for m in audit_archive_due(now=now)]
+
+
+def audit_month_archive(*, month: date, base_url: str | None = None) -> AuditArchive:
+    start = datetime(month.year, month.month, 1, tzinfo=UTC)
+    end = months_add(start, 1)
+    base_url = f"{(base_url or settings.METERING['ARCHIVE_URL']).rstrip('/')}/audit"
+    name = f"audit-{start:%Y-%m}.parquet"
+    with transaction.atomic():
+        entries = AuditEntry.objects.filter(at__gte=start, at__lt=end).order_by("id")
+        rows = [_row(e) for e in entries]
+        filesystem, path, url = archive_location(base_url, name)
+        table = pa.Table.from_pylist(rows, schema=SCHEMA)
+        with filesystem.open_output_stream(path) as sink:
+            pq.write_table(table, sink, compression="zstd")
+        ids = [r["id"] for r in rows]
+        sha256 = _verify(url, ids)
+        archive, _ = AuditArchive.objects.update_or_create(
+            month=start.date(),
+            defaults={
+                "url": url,
+                "rows": len(rows),
+                "first_id": ids[0] if ids else None,
+                "last_id": ids[-1] if ids else None,
+                "sha256": sha256,
+            },
+        )
+        table, guard = sql.Identifier(ENTRY_TABLE), sql.Identifier(GUARD)
+        with connection.cursor() as cursor:
+            cursor.execute(sql.SQL("ALTER TABLE {} DISABLE TRIGGER {}").format(table, guard))
+            cursor.execute(sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(table), [ids])
+            removed = cursor.rowcount
+            cursor.execute(sql.SQL("ALTER TABLE {} ENABLE TRIGGER {}").format(table, guard))
+        if removed != len(rows):
+            raise AuditArchiveMismatch(f"{removed} entries removed of {len(rows)} archived")
+    logger.info("audit month %s archived to %s (%d entries)", f"{start:%Y-%m}", url, len(rows))
+    return archive
+
+
+def _row(entry: AuditEntry) -> dict:
+    return {
+        **{f: getattr(entry, f) for f in SCHEMA.names if f not in {"before", "after"}},
+        "before": None if entry.before is None else json.dumps(entry.before, sort_keys=True),
+        "after": None if entry.after is None else json.dumps(entry.after, sort_keys=True),
+    }
+
+
+def _verify(url: str, ids: list[int]) -> str:
+    """The file's SHA-256, once its rows read back are `ids`."""
+    filesystem, path = archive_open(url)
+    digest = hashlib.sha256()
+    with filesystem.open_input_stream(path) as stream:
+        while chunk := stream.read(8 << 20):
+            digest.update(chunk)
+    with filesystem.open_input_file(path) as handle:
+        found = pq.read_table(handle, columns=["id"])["id"].to_pylist()
+    if found != ids:
+        raise AuditArchiveMismatch(f"{url} holds {len(found)} entries, not the {len(ids)} written")
+    return digest.hexdigest()
