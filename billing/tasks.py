@@ -13,13 +13,15 @@ from billing.costs.checks import allocation_conservation_check
 from billing.costs.runs import allocation_run_create, allocation_run_execute
 from billing.invoicing.runs import invoice_run_create, invoice_run_execute
 from billing.models import AllocationRun, InvoiceRun, MarginReport
+from billing.notices import slo_breaches_emit
 from billing.payments.stripe_api import TRANSIENT_ERRORS
 from billing.payments.sync import invoice_stripe_sync, invoices_awaiting_sync
-from billing.queueing import INVOICE_STRIPE_SYNC_TASK, after_commit
+from billing.queueing import INVOICE_STRIPE_SYNC_TASK
 from billing.reports.margin_reports import margin_report_build, margin_report_request, report_period
 from billing.runs import run_task, runs_abandoned_fail, runs_fail
 from billing.spend.budgets import budgets_check
 from billing.spend.corrections import spend_corrections_write
+from core.queueing import after_commit
 
 
 @shared_task(
@@ -66,6 +68,13 @@ def allocation_daily_task() -> int:
     run = allocation_run_create(start=today - timedelta(days=1), end=today)
     with run_task(AllocationRun, run.pk):
         return allocation_run_execute(run_id=run.pk).pk
+
+
+@shared_task(name="billing.slo_breaches", time_limit=600, soft_time_limit=540, ignore_result=True)
+def slo_breaches_task() -> int:
+    """Daily: slo.breached for each tenant that missed its service level yesterday (UTC)."""
+    yesterday = (timezone.now() - timedelta(days=1)).date()
+    return len(slo_breaches_emit(day=yesterday))
 
 
 @shared_task(

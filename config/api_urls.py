@@ -8,4 +8,5 @@ urlpatterns = [
     path("", include("metering.api.urls")),
     path("", include("billing.api.urls")),
     path("", include("audit.api.urls")),
+    path("", include("webhooks.api.urls")),
 ]

@@ -41,6 +41,8 @@ BEAT_SCHEDULE = {
     # The gateways' spend counters corrected from the ledger.
     "billing-spend-correct": {"task": "billing.spend_correct", "schedule": 300.0},
     "billing-stripe-sweep": {"task": "billing.stripe_sweep", "schedule": 300.0},
+    # Webhook deliveries whose task was never queued or was lost.
+    "webhooks-deliveries-due": {"task": "webhooks.deliveries_due", "schedule": 60.0},
     # Runs whose worker died marked failed, not left "running".
     "billing-runs-abandoned": {"task": "billing.runs_abandoned", "schedule": 300.0},
     # The daily totals invoices read, checked against their hours before
@@ -54,6 +56,11 @@ BEAT_SCHEDULE = {
     "metering-ledger-archive": {
         "task": "metering.ledger_archive",
         "schedule": crontab(day_of_month="3", hour=5, minute=0),
+    },
+    # slo.breached for yesterday's missed service levels (webhooks, email).
+    "billing-slo-breaches": {
+        "task": "billing.slo_breaches",
+        "schedule": crontab(hour=0, minute=40),
     },
     # The audit trail's months past the same horizon, archived and removed.
     "audit-archive": {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from celery.signals import task_failure, task_prerun, task_success
+from django.dispatch import Signal
 from django.utils import timezone
 
 from core.models import JobStatus
@@ -49,7 +50,18 @@ def _job_succeeded(sender=None, **kwargs) -> None:
     _record(sender, last_success_at=timezone.now())
 
 
+# Sent after a job's failure is recorded, with task (its name), task_id and
+# error: higher apps act on it (webhooks' job.failed) without core knowing them.
+job_failed = Signal()
+
+
 @task_failure.connect(dispatch_uid="core.job_failed")
-def _job_failed(sender=None, exception=None, **kwargs) -> None:
+def _job_failed(sender=None, exception=None, task_id=None, **kwargs) -> None:
     error = f"{type(exception).__name__}: {exception}"[:ERROR_CHARS]
     _record(sender, last_failure_at=timezone.now(), last_error=error)
+    name = getattr(sender, "name", None) or ""
+    if name and not name.startswith("celery."):
+        try:
+            job_failed.send(sender=None, task=name, task_id=task_id or "", error=error)
+        except Exception:
+            logger.exception("could not tell of the failure of %s", name)

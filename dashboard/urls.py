@@ -17,6 +17,7 @@ from dashboard import (
     sign_in,
     slo,
     views,
+    webhooks,
 )
 
 urlpatterns = [
@@ -31,6 +32,17 @@ urlpatterns = [
     path("metrics", views.metrics, name="metrics"),
     path("jobs/", jobs.jobs_page, name="jobs"),
     path("audit/", audit.audit_page, name="audit"),
+    path("webhooks/", webhooks.webhooks_page, name="webhooks"),
+    path(
+        "webhooks/deliveries/<int:pk>/",
+        webhooks.webhook_delivery_page,
+        name="webhook-delivery",
+    ),
+    path(
+        "webhooks/deliveries/<int:pk>/redeliver",
+        webhooks.webhook_redeliver,
+        name="webhook-redeliver",
+    ),
     path("costs/", costs.costs, name="costs"),
     path("costs/runs", runs.allocation_run_start, name="allocation-run-start"),
     path("finance/", finance.finance_overview, name="finance"),

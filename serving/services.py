@@ -33,6 +33,8 @@ from serving.models import (
     role_misfit,
 )
 from tenants.models import Tenant
+from webhooks.choices import EventType
+from webhooks.services import event_emit
 
 LOCAL_NODE = "localhost"
 LOCAL_SKU = "vLLM CPU slot (dev)"
@@ -217,6 +219,8 @@ def replica_set_status(*, replica: Replica, status: str, error: str = "") -> Rep
     changed = Replica.objects.filter(pk=replica.pk).exclude(status=status)
     if changed.update(status_since=now):
         replica.status_since = now
+        if status == ReplicaStatus.DOWN:
+            replica_down_emit(replica_id=replica.pk, reason=error or "down", at=now)
     Replica.objects.filter(pk=replica.pk).update(**fields)
     if replica.status != status:  # the gateways route only to replicas up
         fleet_changed()
@@ -243,7 +247,27 @@ def replica_health_record(*, replica_id: int, up: bool, reason: str, at: datetim
     changed = Replica.objects.filter(pk=replica_id, status=was).update(**fields)
     if changed:
         fleet_changed()  # the gateways route only to replicas up
+        if not up:
+            replica_down_emit(replica_id=replica_id, reason=reason, at=at)
     return bool(changed)
+
+
+def replica_down_emit(*, replica_id: int, reason: str, at: datetime) -> None:
+    """`replica.down` for the operator's endpoints: once per going down."""
+    replica = Replica.objects.select_related("pool").get(pk=replica_id)
+    event_emit(
+        type=EventType.REPLICA_DOWN,
+        tenant=None,
+        key=f"replica.down:{replica.pk}:{at.isoformat()}",
+        summary=f"replica {replica.name} ({replica.pool.name}) down: {reason}"[:300],
+        data={
+            "replica": replica.name,
+            "url": replica.base_url,
+            "pool": replica.pool.name,
+            "reason": reason,
+            "since": at.isoformat(),
+        },
+    )
 
 
 def replica_concurrency_record(*, limits: Mapping[int, int]) -> None:

@@ -38,21 +38,28 @@ def broker(kind: str, tmp_path: Path) -> tuple[str, dict, dict]:
 class Worker:
     """`celery worker --pool=solo` on its own queue; `send` publishes there."""
 
-    def __init__(self, kind: str, tmp_path: Path):
+    def __init__(
+        self, kind: str, tmp_path: Path, *, queues: tuple[str, ...] = (), env: dict | None = None
+    ):
         self.url, self.options, broker_env = broker(kind, tmp_path)
         self.queue = f"test-{uuid.uuid4().hex[:8]}"
+        # Also the default queue: for tasks the code queues by name (a
+        # delivery's retries), on a folder broker of the test's own.
+        self.queues = (self.queue, *queues)
         self.log = tmp_path / f"worker-{self.queue}.log"
         self.env = {
             **os.environ,
             **broker_env,
             "DATABASE_URL": database_url_for_subprocess(),
             "DJANGO_SETTINGS_MODULE": "config.settings.test",
+            **(env or {}),
         }
         self.process: subprocess.Popen | None = None
 
     def start(self) -> Worker:
         argv = [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo"]
-        argv += ["-Q", self.queue, "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        argv += ["-Q", ",".join(self.queues), "--without-gossip", "--without-mingle"]
+        argv += ["--without-heartbeat"]
         self.process = subprocess.Popen(
             [*argv, "--loglevel=INFO"],
             cwd=ROOT,
@@ -83,21 +90,24 @@ class Worker:
 
 
 @contextlib.contextmanager
-def broker_at(url: str):
-    """Point the Celery app (what tasks' .delay() publish to) at `url`."""
+def broker_at(url: str, options: dict | None = None):
+    """Point the Celery app (what tasks' .delay() and send_task publish
+    to) at `url`, with a folder broker's `options` (Worker.options)."""
     from config.celery_app import app
 
     def reset():
         app._pool = None
         app.amqp._producer_pool = None
 
-    before = app.conf.broker_url
+    before = app.conf.broker_url, app.conf.broker_transport_options
     app.conf.broker_url = url
+    if options is not None:
+        app.conf.broker_transport_options = options
     reset()
     try:
         yield
     finally:
-        app.conf.broker_url = before
+        app.conf.broker_url, app.conf.broker_transport_options = before
         reset()
 
 

@@ -31,6 +31,7 @@ from billing.errors import BillingInputError, InvoicePeriodOpenError
 from billing.invoicing.credits import credits_plan
 from billing.invoicing.lines import LineDraft, credit_line
 from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
+from billing.notices import credit_low_check, invoices_moved_emit
 from billing.queueing import invoice_sync_enqueue
 from billing.spend.wallet import wallet_balances_many
 from core.changes import terms_changed_of
@@ -246,3 +247,5 @@ def drafts_save(
     # Finalizing draws prepaid credit and closes the usage it bills: the
     # gateways reload these tenants' prepaid accounts.
     terms_changed_of({i.tenant_id for moved in moves.values() for i in moved})
+    invoices_moved_emit(moves)
+    credit_low_check(tenant_ids=[d.invoice.tenant_id for d in drafts if d.applications])

@@ -48,10 +48,12 @@ from billing.models import (
     InvoiceRun,
     Issuer,
 )
+from billing.notices import invoice_event_emit
 from billing.pricing.periods import tenant_period
 from billing.pricing.rating import TenantInputs, charges_compute, rating_inputs, rating_session
 from billing.queueing import invoice_sync_enqueue
 from tenants.models import Tenant
+from webhooks.choices import EventType
 
 logger = logging.getLogger(__name__)
 
@@ -391,6 +393,8 @@ def invoice_transition(
             invoice.stripe_sync = StripeSync.PENDING
             invoice_sync_enqueue(invoice.pk)
         invoice.save(update_fields=[*fields, "stripe_status", "stripe_sync"])
+        if to == InvoiceStatus.PAID:
+            invoice_event_emit(invoice, EventType.INVOICE_PAID)
     return invoice
 
 

@@ -16,8 +16,10 @@ from django.utils import timezone
 from billing.choices import INVOICE_TRANSITIONS, InvoiceStatus
 from billing.invoicing.invoices import invoice_transition
 from billing.models import Invoice, StripeEvent
+from billing.notices import invoice_event_emit
 from billing.payments import stripe_api
 from billing.payments.customers import stripe_customer_unlink
+from webhooks.choices import EventType
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ def _handle(kind: str, event: dict[str, Any], created: datetime) -> str:
             return f"no invoice of ours for {obj.get('id')}"
         if kind == "invoice.payment_failed":
             Invoice.objects.filter(pk=invoice.pk).update(payment_failed_at=created)
+            invoice.payment_failed_at = created
+            invoice_event_emit(invoice, EventType.INVOICE_PAYMENT_FAILED)
             return f"payment failed on {invoice.number}"
         to = INVOICE_STATE_EVENTS[kind]
         if invoice.status == to:

