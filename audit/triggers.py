@@ -96,12 +96,30 @@ def trigger_sql(tracked: Tracked) -> sql.Composed:
 
 
 def triggers_install(schema_editor, tracked: Iterable[Tracked] = TRACKED) -> None:
-    """The functions, the guards and a trigger on every tracked table."""
+    """The functions, the guards and a trigger on every tracked table that
+    exists yet (a later migration, after the app that makes a table,
+    installs its trigger: tables_without_trigger finds one forgotten)."""
     cursor = schema_editor.connection.cursor()
     cursor.execute(RECORD_FUNCTION)
     cursor.execute(APPEND_ONLY)
     for table in tracked:
-        cursor.execute(trigger_sql(table))
+        cursor.execute("SELECT to_regclass(%s)", [table.table])
+        if cursor.fetchone()[0] is not None:
+            cursor.execute(trigger_sql(table))
+
+
+def triggers_uninstall(schema_editor, tracked: Iterable[Tracked] = TRACKED) -> None:
+    """What triggers_install did, undone (a migration unapplied): no table
+    keeps a trigger that writes to a table that is gone."""
+    cursor = schema_editor.connection.cursor()
+    for table in tracked:
+        cursor.execute("SELECT to_regclass(%s)", [table.table])
+        if cursor.fetchone()[0] is not None:
+            cursor.execute(
+                sql.SQL("DROP TRIGGER IF EXISTS {} ON {}").format(
+                    sql.Identifier(TRIGGER), sql.Identifier(table.table)
+                )
+            )
 
 
 def tables_without_trigger(connection) -> list[str]:

@@ -10,6 +10,12 @@ def install(apps, schema_editor):
     triggers_install(schema_editor)
 
 
+def uninstall(apps, schema_editor):
+    from audit.triggers import triggers_uninstall
+
+    triggers_uninstall(schema_editor)
+
+
 class Migration(migrations.Migration):
 
     initial = True
@@ -56,5 +62,5 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(fields=['at'], name='audit_at'), models.Index(fields=['tenant_id', 'at'], name='audit_tenant_at'), models.Index(fields=['table', 'row_id'], name='audit_table_row')],
             },
         ),
-        migrations.RunPython(install, migrations.RunPython.noop),
+        migrations.RunPython(install, uninstall),
     ]

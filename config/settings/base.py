@@ -244,6 +244,8 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "billing.choices.RunStatus",
         "InvoiceStatusEnum": "billing.choices.InvoiceStatus",
         "InvoiceTargetStatusEnum": "billing.choices.INVOICE_TARGET_STATUSES",
+        "WebhookEventTypeEnum": "webhooks.choices.EventType",
+        "DeliveryStatusEnum": "webhooks.choices.DeliveryStatus",
     },
 }
 
