@@ -3,12 +3,12 @@ transaction), deliveries and their attempts, email alert opt-outs."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
 import secrets
 import time
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,12 +16,13 @@ from datetime import datetime, timedelta
 import httpx
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.mail import send_mail
+from django.core.mail import EmailMessage, get_connection
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.db_copy import instances_create
 from core.errors import InputError
 from core.queueing import after_commit, task_send
 from tenants.choices import KEY_MANAGER_ROLES
@@ -33,6 +34,9 @@ from webhooks.signing import secret_generate, signed_headers
 
 logger = logging.getLogger(__name__)
 DELIVER_TASK = "webhooks.deliver"  # its name in webhooks.tasks
+# First attempts queued together, one message per this many (an invoice
+# run's thousands); every retry is a message of its own.
+DELIVERIES_PER_TASK = 50
 DESCRIPTION_MAX = Endpoint._meta.get_field("description").max_length
 
 
@@ -175,20 +179,22 @@ def events_emit(drafts: list[EventDraft]) -> list[Event]:
 def _deliveries_create(events: list[Event]) -> None:
     types = {e.type for e in events}
     tenant_ids = {e.tenant_id for e in events if e.tenant_id}
-    endpoints = Endpoint.objects.filter(
+    listening: dict[int | None, list[Endpoint]] = defaultdict(list)  # by tenant; None: operator's
+    for endpoint in Endpoint.objects.filter(
         Q(tenant=None) | Q(tenant_id__in=tenant_ids), active=True, event_types__overlap=list(types)
-    )
+    ):
+        listening[endpoint.tenant_id].append(endpoint)
     now = timezone.now()
-    deliveries = Delivery.objects.bulk_create(
-        [
-            Delivery(event=event, endpoint=endpoint, next_attempt_at=now)
-            for endpoint in endpoints
-            for event in events
-            if event.type in endpoint.event_types and endpoint.tenant_id in (None, event.tenant_id)
-        ]
-    )
-    for delivery in deliveries:
-        task_send(DELIVER_TASK, delivery.pk, what=f"delivery {delivery.pk}")
+    deliveries = [
+        Delivery(event=event, endpoint=endpoint, next_attempt_at=now)
+        for event in events
+        for endpoint in listening[None] + (listening[event.tenant_id] if event.tenant_id else [])
+        if event.type in endpoint.event_types
+    ]
+    instances_create(Delivery, deliveries, connection)  # an invoice run's thousands, by COPY
+    for start in range(0, len(deliveries), DELIVERIES_PER_TASK):
+        ids = [d.pk for d in deliveries[start : start + DELIVERIES_PER_TASK]]
+        task_send(DELIVER_TASK, ids, what=f"{len(ids)} deliveries from {ids[0]}")
 
 
 def _alert_emails(events: list[Event]) -> None:
@@ -207,6 +213,7 @@ def _alert_emails(events: list[Event]) -> None:
         for m in members.select_related("user")
         if m.user.email
     ]
+    messages, unheard = [], []
     for event in alerting:
         emails = sorted(
             {
@@ -216,18 +223,20 @@ def _alert_emails(events: list[Event]) -> None:
             }
         )
         if not emails:
-            logger.warning("alert %s for %s has no one to send to", event.type, event.tenant.slug)
+            unheard.append(event.tenant.slug)
             continue
+        body = event.detail or event.summary
+        messages.append(EmailMessage(event.summary, body, settings.DEFAULT_FROM_EMAIL, emails))
+    if unheard:
+        logger.info(
+            "%d alert(s) had no owner or admin with an email to send to: %s",
+            len(unheard),
+            ", ".join(sorted(set(unheard))[:20]),
+        )
+    if messages:  # one connection to the mail server for the lot (an invoice run's thousand)
         after_commit(
-            functools.partial(
-                send_mail,
-                event.summary,
-                event.detail or event.summary,
-                settings.DEFAULT_FROM_EMAIL,
-                emails,
-                fail_silently=False,
-            ),
-            what=f"{event.type} alert to {event.tenant.slug} ({event.summary})",
+            lambda: get_connection(fail_silently=False).send_messages(messages),
+            what=f"{len(messages)} alert email(s) ({messages[0].subject}…)",
         )
 
 

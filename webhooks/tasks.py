@@ -6,10 +6,11 @@ from celery import shared_task
 from webhooks.services import deliveries_due_send, delivery_attempt
 
 
-@shared_task(name="webhooks.deliver", time_limit=120, soft_time_limit=100, ignore_result=True)
-def deliver_task(delivery_id: int) -> None:
-    """One attempt of a delivery, if it is due (safe to run twice)."""
-    delivery_attempt(delivery_id=delivery_id)
+@shared_task(name="webhooks.deliver", time_limit=1200, soft_time_limit=1100, ignore_result=True)
+def deliver_task(delivery_ids: int | list[int]) -> None:
+    """One attempt of each delivery named, if it is due (safe to run twice)."""
+    for delivery_id in [delivery_ids] if isinstance(delivery_ids, int) else delivery_ids:
+        delivery_attempt(delivery_id=delivery_id)
 
 
 @shared_task(
