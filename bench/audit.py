@@ -135,7 +135,7 @@ def main() -> None:
                 policies,
                 {"on": {"audited": True}, "off": {"audited": False}},
             ),
-            f"{args.tenants:,} invoice.finalized events (2 deliveries each, emails built)": (
+            f"{args.tenants:,} invoice.finalized events (2 deliveries each)": (
                 invoices,
                 {"on": {"audited": True}, "off": {"audited": True, "listening": False}},
             ),
