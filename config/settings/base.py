@@ -214,6 +214,8 @@ WHITENOISE_USE_FINDERS = True
 
 # --- Email: console unless configured ---
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+# Where the file backend writes (the main job `up` uses it unless told otherwise).
+EMAIL_FILE_PATH = env("EMAIL_FILE_PATH", default=str(VAR_DIR / "mail"))
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="billing@localhost")
 
 # --- REST API ---

@@ -17,6 +17,7 @@ code, its log file and the log's last lines."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from contextlib import contextmanager
@@ -139,6 +140,7 @@ class Command(BaseCommand):
             )
         except ProcessFailed as busy:
             raise CommandError(str(busy)) from None
+        mail_to_files()
         base_url = f"http://{host}:{port}"
         log_dir = settings.VAR_DIR / "log"
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -314,7 +316,12 @@ class Command(BaseCommand):
         lines += [
             f"  {t.name:<16} {t.slug}-owner / {t.slug}-viewer  ({t.tier})" for t in DEMO_TENANTS
         ]
-        lines += [f"Demo API keys:     {settings.DEMO_KEYS_FILE} (mode 600)", ""]
+        lines += [f"Demo API keys:     {settings.DEMO_KEYS_FILE} (mode 600)"]
+        if settings.EMAIL_BACKEND == FILE_MAIL:
+            lines += [
+                f"Emails sent:       {settings.EMAIL_FILE_PATH}/ (alerts to owners and admins)"
+            ]
+        lines += [""]
         self.stdout.write("\n".join(lines))
 
 
@@ -325,6 +332,18 @@ def _ports_differ(ports: dict[str, int]) -> None:
         if port in seen:
             raise CommandError(f"{seen[port]} and {option} are both {port}: they must differ")
         seen[port] = option
+
+
+FILE_MAIL = "django.core.mail.backends.filebased.EmailBackend"
+
+
+def mail_to_files() -> None:
+    """Unless EMAIL_BACKEND was given, the demo's alert emails (an invoice
+    issued, a budget crossed) go to files under EMAIL_FILE_PATH, for this
+    process and those it starts: the console's would interleave with the
+    steps printed here."""
+    if "EMAIL_BACKEND" not in os.environ:
+        os.environ["EMAIL_BACKEND"] = settings.EMAIL_BACKEND = FILE_MAIL
 
 
 def _uses_database_url() -> bool:
