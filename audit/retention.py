@@ -7,7 +7,6 @@ short removes nothing it has not verified; run again, it goes on."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from datetime import UTC, date, datetime
@@ -23,7 +22,7 @@ from audit.models import AuditArchive, AuditEntry
 from audit.triggers import ENTRY_TABLE, GUARD
 from core.calendar import months_add
 from core.locks import advisory_lock
-from metering.archive import archive_location, archive_open
+from metering.archive import archive_digest, archive_location, archive_open
 from metering.retention import horizon_start
 
 logger = logging.getLogger(__name__)
@@ -115,13 +114,10 @@ def _row(entry: AuditEntry) -> dict:
 
 def _verify(url: str, ids: list[int]) -> str:
     """The file's SHA-256, once its rows read back are `ids`."""
+    sha256, _ = archive_digest(url)
     filesystem, path = archive_open(url)
-    digest = hashlib.sha256()
-    with filesystem.open_input_stream(path) as stream:
-        while chunk := stream.read(8 << 20):
-            digest.update(chunk)
     with filesystem.open_input_file(path) as handle:
         found = pq.read_table(handle, columns=["id"])["id"].to_pylist()
     if found != ids:
         raise AuditArchiveMismatch(f"{url} holds {len(found)} entries, not the {len(ids)} written")
-    return digest.hexdigest()
+    return sha256

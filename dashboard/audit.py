@@ -29,7 +29,7 @@ PAGE = 100
 @login_required
 def audit_page(request):
     principal = principal_for_session(request)
-    if principal.is_finance and principal.tenant is None:
+    if principal.for_platform:
         tenant = None
     elif principal.tenant is not None and principal.role == Role.OWNER:
         tenant = principal.tenant

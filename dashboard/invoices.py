@@ -54,7 +54,7 @@ INVOICE_ACTIONS = {
 
 def _scope(request):
     principal = principal_for_session(request)
-    if principal.is_finance and principal.tenant is None:
+    if principal.for_platform:
         return None
     if principal.tenant is None:
         raise PermissionDenied
@@ -159,7 +159,7 @@ def _document(request, invoice, *, error: str = "", status: int = 200):
     lines = list(invoice.lines.all())
     principal = principal_for_session(request)
     net_days = settings.BILLING["NET_DAYS"]
-    can_act = principal.is_finance and principal.tenant is None
+    can_act = principal.for_platform
     sla = [line for line in lines if line.kind == LineKind.SLA_CREDIT]
     decisions = (
         sla_decisions(tenant_id=invoice.tenant_id, period_start=invoice.period_start)

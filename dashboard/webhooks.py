@@ -37,7 +37,7 @@ def _scope(request):
     """Whose webhooks: None, the operator's (finance staff); else the
     tenant of an owner or admin."""
     principal = principal_for_session(request)
-    if principal.is_finance and principal.tenant is None:
+    if principal.for_platform:
         return None
     if principal.tenant is None or not principal.can_manage_keys:
         raise PermissionDenied

@@ -157,6 +157,17 @@ def archive_open(url: str) -> tuple[pafs.FileSystem, str]:
     return pafs.FileSystem.from_uri(_as_uri(url))
 
 
+def archive_digest(url: str) -> tuple[str, int]:
+    """(SHA-256, bytes) of an archive file, read back in 8 MiB pieces."""
+    filesystem, path = archive_open(url)
+    digest, size = hashlib.sha256(), 0
+    with filesystem.open_input_stream(path) as stream:
+        while chunk := stream.read(8 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
 def _as_uri(base_url: str) -> str:
     return base_url if "://" in base_url else f"file://{os.path.abspath(base_url)}"
 
@@ -241,11 +252,7 @@ def _typed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 def _verify(archive: UsageArchive) -> None:
     """Read the file back: its bytes, rows and token sums are the archive's."""
     filesystem, path = archive_open(archive.url)
-    digest, size = hashlib.sha256(), 0
-    with filesystem.open_input_stream(path) as stream:
-        while chunk := stream.read(8 << 20):
-            digest.update(chunk)
-            size += len(chunk)
+    sha256, size = archive_digest(archive.url)
     sums = dict.fromkeys(TOKENS, 0)
     with filesystem.open_input_file(path) as handle:
         parquet = pq.ParquetFile(handle)
@@ -254,7 +261,7 @@ def _verify(archive: UsageArchive) -> None:
             table = parquet.read_row_group(group, columns=list(TOKENS))
             for token in TOKENS:
                 sums[token] += pc.sum(table[token]).as_py() or 0
-    found = (size, digest.hexdigest(), rows, *sums.values())
+    found = (size, sha256, rows, *sums.values())
     recorded = (archive.bytes, archive.sha256, archive.rows, *(getattr(archive, t) for t in TOKENS))
     if found != recorded:
         raise ArchiveMismatch(

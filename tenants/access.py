@@ -57,6 +57,12 @@ class Principal:
     tenant_choices: tuple[Tenant, ...] = field(default=())
 
     @property
+    def for_platform(self) -> bool:
+        """Finance staff acting for no tenant: every tenant's rows, and the
+        platform's own settings (the operator's webhooks)."""
+        return self.is_finance and self.tenant is None
+
+    @property
     def can_manage_keys(self) -> bool:
         """Owners and admins, signed in. A key cannot mint or revoke keys."""
         return self.api_key is None and self.tenant is not None and self.role in KEY_MANAGER_ROLES

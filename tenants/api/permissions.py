@@ -50,7 +50,7 @@ def tenant_scope(request, slug: str | None = None) -> Tenant | None:
     another is not found), or for finance staff any one tenant or, with no
     slug, every tenant (None)."""
     principal = request_principal(request)
-    if principal.is_finance and principal.tenant is None:
+    if principal.for_platform:
         return tenant_for_finance(slug=slug) if slug else None
     principal = require_tenant(request)
     if slug and slug != principal.tenant.slug:

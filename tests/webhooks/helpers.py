@@ -17,12 +17,17 @@ def invoice_finalized(world, tenant, *, month: int = 9):
     return invoice_finalize(invoice_id=draft.pk)
 
 
-def endpoint_registered(api, user, url: str, *event_types: str) -> dict:
+def endpoint_post(api, user, url: str, event_types: list[str]):
+    """POST /api/v1/webhooks/endpoints as `user`: the answer."""
     api.force_login(user)
-    answer = api.post(
+    return api.post(
         "/api/v1/webhooks/endpoints",
-        {"url": url, "event_types": list(event_types), "description": "ours"},
+        {"url": url, "event_types": event_types, "description": "ours"},
         format="json",
     )
+
+
+def endpoint_registered(api, user, url: str, *event_types: str) -> dict:
+    answer = endpoint_post(api, user, url, list(event_types))
     assert answer.status_code == 201, answer.content
     return answer.json()

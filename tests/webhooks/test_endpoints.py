@@ -7,7 +7,7 @@ import pytest
 
 from tenants.choices import Role
 from tests.factories import make_finance_user, make_key, make_member
-from tests.webhooks.helpers import endpoint_registered
+from tests.webhooks.helpers import endpoint_post, endpoint_registered
 from webhooks.models import Endpoint
 
 pytestmark = pytest.mark.django_db
@@ -26,18 +26,11 @@ pytestmark = pytest.mark.django_db
     ],
 )
 def test_an_endpoint_url_it_will_not_call_is_a_400_naming_url(api, world_a, url, reason):
-    answer = api_post(api, world_a.owner.user, url, ["invoice.paid"])
+    answer = endpoint_post(api, world_a.owner.user, url, ["invoice.paid"])
     assert answer.status_code == 400
     assert answer.json()["error"]["field"] == "url"
     assert reason in answer.json()["error"]["details"][0]["message"]
     assert not Endpoint.objects.exists()
-
-
-def api_post(api, user, url, events):
-    api.force_login(user)
-    return api.post(
-        "/api/v1/webhooks/endpoints", {"url": url, "event_types": events}, format="json"
-    )
 
 
 def test_loopback_only_in_development_and_private_ranges_only_when_the_operator_allows(
@@ -45,27 +38,29 @@ def test_loopback_only_in_development_and_private_ranges_only_when_the_operator_
 ):
     owner = world_a.owner.user
     settings.WEBHOOKS = {**settings.WEBHOOKS, "ALLOW_LOOPBACK": False}
-    assert api_post(api, owner, "http://127.0.0.1:9/x", ["invoice.paid"]).status_code == 400
-    refused = api_post(api, owner, "https://127.0.0.1:9/x", ["invoice.paid"])
+    assert endpoint_post(api, owner, "http://127.0.0.1:9/x", ["invoice.paid"]).status_code == 400
+    refused = endpoint_post(api, owner, "https://127.0.0.1:9/x", ["invoice.paid"])
     assert "non-public address (127.0.0.1)" in refused.json()["error"]["message"]
 
     settings.WEBHOOKS = {**settings.WEBHOOKS, "ALLOW_PRIVATE": True}
-    assert api_post(api, owner, "https://10.0.0.7/hooks", ["invoice.paid"]).status_code == 201
-    assert api_post(api, owner, "http://10.0.0.7/hooks", ["invoice.paid"]).status_code == 400
+    assert endpoint_post(api, owner, "https://10.0.0.7/hooks", ["invoice.paid"]).status_code == 201
+    assert endpoint_post(api, owner, "http://10.0.0.7/hooks", ["invoice.paid"]).status_code == 400
 
 
 def test_a_tenant_hears_only_tenant_events_and_the_operator_all(api, world_a):
     owner = world_a.owner.user
-    refused = api_post(api, owner, "https://93.184.215.14/x", ["invoice.paid", "replica.down"])
+    refused = endpoint_post(api, owner, "https://93.184.215.14/x", ["invoice.paid", "replica.down"])
     assert refused.status_code == 400
     error = refused.json()["error"]
     assert error["field"] == "event_types"
     assert "'replica.down' is not an event a tenant may hear" in error["message"]
-    unknown = api_post(api, owner, "https://93.184.215.14/x", ["invoice.exploded"])
+    unknown = endpoint_post(api, owner, "https://93.184.215.14/x", ["invoice.exploded"])
     assert unknown.json()["error"]["field"] == "event_types"
-    assert api_post(api, owner, "https://93.184.215.14/x", []).status_code == 400
+    assert endpoint_post(api, owner, "https://93.184.215.14/x", []).status_code == 400
 
-    operator = api_post(api, make_finance_user(), "https://93.184.215.14/ops", ["replica.down"])
+    operator = endpoint_post(
+        api, make_finance_user(), "https://93.184.215.14/ops", ["replica.down"]
+    )
     assert operator.status_code == 201 and operator.json()["tenant"] is None
     assert operator.json()["secret"].startswith("whsec_")
     assert not Endpoint.objects.filter(tenant=world_a.tenant).exists()

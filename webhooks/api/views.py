@@ -44,7 +44,7 @@ class IsWebhookManager(BasePermission):
         principal = request_principal(request)
         if principal.api_key is not None or principal.service_key is not None:
             return False
-        if principal.is_finance and principal.tenant is None:
+        if principal.for_platform:
             return True
         return principal.tenant is None or principal.can_manage_keys
 
@@ -53,7 +53,7 @@ def managed_tenant(request) -> Tenant | None:
     """Whose: for finance staff None (the operator's endpoints, and every
     delivery), else the member's tenant."""
     principal = request_principal(request)
-    if principal.is_finance and principal.tenant is None:
+    if principal.for_platform:
         return None
     return require_tenant(request).tenant
 
