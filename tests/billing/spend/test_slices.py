@@ -88,17 +88,34 @@ def test_terms_read_again_with_a_new_ledger_seed_keep_the_same_slice(prefix):
 def test_two_gateways_slicing_one_budget_never_pass_it(prefix):
     """600 requests of worst case 0.05 through two gateways, 64 at a time,
     each charged 0.02 to 0.05, against a budget of 10: at every moment what
-    is held plus what was charged stays within 10; the budget is used up
-    (refusals only near the end); and the accounts count exactly the charges."""
+    Redis holds (the gateways' slices and reservations) plus what was
+    charged stays within 10; the budget is used up (refusals only near the
+    end); and the accounts count exactly the charges.
+
+    What is held is read from Redis itself, by a third client all through
+    the burst: counted from the requests' side it ran past 10 on a loaded
+    machine (10.03, 10.25 on CI) while Redis never did, as one gateway's
+    settle freed what the other's reserve took, and the event loop ran the
+    second's continuation first (two connections, no order between them)."""
     limits = (Limit(KEY, D(10)),)
     hour = epoch_hour(time.time())
     rng = random.Random(7)
-    exposure = {"now": D(0), "max": D(0), "charged": D(0)}
+    charged = {"total": D(0)}
 
     async def scenario():
         gateways = [sliced(prefix), sliced(prefix)]
         gate = asyncio.Semaphore(64)
         refused = []
+        held: list[D] = []
+        done = asyncio.Event()
+
+        async def watch():
+            check = RedisSpend(redis_url(), prefix=prefix)
+            while not done.is_set():
+                state = await check.state(KEY)
+                if state is not None:
+                    held.append(state.reserved + state.spent)
+            await check.close()
 
         async def one(n):
             async with gate:
@@ -107,15 +124,15 @@ def test_two_gateways_slicing_one_budget_never_pass_it(prefix):
                 if isinstance(result, SpendRefused):
                     refused.append(result)
                     return
-                exposure["now"] += D("0.05")
-                exposure["max"] = max(exposure["max"], exposure["now"])
                 await asyncio.sleep(rng.random() / 50)
                 actual = D(rng.randint(20, 50)) / 1000
                 await spend.settle([KEY], f"r{n}", nanos(actual), hour=hour)
-                exposure["now"] += actual - D("0.05")
-                exposure["charged"] += actual
+                charged["total"] += actual
 
+        watcher = asyncio.create_task(watch())
         await asyncio.gather(*(one(n) for n in range(600)))
+        done.set()
+        await watcher
         for spend in gateways:
             await spend.close()
         check = RedisSpend(redis_url(), prefix=prefix)
@@ -124,10 +141,10 @@ def test_two_gateways_slicing_one_budget_never_pass_it(prefix):
         assert refused  # the 600 worst cases (30) do not fit in 10
         # Fewer than a reservation and a settlement each: slices served some.
         assert gateways[0].redis_calls + gateways[1].redis_calls < 2 * 600 - 200
-        assert exposure["max"] <= D(10)
+        assert len(held) > 20, len(held)  # read all through the burst
+        assert max(held) <= D(10), max(held)
         assert state.reserved == 0
-        assert state.spent == exposure["charged"] <= D(10)
-        print("SPENT", state.spent)
+        assert state.spent == charged["total"] <= D(10)
         # Slices did not strand the budget: measured here, this burst ends at
         # 8.5-8.7 through slices and 9.4 with every reservation in Redis (the
         # free parts of slices are handed back after the first refused top-up).
