@@ -50,6 +50,9 @@ TRACKED = (
     Tracked("billing_slopolicy"),
     Tracked("billing_slacreditrule"),
     Tracked("billing_stripecustomer", tenant="tenant_id"),
+    # Tax: the tenants' profiles and the dated rates.
+    Tracked("billing_taxprofile", tenant="tenant_id"),
+    Tracked("billing_taxrate", ignored=("stripe_tax_rate_id",)),
     # The fleet's cost facts.
     Tracked("serving_gpusku"),
     Tracked("serving_node"),

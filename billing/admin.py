@@ -37,8 +37,11 @@ from billing.models import (
     StripeCustomer,
     StripeEvent,
     Subscription,
+    TaxProfile,
+    TaxRate,
     VolumeTier,
 )
+from billing.tax.services import tax_profile_checked, tax_rate_checked
 
 
 class CostRateForm(forms.ModelForm):
@@ -245,9 +248,71 @@ class CreditGrantAdmin(admin.ModelAdmin):
     list_display = ["tenant", "amount", "currency", "granted_at", "expires_at", "priority"]
 
 
+class _CheckedForm(forms.ModelForm):
+    """A form whose fields a tax service checks: its error lands on the
+    field it names, and the cleaned values are the service's."""
+
+    check = staticmethod(lambda **fields: fields)
+    checked: tuple[str, ...] = ()  # the fields the check takes
+
+    def clean(self):
+        cleaned = super().clean()
+        if not self.errors:
+            try:
+                cleaned.update(self.check(**{f: cleaned.get(f) for f in self.checked}))
+            except BillingInputError as error:
+                self.add_error(error.field if error.field in self.fields else None, error.message)
+        return cleaned
+
+
+class TaxRateForm(_CheckedForm):
+    check = staticmethod(tax_rate_checked)
+    checked = ("country", "name", "percent", "valid_from")
+
+    class Meta:
+        model = TaxRate
+        fields = ["country", "name", "percent", "valid_from"]
+
+
+class TaxProfileForm(_CheckedForm):
+    check = staticmethod(tax_profile_checked)
+    checked = ("country", "tax_id", "exempt", "exempt_reason")
+
+    class Meta:
+        model = TaxProfile
+        fields = ["tenant", "country", "tax_id", "exempt", "exempt_reason"]
+
+
+@admin.register(TaxRate)
+class TaxRateAdmin(admin.ModelAdmin):
+    """Dated rates per jurisdiction: a rate is never edited (issued invoices
+    name it); a new one takes over from its day."""
+
+    form = TaxRateForm
+    list_display = ["country", "name", "percent", "valid_from", "stripe_tax_rate_id"]
+    list_filter = ["country"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(TaxProfile)
+class TaxProfileAdmin(admin.ModelAdmin):
+    form = TaxProfileForm
+    list_display = ["tenant", "country", "tax_id", "exempt"]
+    search_fields = ["tenant__slug", "tax_id"]
+
+
 @admin.register(Issuer)
 class IssuerAdmin(admin.ModelAdmin):
-    list_display = ["name", "is_default", "invoice_prefix", "next_invoice_number"]
+    list_display = [
+        "name",
+        "country",
+        "tax_id",
+        "is_default",
+        "invoice_prefix",
+        "next_invoice_number",
+    ]
     readonly_fields = ["next_invoice_number", "next_credit_note_number"]
 
 

@@ -30,6 +30,7 @@ from billing.invoicing.invoices import invoice_amount_due_minor, invoice_status_
 from billing.invoicing.selectors import invoice_get, invoice_list, invoice_run_list
 from billing.invoicing.sla_adjustments import sla_credit_adjust
 from billing.invoicing.sla_credits import sla_decisions
+from billing.tax.services import tax_by_rate
 from dashboard.forms import (
     CREDIT_NOTE,
     InvoiceActionForm,
@@ -182,6 +183,7 @@ def _document(request, invoice, *, error: str = "", status: int = 200):
         else [],
         "sla_decisions": decisions,
         "credits": [line for line in lines if line.kind == LineKind.CREDIT],
+        "taxes": tax_by_rate(lines),
         "amount_due_minor": invoice_amount_due_minor(invoice),
         "download": "download" in request.GET,
         "can_act": can_act,

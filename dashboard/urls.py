@@ -16,6 +16,7 @@ from dashboard import (
     runs,
     sign_in,
     slo,
+    tax,
     views,
     webhooks,
 )
@@ -50,6 +51,7 @@ urlpatterns = [
     path("finance/models/<str:name>/", finance.finance_model, name="finance-model"),
     path("finance/receivables/", receivables.receivables, name="receivables"),
     path("finance/slo/", slo.finance_slo, name="finance-slo"),
+    path("finance/tax/", tax.tax_page, name="tax"),
     path("reconciliation/", finance.reconciliation, name="reconciliation"),
     path("finance/archives/", archives.ledger_archives_page, name="ledger-archives"),
     path("fleet/", fleet.fleet, name="fleet"),

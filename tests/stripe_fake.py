@@ -1,6 +1,9 @@
 """A fake Stripe API server on loopback, for the real `stripe` SDK.
 
-It keeps customers, invoices, invoice items and credit notes in memory,
+It keeps customers, invoices, invoice items, tax rates and credit notes
+in memory, computes an invoice's tax as Stripe documents it for tax rates
+(each line item's own: its amount times each of its rates, rounded to
+the minor unit, half away from zero; the invoice's tax is the sum),
 answers with objects shaped like Stripe's published examples
 (tests/stripe_objects.json, from Stripe's OpenAPI fixtures), and honours
 Idempotency-Key as Stripe does: the same key and parameters replay the
@@ -22,6 +25,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
@@ -56,6 +60,7 @@ class FakeStripe:
     invoices: dict[str, dict] = field(default_factory=dict)
     items: dict[str, dict] = field(default_factory=dict)
     credit_notes: dict[str, dict] = field(default_factory=dict)
+    tax_rates: dict[str, dict] = field(default_factory=dict)
     writes: list[tuple[str, str]] = field(default_factory=list)  # (path, key) that did work
     requests: int = 0
     down: bool = False
@@ -99,6 +104,7 @@ class FakeStripe:
             ("POST", r"/v1/invoiceitems", self._item_create),
             ("GET", r"/v1/invoiceitems", self._item_list),
             ("POST", r"/v1/credit_notes", self._credit_note_create),
+            ("POST", r"/v1/tax_rates", self._tax_rate_create),
         ]
         for verb, pattern, handler in routes:
             match = re.fullmatch(pattern, path)
@@ -132,6 +138,7 @@ class FakeStripe:
             currency=params.get("currency", "usd"),
             collection_method=params.get("collection_method", "charge_automatically"),
             description=params.get("description"),
+            footer=params.get("footer"),
             metadata=params.get("metadata", {}),
             status="draft",
             amount_due=0,
@@ -156,11 +163,9 @@ class FakeStripe:
         invoice = self.invoices.get(invoice_id)
         if invoice is None or invoice["status"] != "draft":
             return 400, _error("invalid_request_error", "This invoice is already finalized")
-        total = sum(item["amount"] for item in invoice["lines"]["data"])
+        total = invoice["total"]
         invoice.update(
             status="open" if total > 0 else "paid",
-            total=total,
-            subtotal=total,
             amount_due=max(total, 0),
             amount_remaining=max(total, 0),
             hosted_invoice_url=f"https://invoice.stripe.test/i/{invoice_id}",
@@ -197,11 +202,46 @@ class FakeStripe:
             metadata=params.get("metadata", {}),
             period={k: int(v) for k, v in params.get("period", {}).items()},
         )
+        rate_ids = list(params.get("tax_rates", {}).values())
+        if any(r not in self.tax_rates for r in rate_ids):
+            return 400, _error("invalid_request_error", "No such tax rate", param="tax_rates")
+        item["tax_rates"] = [self.tax_rates[r] for r in rate_ids]
         self.items[item["id"]] = item
+        taxes = [
+            {"amount": _tax(item["amount"], rate["percentage"]), "tax_rate": rate["id"]}
+            for rate in item["tax_rates"]
+        ]
         invoice["lines"]["data"].append(
-            {"id": f"il_{item['id']}", "amount": item["amount"], "description": item["description"]}
+            {
+                "id": f"il_{item['id']}",
+                "amount": item["amount"],
+                "description": item["description"],
+                "taxes": taxes,
+            }
         )
+        lines = invoice["lines"]["data"]
+        subtotal = sum(line["amount"] for line in lines)
+        tax = sum(t["amount"] for line in lines for t in line["taxes"])
+        invoice.update(subtotal=subtotal, total_excluding_tax=subtotal, total=subtotal + tax)
         return 200, item
+
+    def _tax_rate_create(self, *, params, query):
+        if "percentage" not in params or "display_name" not in params:
+            return 400, _error("invalid_request_error", "Missing required param", "percentage")
+        rate = {
+            "id": self._new_id("txr"),
+            "object": "tax_rate",
+            "active": True,
+            "country": params.get("country"),
+            "display_name": params["display_name"],
+            "inclusive": params.get("inclusive") == "true",
+            "percentage": float(params["percentage"]),
+            "metadata": params.get("metadata", {}),
+            "created": int(time.time()),
+            "livemode": False,
+        }
+        self.tax_rates[rate["id"]] = rate
+        return 200, rate
 
     def _item_list(self, *, params, query):
         data = [i for i in self.items.values() if i["invoice"] == query.get("invoice")]
@@ -301,6 +341,12 @@ class FakeStripe:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def _tax(amount: int, percentage: float) -> int:
+    """A line's tax for one rate, as Stripe rounds it."""
+    exact = Decimal(amount) * Decimal(str(percentage)) / 100
+    return int(exact.quantize(Decimal(1), ROUND_HALF_UP))
 
 
 def _error(kind: str, message: str, param: str | None = None) -> dict:

@@ -56,6 +56,8 @@ class InvoiceLineOut(serializers.ModelSerializer):
             "service_end",
             "late",
             "sla_metric",
+            "tax_percent",
+            "tax_minor",
         ]
 
 
@@ -64,7 +66,7 @@ class CreditNoteOut(serializers.ModelSerializer):
 
     class Meta:
         model = CreditNote
-        fields = ["id", "number", "reason", "amount_minor", "amount", "created_at"]
+        fields = ["id", "number", "reason", "amount_minor", "amount", "tax_minor", "created_at"]
 
 
 class InvoiceOut(serializers.ModelSerializer):
@@ -85,8 +87,14 @@ class InvoiceOut(serializers.ModelSerializer):
             "currency",
             "period_start",
             "period_end",
+            "subtotal_minor",
+            "tax_minor",
             "total_minor",
             "total",
+            "tax_treatment",
+            "tax_note",
+            "buyer_country",
+            "buyer_tax_id",
             "amount_due_minor",
             "finalized_at",
             "finalized_early_by",

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from billing.api import costs, focus, fx, invoices, margins, slo
+from billing.api import costs, focus, fx, invoices, margins, slo, tax
 from billing.spend import api as spend
 
 urlpatterns = [
@@ -39,6 +39,8 @@ urlpatterns = [
     path("tenants/<slug:slug>/budget", spend.BudgetView.as_view(), name="tenant-budget"),
     path("spend", spend.StandingView.as_view(), name="spend"),
     path("usage/focus", focus.FocusExportView.as_view(), name="usage-focus"),
+    path("tax/rates", tax.TaxRateListView.as_view(), name="tax-rates"),
+    path("tenants/<slug:slug>/tax-profile", tax.TaxProfileView.as_view(), name="tax-profile"),
     path("fx-rates", fx.FxRateListView.as_view(), name="fx-rates"),
     path("fx-rates/bulk", fx.FxRateBulkView.as_view(), name="fx-rates-bulk"),
     path("margin-reports", margins.MarginReportListView.as_view(), name="margin-reports"),

@@ -1,7 +1,9 @@
 """Credit notes: the only way to correct a finalized invoice. A note on an
 open invoice reduces what is due (when nothing is left due, the invoice is
 paid); a note on a paid invoice returns the amount to the tenant's credit
-wallet as a new grant. Numbered per issuer without gaps, like invoices."""
+wallet as a new grant. Numbered per issuer without gaps, like invoices.
+A note's amount includes tax: it reverses its share of the invoice's
+(billing.tax.rules.credit_note_tax_minor)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from billing.errors import BillingInputError, InvoiceStateError
 from billing.models import CreditGrant, CreditNote, Invoice, Issuer
 from billing.money import from_minor
 from billing.queueing import invoice_sync_enqueue
+from billing.tax.rules import credit_note_tax_minor
 
 REASON_MAX = CreditNote._meta.get_field("reason").max_length
 
@@ -40,7 +43,8 @@ def credit_note_create(
             InvoiceStatus.UNCOLLECTIBLE,
         ):
             raise InvoiceStateError(f"invoice {invoice} is {invoice.status}: nothing to credit")
-        credited = invoice.credit_notes.aggregate(s=Sum("amount_minor"))["s"] or 0
+        before = invoice.credit_notes.aggregate(s=Sum("amount_minor"), t=Sum("tax_minor"))
+        credited, reversed_tax = before["s"] or 0, before["t"] or 0
         if credited + amount_minor > invoice.total_minor:
             raise BillingInputError(
                 "amount_minor",
@@ -68,6 +72,13 @@ def credit_note_create(
             number=f"{issuer.credit_note_prefix}-{sequence:06d}",
             reason=reason,
             amount_minor=amount_minor,
+            tax_minor=credit_note_tax_minor(
+                gross_minor=invoice.subtotal_minor + invoice.tax_minor,
+                tax_minor=invoice.tax_minor,
+                credited_before=credited,
+                reversed_before=reversed_tax,
+                amount=amount_minor,
+            ),
             wallet_grant=grant,
             created_by=created_by,
         )

@@ -52,6 +52,8 @@ from billing.notices import invoice_event_emit
 from billing.pricing.periods import tenant_period
 from billing.pricing.rating import TenantInputs, charges_compute, rating_inputs, rating_session
 from billing.queueing import invoice_sync_enqueue
+from billing.tax.rules import TaxDecision, lines_taxed
+from billing.tax.services import TaxReads, tax_decision, tax_reads
 from tenants.models import Tenant
 from webhooks.choices import EventType
 
@@ -71,7 +73,13 @@ DRAFT_COLUMNS = [
     "rated_at",
     "usage_fingerprint",
     "warnings",
+    "subtotal_minor",
+    "tax_minor",
     "total_minor",
+    "tax_treatment",
+    "tax_note",
+    "buyer_country",
+    "buyer_tax_id",
 ]
 
 
@@ -98,10 +106,19 @@ class DraftContent:
     fingerprints: dict
     warnings: list[str]
     issuer_id: int
+    tax: TaxDecision
+
+    @property
+    def subtotal_minor(self) -> int:
+        return sum(line.amount_minor for line in self.lines)
+
+    @property
+    def tax_minor(self) -> int:
+        return sum(line.tax_minor for line in self.lines)
 
     @property
     def total_minor(self) -> int:
-        return sum(line.amount_minor for line in self.lines)
+        return self.subtotal_minor + self.tax_minor
 
 
 def draft_compose(
@@ -112,11 +129,12 @@ def draft_compose(
     inputs: TenantInputs,
     earlier: EarlierPeriods | None = None,
     sla: SlaReads | None = None,
+    tax: TaxReads | None = None,
 ) -> DraftContent | None:
-    """Rate the period, credit its missed SLOs and check earlier periods
-    for late usage; None when there is nothing to bill. Shared by the
-    one-invoice path and the run. `earlier`, `sla`: what `period_reads`
-    loaded for many tenants at once (else read here)."""
+    """Rate the period, credit its missed SLOs, check earlier periods for
+    late usage and tax the lines; None when there is nothing to bill.
+    Shared by the one-invoice path and the run. `earlier`, `sla`, `tax`:
+    what `period_reads` loaded for many tenants at once (else read here)."""
     currency = tenant.billing_currency
     warnings: list[str] = []
     charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs, warnings=warnings)
@@ -136,11 +154,18 @@ def draft_compose(
         return None
     subscription = inputs.subscription
     issuer_id = subscription.issuer_id if subscription and subscription.issuer_id else None
+    issuer_id = issuer_id or issuer_default().pk
+    if tax is None:
+        tax = tax_reads(tenant_ids=[tenant.pk])
+    decision = tax_decision(tenant_id=tenant.pk, issuer_id=issuer_id, period_end=end, reads=tax)
+    if decision.warning:
+        warnings.append(decision.warning)
     return DraftContent(
-        lines=lines,
+        lines=lines_taxed(lines, decision),
         fingerprints={start.isoformat(): inputs.fingerprint(), **fingerprints},
         warnings=warnings,
-        issuer_id=issuer_id or issuer_default().pk,
+        issuer_id=issuer_id,
+        tax=decision,
     )
 
 
@@ -155,6 +180,7 @@ class PeriodReads:
     earlier: EarlierPeriods
     with_credit: set[int]
     sla: SlaReads
+    tax: TaxReads
 
 
 def period_reads(*, tenants: list[Tenant], start: datetime, end: datetime) -> PeriodReads:
@@ -179,6 +205,7 @@ def period_reads(*, tenants: list[Tenant], start: datetime, end: datetime) -> Pe
             end=end,
             subscriptions={pk: read.subscription for pk, read in inputs.items()},
         ),
+        tax=tax_reads(tenant_ids=[t.pk for t in to_rate]),
     )
 
 
@@ -273,7 +300,13 @@ def _tenant_compose(
         inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
         return draft_compose(tenant=tenant, start=start, end=end, inputs=inputs)
     return draft_compose(
-        tenant=tenant, start=start, end=end, inputs=inputs, earlier=reads.earlier, sla=reads.sla
+        tenant=tenant,
+        start=start,
+        end=end,
+        inputs=inputs,
+        earlier=reads.earlier,
+        sla=reads.sla,
+        tax=reads.tax,
     )
 
 
@@ -318,7 +351,14 @@ def draft_fill(invoice: Invoice, content: DraftContent, *, run: InvoiceRun | Non
     invoice.rated_at = timezone.now()
     invoice.usage_fingerprint = content.fingerprints
     invoice.warnings = content.warnings
+    invoice.subtotal_minor = content.subtotal_minor
+    invoice.tax_minor = content.tax_minor
     invoice.total_minor = content.total_minor
+    decision = content.tax
+    invoice.tax_treatment = decision.treatment
+    invoice.tax_note = decision.note
+    invoice.buyer_country = decision.buyer.country if decision.buyer else ""
+    invoice.buyer_tax_id = decision.buyer.tax_id if decision.buyer else ""
 
 
 def issuer_default() -> Issuer:

@@ -38,6 +38,10 @@ class LineDraft:
     book: str = ""
     late: bool = False
     sla_metric: str = ""
+    # Set by billing.tax.rules.lines_taxed, once the invoice's tax is decided.
+    tax_rate_id: int | None = None
+    tax_percent: Decimal | None = None
+    tax_minor: int = 0
 
     def as_fields(self) -> dict:
         """The InvoiceLine fields (shallow: asdict() would deep-copy)."""

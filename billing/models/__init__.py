@@ -1,7 +1,8 @@
 """Billing's models: the cost side (rates, allocation runs and results) and
 the price side (price books, plans, subscriptions, credits), invoices,
 the tenants' Stripe customers, and service levels (SLO policies, SLA
-credit schedules, finance's decisions on credits)."""
+credit schedules, finance's decisions on credits), and tax (tenants'
+profiles, dated rates)."""
 
 from billing.models.budgets import BudgetState, SpendCorrection  # noqa: F401
 from billing.models.costs import (  # noqa: F401
@@ -33,3 +34,4 @@ from billing.models.prices import (  # noqa: F401
 )
 from billing.models.reports import MarginReport  # noqa: F401
 from billing.models.sla import SlaCreditAdjustment, SlaCreditRule, SloPolicy  # noqa: F401
+from billing.models.tax import TaxProfile, TaxRate  # noqa: F401

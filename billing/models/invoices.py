@@ -31,6 +31,9 @@ class Issuer(models.Model):
     name = models.CharField(max_length=200, unique=True)
     address = models.TextField(blank=True, default="")
     tax_id = models.CharField(max_length=64, blank=True, default="")
+    # Where the issuer is established (ISO 3166-1 alpha-2): an EU issuer
+    # selling to a business in another EU country reverse-charges its VAT.
+    country = models.CharField(max_length=2, blank=True, default="")
     invoice_prefix = models.CharField(max_length=16, default="INV")
     credit_note_prefix = models.CharField(max_length=16, default="CN")
     next_invoice_number = models.PositiveBigIntegerField(default=1)
@@ -109,7 +112,18 @@ class Invoice(models.Model):
     currency = models.CharField(max_length=3)
     period_start = models.DateTimeField()
     period_end = models.DateTimeField()
+    # What is due: the lines before tax (subtotal, prepaid credit apart),
+    # plus the tax on them, less the prepaid credit applied.
+    subtotal_minor = models.BigIntegerField(default=0)
+    tax_minor = models.BigIntegerField(default=0)
     total_minor = models.BigIntegerField(default=0)
+    # How tax was decided when it was rated (billing.tax.rules): "" none,
+    # standard, reverse_charge or exempt; the wording the invoice carries;
+    # the buyer as the tax profile had it then.
+    tax_treatment = models.CharField(max_length=16, blank=True, default="")
+    tax_note = models.CharField(max_length=500, blank=True, default="")
+    buyer_country = models.CharField(max_length=2, blank=True, default="")
+    buyer_tax_id = models.CharField(max_length=64, blank=True, default="")
     # What usage the period had when rated: a later difference means late usage.
     usage_fingerprint = models.JSONField(default=dict, blank=True)
     warnings = models.JSONField(default=list, blank=True)
@@ -196,6 +210,13 @@ class InvoiceLine(models.Model):
     late = models.BooleanField(default=False)
     # An SLA credit line: the metric whose missed target it credits.
     sla_metric = models.CharField(max_length=16, blank=True, default="")
+    # The tax on this line: the rate (and its percent as it was), rounded
+    # once per line (billing.tax.rules.TAX_ROUNDING); none on prepaid credit.
+    tax_rate = models.ForeignKey(
+        "billing.TaxRate", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    tax_percent = models.DecimalField(max_digits=7, decimal_places=4, null=True, blank=True)
+    tax_minor = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["invoice", "position"]
@@ -219,6 +240,8 @@ class CreditNote(models.Model):
     number = models.CharField(max_length=40, editable=False)
     reason = models.CharField(max_length=300)
     amount_minor = models.BigIntegerField(validators=[MinValueValidator(1)])
+    # The share of amount_minor that reverses the invoice's tax.
+    tax_minor = models.BigIntegerField(default=0)
     wallet_grant = models.OneToOneField(
         CreditGrant, null=True, blank=True, on_delete=models.PROTECT, related_name="credit_note"
     )

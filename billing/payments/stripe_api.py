@@ -58,6 +58,7 @@ class ItemSpec:
     description: str
     period_start: int  # unix seconds
     period_end: int
+    tax_rates: tuple[str, ...] = ()  # Stripe tax rate ids: Stripe computes the line's tax
 
 
 def customer_create(*, tenant_id: int, name: str, email: str | None) -> str:
@@ -68,21 +69,45 @@ def customer_create(*, tenant_id: int, name: str, email: str | None) -> str:
     return customer.id
 
 
-def invoice_create(
-    *, invoice_id: int, number: str, customer: str, currency: str, days_until_due: int
-) -> str:
-    stripe_invoice = _client().v1.invoices.create(
+def tax_rate_create(*, rate_id: int, display_name: str, percentage, country: str) -> str:
+    """Our dated rate as a Stripe tax rate (exclusive: added to the line).
+    Stripe's tax rates cannot change their percentage: one per ours."""
+    created = _client().v1.tax_rates.create(
         params={
-            "customer": customer,
-            "currency": currency.lower(),
-            "collection_method": "send_invoice",
-            "days_until_due": days_until_due,
-            "auto_advance": False,
-            "pending_invoice_items_behavior": "exclude",
-            "description": f"Invoice {number}",
-            "metadata": {"ledger_invoice_id": str(invoice_id), "ledger_number": number},
+            "display_name": display_name,
+            "percentage": float(percentage),  # ok-float: Stripe's API takes a float percentage
+            "inclusive": False,
+            "country": country,
+            "metadata": {"ledger_tax_rate_id": str(rate_id)},
         },
-        options=_key("invoice", invoice_id, "create"),
+        options=_key("tax-rate", rate_id),
+    )
+    return created.id
+
+
+def invoice_create(
+    *,
+    invoice_id: int,
+    number: str,
+    customer: str,
+    currency: str,
+    days_until_due: int,
+    footer: str = "",
+) -> str:
+    params: dict[str, Any] = {
+        "customer": customer,
+        "currency": currency.lower(),
+        "collection_method": "send_invoice",
+        "days_until_due": days_until_due,
+        "auto_advance": False,
+        "pending_invoice_items_behavior": "exclude",
+        "description": f"Invoice {number}",
+        "metadata": {"ledger_invoice_id": str(invoice_id), "ledger_number": number},
+    }
+    if footer:  # the tax wording (reverse charge, exemption) the invoice must carry
+        params["footer"] = footer[:5000]
+    stripe_invoice = _client().v1.invoices.create(
+        params=params, options=_key("invoice", invoice_id, "create")
     )
     return stripe_invoice.id
 
@@ -102,29 +127,44 @@ def invoice_item_ids(*, stripe_invoice_id: str) -> dict[int, str]:
 def invoice_item_create(
     *, invoice_id: int, customer: str, stripe_invoice_id: str, currency: str, item: ItemSpec
 ) -> str:
+    params: dict[str, Any] = {
+        "customer": customer,
+        "invoice": stripe_invoice_id,
+        "currency": currency.lower(),
+        "amount": item.amount_minor,
+        "description": item.description[:500],
+        "period": {"start": item.period_start, "end": item.period_end},
+        "metadata": {"ledger_invoice_id": str(invoice_id), "ledger_line_id": str(item.line_id)},
+    }
+    if item.tax_rates:
+        params["tax_rates"] = list(item.tax_rates)
     created = _client().v1.invoice_items.create(
-        params={
-            "customer": customer,
-            "invoice": stripe_invoice_id,
-            "currency": currency.lower(),
-            "amount": item.amount_minor,
-            "description": item.description[:500],
-            "period": {"start": item.period_start, "end": item.period_end},
-            "metadata": {"ledger_invoice_id": str(invoice_id), "ledger_line_id": str(item.line_id)},
-        },
-        options=_key("invoice", invoice_id, "line", item.line_id),
+        params=params, options=_key("invoice", invoice_id, "line", item.line_id)
     )
     return created.id
 
 
-def invoice_finalize(*, invoice_id: int, stripe_invoice_id: str) -> tuple[str, str]:
-    """Finalize in Stripe: (status there, hosted invoice URL)."""
+def invoice_total(*, stripe_invoice_id: str) -> int:
+    """A Stripe invoice's total as Stripe computes it (a draft's too): minor
+    units, tax included."""
+    return int(_client().v1.invoices.retrieve(stripe_invoice_id).total)
+
+
+@dataclass(frozen=True)
+class Finalized:
+    status: str
+    hosted_invoice_url: str
+    total: int  # minor units, tax included, as Stripe computed it
+
+
+def invoice_finalize(*, invoice_id: int, stripe_invoice_id: str) -> Finalized:
+    """Finalize in Stripe: its status there, hosted invoice URL, total."""
     finalized = _client().v1.invoices.finalize_invoice(
         stripe_invoice_id,
         params={"auto_advance": False},
         options=_key("invoice", invoice_id, "finalize"),
     )
-    return finalized.status, finalized.hosted_invoice_url or ""
+    return Finalized(finalized.status, finalized.hosted_invoice_url or "", int(finalized.total))
 
 
 def invoice_pay_out_of_band(*, invoice_id: int, stripe_invoice_id: str) -> None:

@@ -2,7 +2,9 @@
 invoice with one item per line (described as the invoice page reads it:
 quantity, unit price, tier; billing.invoicing.lines.line_text), finalized
 there; later states (paid out of band, void, uncollectible) and credit
-notes follow. Each step saves
+notes follow. A line's tax goes as a Stripe tax rate (created from ours
+when first used): Stripe computes each line's tax itself, and the invoice
+is finalized there only when Stripe's total is ours to the cent. Each step saves
 the Stripe id it learned at once and is keyed for idempotency, so a sync
 that dies anywhere is finished by the next one with nothing doubled.
 
@@ -18,7 +20,7 @@ from django.db.models import Q
 
 from billing.choices import InvoiceStatus, StripeSync
 from billing.invoicing.lines import line_text
-from billing.models import CreditNote, Invoice
+from billing.models import CreditNote, Invoice, TaxRate
 from billing.payments import stripe_api
 from billing.payments.customers import stripe_customer_get_or_create
 from core.locks import advisory_lock_try
@@ -74,6 +76,10 @@ def invoices_awaiting_sync() -> list[int]:
     )
 
 
+class StripeTotalMismatch(Exception):
+    """Stripe's total for the invoice is not ours: it is left a draft there."""
+
+
 def _push(invoice: Invoice) -> None:
     customer = stripe_customer_get_or_create(tenant=invoice.tenant)
     if not invoice.stripe_invoice_id:
@@ -83,10 +89,12 @@ def _push(invoice: Invoice) -> None:
             customer=customer,
             currency=invoice.currency,
             days_until_due=max((invoice.due_at - invoice.finalized_at).days, 0),
+            footer=invoice.tax_note,
         )
         _save(invoice, stripe_invoice_id=stripe_id, stripe_status="draft")
     if invoice.stripe_status in ("", "draft"):
         present = stripe_api.invoice_item_ids(stripe_invoice_id=invoice.stripe_invoice_id)
+        rates = _stripe_tax_rates(invoice)
         for line in invoice.lines.order_by("position"):
             if line.pk in present or line.amount_minor == 0:
                 continue
@@ -101,12 +109,24 @@ def _push(invoice: Invoice) -> None:
                     description=line_text(line, currency=invoice.currency),
                     period_start=int(line.service_start.timestamp()),
                     period_end=int(line.service_end.timestamp()),
+                    tax_rates=(rates[line.tax_rate_id],) if line.tax_rate_id else (),
                 ),
             )
-        status, url = stripe_api.invoice_finalize(
+        # Stripe computes each line's tax from the rate; issued there only
+        # when its total is ours to the cent.
+        ours = invoice.total_minor
+        theirs = stripe_api.invoice_total(stripe_invoice_id=invoice.stripe_invoice_id)
+        if theirs != ours:
+            raise StripeTotalMismatch(
+                f"Stripe's total for {invoice.number} is {theirs}, ours {ours} (minor units): "
+                "left a draft in Stripe"
+            )
+        finalized = stripe_api.invoice_finalize(
             invoice_id=invoice.pk, stripe_invoice_id=invoice.stripe_invoice_id
         )
-        _save(invoice, stripe_status=status, hosted_invoice_url=url)
+        _save(
+            invoice, stripe_status=finalized.status, hosted_invoice_url=finalized.hosted_invoice_url
+        )
     target = PUSH_STATE.get(InvoiceStatus(invoice.status))
     if target and invoice.stripe_status == "open":
         stripe_status, call = target
@@ -121,6 +141,24 @@ def _push(invoice: Invoice) -> None:
             paid=note.wallet_grant_id is not None,
         )
         CreditNote.objects.filter(pk=note.pk).update(stripe_credit_note_id=note_id)
+
+
+def _stripe_tax_rates(invoice: Invoice) -> dict[int, str]:
+    """Our rate id -> its Stripe tax rate, for the rates the invoice's lines
+    carry; created in Stripe the first time one is used (keyed by our id)."""
+    ids = set(invoice.lines.exclude(tax_rate=None).values_list("tax_rate_id", flat=True))
+    out = {}
+    for rate in TaxRate.objects.filter(pk__in=ids):
+        if not rate.stripe_tax_rate_id:
+            rate.stripe_tax_rate_id = stripe_api.tax_rate_create(
+                rate_id=rate.pk,
+                display_name=rate.name,
+                percentage=rate.percent,
+                country=rate.country,
+            )
+            TaxRate.objects.filter(pk=rate.pk).update(stripe_tax_rate_id=rate.stripe_tax_rate_id)
+        out[rate.pk] = rate.stripe_tax_rate_id
+    return out
 
 
 def _save(invoice: Invoice, **fields) -> None:

@@ -2,6 +2,9 @@
 line and per credit note, so that BilledCost summed per InvoiceId is the
 invoice's total (or the credit note's amount, negative) to the cent.
 
+- Tax is its own row (ChargeCategory Tax), one per rate an invoice's
+  lines carry; a credit note's share of tax is a Tax row of class
+  Correction beside its Credit row (the two sum to the note's amount).
 - A billing period with an issued invoice (finalized, paid or
   uncollectible) is read from that invoice: `x_BillingStatus` "invoiced",
   `InvoiceId` its number. Credit notes on it are Credit rows of class
@@ -56,6 +59,7 @@ from billing.reports.focus_columns import (
     focus_tags,
     focus_time,
 )
+from billing.tax.services import tax_by_rate
 from tenants.models import Tenant
 
 SERVICE_NAME = "LLM Inference"
@@ -178,9 +182,10 @@ def invoice_rows(invoice: Invoice) -> Iterator[dict]:
     )
     yield from line_rows(invoice.lines.all(), billing=billing)
     for note in invoice.credit_notes.order_by("sequence"):
+        net = note.amount_minor - note.tax_minor
         yield {
             **billing.columns(),
-            **_unpriced(focus_amount(-from_minor(note.amount_minor, invoice.currency))),
+            **_unpriced(focus_amount(-from_minor(net, invoice.currency))),
             "ChargeCategory": "Credit",
             "ChargeClass": "Correction",
             "ChargeDescription": f"Credit note {note.number} on {invoice.number}: {note.reason}",
@@ -190,10 +195,21 @@ def invoice_rows(invoice: Invoice) -> Iterator[dict]:
             "InvoiceId": note.number,
             "Tags": focus_tags({"tier": invoice.tenant.tier, "corrects": invoice.number}),
         }
+        if note.tax_minor:
+            yield _tax_row(
+                billing,
+                minor=-note.tax_minor,
+                description=f"Tax reversed by credit note {note.number} on {invoice.number}",
+                ChargeClass="Correction",
+                InvoiceId=note.number,
+                Tags=focus_tags({"tier": invoice.tenant.tier, "corrects": invoice.number}),
+            )
 
 
 def line_rows(lines: Iterable, *, billing: Billing) -> Iterator[dict]:
-    """Invoice lines (stored, or drafts as rated) as FOCUS rows."""
+    """Invoice lines (stored, or drafts as rated) as FOCUS rows, then their
+    tax: a Tax row per rate."""
+    lines = list(lines)
     for line in lines:
         kind = KINDS[line.kind]
         billed = focus_amount(from_minor(line.amount_minor, billing.currency))
@@ -215,6 +231,31 @@ def line_rows(lines: Iterable, *, billing: Billing) -> Iterator[dict]:
         else:
             row |= _priced(line, kind, billed=billed)
         yield row
+    yield from _tax_rows(lines, billing=billing)
+
+
+def _tax_rows(lines: list, *, billing: Billing) -> Iterator[dict]:
+    for taxed in tax_by_rate(lines):
+        if taxed.tax_minor:
+            yield _tax_row(
+                billing, minor=taxed.tax_minor, description=f"{taxed.rate.label} on usage"
+            )
+
+
+def _tax_row(billing: Billing, *, minor: int, description: str, **columns) -> dict:
+    """Tax as FOCUS has it: its own charge category, one amount."""
+    return {
+        **billing.columns(),
+        **_unpriced(focus_amount(from_minor(minor, billing.currency))),
+        "ChargeCategory": "Tax",
+        "ChargeClass": None,
+        "ChargeDescription": description,
+        "ChargeFrequency": "Usage-Based",
+        "ChargePeriodStart": focus_time(billing.period_start),
+        "ChargePeriodEnd": focus_time(billing.period_end),
+        "Tags": focus_tags({"tier": billing.tenant.tier, "line_kind": "tax"}),
+        **columns,
+    }
 
 
 def _priced(line, kind: Kind, *, billed: Decimal) -> dict:
