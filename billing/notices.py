@@ -28,6 +28,8 @@ def _invoice_data(invoice: Invoice) -> dict:
         "currency": invoice.currency,
         "total": str(from_minor(invoice.total_minor, invoice.currency)),
         "total_minor": invoice.total_minor,
+        "subtotal_minor": invoice.subtotal_minor,
+        "tax_minor": invoice.tax_minor,
         "period_start": invoice.period_start.isoformat(),
         "period_end": invoice.period_end.isoformat(),
         "due_at": invoice.due_at.isoformat() if invoice.due_at else None,

@@ -20,6 +20,7 @@ FINANCE_PAGES = [
     "/finance/models/tiny-llama/",
     "/finance/receivables/",
     "/finance/slo/",
+    "/finance/tax/",
     "/finance/archives/",
     "/jobs/",
 ]

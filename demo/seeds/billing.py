@@ -1,7 +1,8 @@
 """The demo world's booked cost rates and prices (used by `manage.py up`):
 a peak / off-peak energy tariff, a PUE and the usual overheads; price
 books, plans, subscriptions, SLO policies and a credit grant; all in force from the
-start of 2026; and demo FX rates (Initech and Umbrella bill in EUR).
+start of 2026; demo FX rates (Initech and Umbrella bill in EUR); and tax
+(an Irish issuer, VAT rates, two EU tenants' tax profiles).
 Idempotent: what is already there is left."""
 
 from __future__ import annotations
@@ -13,18 +14,23 @@ from decimal import Decimal
 from django.conf import settings
 
 from billing.costs.rates import cost_rate_create
+from billing.invoicing.invoices import issuer_default
 from billing.models import (
     CostRate,
     CreditGrant,
     FxRate,
+    Issuer,
     ModelPrice,
     Plan,
     PriceBook,
     SlaCreditRule,
     SloPolicy,
     Subscription,
+    TaxProfile,
+    TaxRate,
     VolumeTier,
 )
+from billing.tax.services import tax_profile_set, tax_rate_create
 
 SINCE = datetime(2026, 1, 1, tzinfo=UTC)
 DEMO_RATES = [
@@ -223,3 +229,39 @@ def slo_policies_demo_create(*, committed: Plan) -> int:
         )
         created += 1 + len(steps)
     return created
+
+
+# The demo's issuer is established in Ireland. Initech (Germany) gives its
+# VAT id: reverse-charged. Umbrella (France) gives none: France's VAT. The
+# US tenants have no tax profile: not taxed (no rate for the US).
+DEMO_ISSUER = {"country": "IE", "tax_id": "IE6388047V", "address": "1 Demo Quay\nDublin 2"}
+DEMO_TAX_RATES = [
+    {"country": "IE", "name": "VAT", "percent": "23", "valid_from": "2012-01-01"},
+    {"country": "FR", "name": "VAT", "percent": "20", "valid_from": "2014-01-01"},
+    {"country": "DE", "name": "VAT", "percent": "19", "valid_from": "2021-01-01"},
+]
+DEMO_TAX_PROFILES = {
+    "initech": {"country": "DE", "tax_id": "DE123456789"},
+    "umbrella": {"country": "FR"},
+}
+
+
+def tax_demo_seed() -> int:
+    """The demo's issuer country, tax rates and tenants' tax profiles: how
+    many rows were added (0 on a second run)."""
+    from tenants.models import Tenant
+
+    added = 0
+    issuer = issuer_default()
+    if not issuer.country:
+        Issuer.objects.filter(pk=issuer.pk).update(**DEMO_ISSUER)
+    for rate in DEMO_TAX_RATES:
+        if not TaxRate.objects.filter(country=rate["country"]).exists():
+            tax_rate_create(**rate)
+            added += 1
+    for slug, profile in DEMO_TAX_PROFILES.items():
+        tenant = Tenant.objects.filter(slug=slug).first()
+        if tenant is not None and not TaxProfile.objects.filter(tenant=tenant).exists():
+            tax_profile_set(tenant=tenant, **profile)
+            added += 1
+    return added

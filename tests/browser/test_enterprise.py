@@ -93,3 +93,34 @@ def test_a_tenants_owner_sees_only_their_tenants_audit_entries(browser, live_ser
     assert shown == set(
         AuditEntry.objects.filter(tenant_id__in=tenants).values_list("pk", flat=True)
     )
+
+
+def test_finance_sets_tax_on_the_tax_page_and_a_bad_id_names_its_field(
+    browser, live_server, people, shots
+):
+    from billing.models import TaxProfile, TaxRate
+
+    sign_in(browser, live_server, "fran")
+    browser.get(f"{live_server.url}/finance/tax/")
+    form = browser.find_element(By.CSS_SELECTOR, "[data-testid=tax-rate-form]")
+    for name, value in (("country", "de"), ("name", "VAT"), ("percent", "19")):
+        form.find_element(By.NAME, name).send_keys(value)
+    browser.execute_script(
+        "arguments[0].value = '2021-01-01'", form.find_element(By.NAME, "valid_from")
+    )
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    WebDriverWait(browser, 10).until(
+        ec.text_to_be_present_in_element((By.CSS_SELECTOR, "[data-testid=tax-rates]"), "19%")
+    )
+    form = browser.find_element(By.CSS_SELECTOR, "[data-testid=tax-profile-form]")
+    form.find_element(By.NAME, "country").send_keys("DE")
+    form.find_element(By.NAME, "tax_id").send_keys("FR123456789")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    error = WebDriverWait(browser, 10).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=tax-error]"))
+    )
+    assert error.text.startswith("tax_id: an EU VAT id for DE starts with DE")
+    assert not TaxProfile.objects.exists()
+    shots(browser, "tax")
+    rate = TaxRate.objects.get()
+    assert (rate.country, rate.percent, f"{rate.valid_from}") == ("DE", 19, "2021-01-01")

@@ -42,6 +42,7 @@ from demo.seeds.billing import (
     embed_prices_demo_seed,
     fx_rates_demo_seed,
     prices_demo_seed,
+    tax_demo_seed,
 )
 from demo.seeds.fleet import embed_demo_seed, fleet_demo_seed
 from demo.seeds.tenants import DEMO_TENANTS, FINANCE_USERNAME
@@ -160,6 +161,7 @@ class Command(BaseCommand):
                 cost_rates_demo_seed()
                 prices_demo_seed()
                 fx_rates_demo_seed()  # demo rates up to today (EUR tenants)
+                tax_demo_seed()  # an Irish issuer; Initech reverse-charged, Umbrella French VAT
                 pools = fleet_demo_seed()
                 embedder = embed_demo_seed()
                 embed_prices_demo_seed()
