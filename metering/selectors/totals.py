@@ -108,3 +108,29 @@ def usage_by_tenant_pool_model(*, start: datetime, end: datetime) -> QuerySet:
             seconds=Sum("device_seconds"),
         )
     )
+
+
+def demand_frame(*, start: datetime, end: datetime) -> pd.DataFrame:
+    """Demand per hour, pool and model in [start, end), as planning reads
+    it: (hour epoch, pool_id, model_id, tokens, requests); tokens are
+    prompt plus completion, requests every one that reached a replica (ok,
+    aborted, error). Hours with none are absent. Summed in PostgreSQL: a
+    year of every tenant's rollups comes back as one row per series-hour."""
+    return query_frame(
+        """
+        SELECT extract(epoch FROM hour)::bigint AS hour, pool_id, served_model_id AS model_id,
+               sum(prompt_tokens + completion_tokens)::bigint AS tokens,
+               sum(requests_ok + requests_aborted + requests_error)::bigint AS requests
+        FROM metering_usagerollup
+        WHERE hour >= %s AND hour < %s AND pool_id IS NOT NULL AND served_model_id IS NOT NULL
+        GROUP BY 1, 2, 3
+        """,
+        [start, end],
+        {
+            "hour": np.int64,
+            "pool_id": np.int64,
+            "model_id": np.int64,
+            "tokens": np.int64,
+            "requests": np.int64,
+        },
+    )
