@@ -9,4 +9,5 @@ urlpatterns = [
     path("", include("billing.api.urls")),
     path("", include("audit.api.urls")),
     path("", include("webhooks.api.urls")),
+    path("", include("planning.urls")),
 ]

@@ -32,6 +32,11 @@ BEAT_SCHEDULE = {
         "schedule": crontab(hour=3, minute=30),
         "args": ("mtd",),
     },
+    # The plan (demand forecasts), beside the weekly flash.
+    "planning-plan-weekly": {
+        "task": "planning.plan_weekly",
+        "schedule": crontab(day_of_week="mon", hour=3, minute=15),
+    },
     "billing-margin-close": {
         "task": "billing.margin_report_scheduled",
         "schedule": crontab(day_of_month="2", hour=4, minute=0),
@@ -45,6 +50,7 @@ BEAT_SCHEDULE = {
     "webhooks-deliveries-due": {"task": "webhooks.deliveries_due", "schedule": 60.0},
     # Runs whose worker died marked failed, not left "running".
     "billing-runs-abandoned": {"task": "billing.runs_abandoned", "schedule": 300.0},
+    "planning-runs-abandoned": {"task": "planning.runs_abandoned", "schedule": 300.0},
     # The daily totals invoices read, checked against their hours before
     # the invoice run (02:00).
     "metering-usage-days-check": {

@@ -109,6 +109,11 @@ def forecast_series(history: np.ndarray, horizon: int = HORIZON) -> Forecast:
         return Forecast("too_thin", point, {k: (point, point) for k in BANDS}, {})
     train, test = history[:-BACKTEST_HOURS], history[-BACKTEST_HOURS:]
     tried = {"seasonal_naive": seasonal_naive(train, BACKTEST_HOURS)}
+    if np.ptp(history[-FIT_WEEKS * WEEK :]) == 0:  # flat: nothing to smooth, nothing to miss
+        point = seasonal_naive(history, horizon)
+        return Forecast(
+            "seasonal_naive", point, {k: (point, point) for k in BANDS}, {"seasonal_naive": 0.0}
+        )
     tried["ets"], params = ets(train, BACKTEST_HOURS)
     scores = {name: mase(test, guess, train) for name, guess in tried.items()}
     method = min(scores, key=lambda name: (scores[name], name != "seasonal_naive"))

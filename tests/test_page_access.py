@@ -21,6 +21,7 @@ FINANCE_PAGES = [
     "/finance/receivables/",
     "/finance/slo/",
     "/finance/tax/",
+    "/finance/plan/",
     "/finance/archives/",
     "/jobs/",
 ]

@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "metering",
     "billing",
     "audit",
+    "planning",
     "dashboard",
     "demo",
     "gateway",

@@ -1,0 +1,102 @@
+"""The plan page (/finance/plan/), finance staff only: the latest plan
+run's demand forecast per pool and model (tokens an hour, the two weeks
+before and the 30 days after, with 80% and 95% bands), each series'
+method and backtest error, its peak; and the runs, with their progress
+while one goes (the page refreshes itself). A run is queued here, never
+computed in the request."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+
+from billing.choices import RunStatus
+from planning.runs import plan_run_create
+from planning.selectors import forecast_list, plan_run_latest_done, plan_run_list
+from planning.tasks import plan_run_enqueue
+from tenants.access import finance_staff_required
+
+
+def forecast_chart(forecast) -> dict:
+    """A forecast as Chart.js data: the recent history, the forecast, and
+    its bands as filled areas (the upper bound filled down to the lower)."""
+    recent = forecast.recent
+    ahead = len(forecast.point)
+    first = forecast.start - timedelta(hours=len(recent))
+    labels = [
+        (first + timedelta(hours=h)).strftime("%m-%d %H:00") for h in range(len(recent) + ahead)
+    ]
+    before, after = [None] * len(recent), [None] * ahead
+
+    def band(values, label, colour, fill):
+        return {
+            "label": label,
+            "data": before + values,
+            "borderWidth": 0,
+            "pointRadius": 0,
+            "backgroundColor": colour,
+            "fill": fill,
+        }
+
+    low95, high95 = forecast.bands["95"]
+    low80, high80 = forecast.bands["80"]
+    return {
+        "labels": labels,
+        "datasets": [
+            {
+                "label": "seen",
+                "data": recent + after,
+                "borderColor": "#1f2430",
+                "pointRadius": 0,
+                "borderWidth": 1,
+            },
+            {
+                "label": "forecast",
+                "data": before + forecast.point,
+                "borderColor": "#2a6fdb",
+                "pointRadius": 0,
+                "borderWidth": 1,
+            },
+            band(high95, "95% band", "rgba(42,111,219,0.12)", "+1"),
+            band(low95, "95% low", "rgba(42,111,219,0.12)", False),
+            band(high80, "80% band", "rgba(42,111,219,0.25)", "+1"),
+            band(low80, "80% low", "rgba(42,111,219,0.25)", False),
+        ],
+    }
+
+
+@finance_staff_required
+def plan_page(request):
+    if request.method == "POST":
+        run = plan_run_create(user=request.user)
+        plan_run_enqueue(run.pk)
+        messages.success(request, f"Plan run {run.pk} queued.")
+        return redirect("plan")
+    runs = list(plan_run_list()[:10])
+    latest = plan_run_latest_done()
+    series = []
+    if latest is not None:
+        for forecast in forecast_list(run=latest, metric="tokens"):
+            peak = max(range(len(forecast.point)), key=forecast.point.__getitem__, default=None)
+            series.append(
+                {
+                    "forecast": forecast,
+                    "error": forecast.mase.get(forecast.method),
+                    "total": sum(forecast.point),
+                    "peak": forecast.point[peak] if peak is not None else 0,
+                    "peak_high": forecast.bands["95"][1][peak] if peak is not None else 0,
+                    "peak_at": forecast.start + timedelta(hours=peak or 0),
+                    "chart": forecast_chart(forecast),
+                    "name": f"forecast-{forecast.pk}",
+                }
+            )
+    context = {
+        "runs": runs,
+        "latest": latest,
+        "series": series,
+        "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
+        "messages": messages.get_messages(request),
+    }
+    return render(request, "dashboard/plan.html", context)

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from planning import api
+
+urlpatterns = [
+    path("plan/runs", api.PlanRunListView.as_view(), name="plan-runs"),
+    path("plan/runs/<int:pk>", api.PlanRunDetailView.as_view(), name="plan-run"),
+    path("plan/forecasts", api.ForecastListView.as_view(), name="plan-forecasts"),
+]
