@@ -249,6 +249,8 @@ SPECTACULAR_SETTINGS = {
         "InvoiceTargetStatusEnum": "billing.choices.INVOICE_TARGET_STATUSES",
         "WebhookEventTypeEnum": "webhooks.choices.EventType",
         "DeliveryStatusEnum": "webhooks.choices.DeliveryStatus",
+        "PlanMetricEnum": "planning.models.Metric",
+        "SloMetricEnum": "billing.choices.SloMetric",
     },
 }
 
