@@ -170,13 +170,15 @@ def records_flushed(operator_url: str, *, timeout: float = 30) -> None:
 
 def pipeline_run() -> dict:
     """Attribute and roll up what the workload left, allocate today's cost,
-    draft this period's invoices and compute the month-to-date margins;
-    with the seconds each stage took."""
+    draft this period's invoices, compute the month-to-date margins and
+    plan (every pool's and model's demand forecast); with the seconds each
+    stage took."""
     from billing.choices import ReportKind
     from billing.costs.runs import allocation_run_create, allocation_run_execute
     from billing.invoicing.runs import invoice_run_create, invoice_run_execute
     from billing.reports.margin_reports import margin_report_build, margin_report_request
     from metering.jobs import metering_run
+    from planning.runs import plan_run_create, plan_run_execute
 
     seconds: dict[str, float] = {}  # ok-float: timings
 
@@ -209,6 +211,7 @@ def pipeline_run() -> dict:
             ).pk
         ),
     )
+    plan = timed("plan", lambda: plan_run_execute(run_id=plan_run_create(as_of=now).pk))
     from metering.models import UsageEvent
 
     example = (
@@ -223,5 +226,6 @@ def pipeline_run() -> dict:
         "allocation": allocation.status,
         "drafts": drafts.invoices_created,
         "margin": report.totals,
+        "plan": plan,
         "seconds": seconds,
     }

