@@ -6,7 +6,7 @@ id, percent or day is a 400 naming the field, nothing written
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -85,9 +85,7 @@ class TaxProfileView(APIView):
         tenant = tenant_scope(request, slug)
         profile = tax_profile_of(tenant=tenant)
         if profile is None:
-            return Response(
-                {"detail": f"{slug} has no tax profile: its invoices carry no tax"}, status=404
-            )
+            raise exceptions.NotFound(f"{slug} has no tax profile: its invoices carry no tax")
         return Response(TaxProfileOut(profile).data)
 
     @extend_schema(

@@ -52,7 +52,10 @@ def test_up_check_on_embedded_postgres(tmp_path):
     assert "[9/9] attribution, allocation, draft invoices, margins, plan … ok" in out
     # Money to the cent, grouped: the report's nano precision stays in the report.
     money = r"-?[\d,]+\.\d\d USD"  # in the reporting currency, named
-    assert re.search(rf"month-to-date revenue {money}, margin {money}\n", out), out
+    assert re.search(rf"month-to-date revenue {money}, margin {money}, ", out), out
+    # The demo's history is planned: each pool's and model's demand forecast.
+    planned = re.search(r"(\d+) pools' and models' demand forecast\n", out)
+    assert planned and int(planned[1]) >= 3, out
 
 
 @pytest.mark.slow

@@ -291,6 +291,8 @@ def test_two_rates_of_one_country_from_one_day_are_refused_and_tenants_cannot_se
     assert again.status_code == 400 and again.json()["error"]["field"] == "valid_from"
     assert "FR already has a rate from 2026-01-01" in again.json()["error"]["message"]
     assert TaxRate.objects.count() == 1
+    none = finance.get(profile_url(world.a))
+    assert none.status_code == 404 and "has no tax profile" in none.json()["error"]["message"]
     owner = client_for_user(make_member(world.a).user)
     assert owner.post(RATES, {**rate, "valid_from": "2026-02-01"}, format="json").status_code == 403
 
