@@ -4,13 +4,7 @@ taking `step_ms(batch)`: flat up to `flat_until`, then growing with the
 batch (a GPU's shape), times `slowdown` (a neighbour on its core). Its
 /metrics say what vLLM's do for the adaptive concurrency controller: the
 inter-token latency histogram's sum and count, requests running and
-waiting, preemptions. As vLLM's, the gauges are those of the last step
-as it ended (vLLM's scheduler stats): requests waiting are those its
-scheduler could not admit, not those that arrived during the step (vLLM
-holds them in its input queue until the next schedule); counting those
-read as a queue to the controller, which cut N on a loaded machine
-(CI: N 15 where the promise allows 24). It also records the largest
-batch it ran since asked."""
+waiting, preemptions. It also records the largest batch it ran since asked."""
 
 from __future__ import annotations
 
@@ -37,7 +31,6 @@ class SteppedEngine(FakeUpstream):
         self._running: list[dict] = []
         self._waiting: list[dict] = []
         self._wake: asyncio.Event | None = None
-        self._gauges = (0, 0)  # (running, waiting) as the last step ended
 
     def step_ms(self, batch: int) -> float:
         return self.base_ms * max(1.0, batch / self.flat_until) * self.slowdown
@@ -69,7 +62,6 @@ class SteppedEngine(FakeUpstream):
                 joined.append(self._waiting.pop(0))
                 self._running.append(joined[-1])
             batch = len(self._running)
-            not_admitted = len(self._waiting)
             self.batch_max = max(self.batch_max, batch)
             step = self.step_ms(batch) + self.prefill_ms(joined)
             await asyncio.sleep(step / 1000)
@@ -81,7 +73,6 @@ class SteppedEngine(FakeUpstream):
                 if job["left"] == 0:
                     self._running.remove(job)
                     job["tokens"].put_nowait(None)
-            self._gauges = (len(self._running), not_admitted)
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -111,13 +102,12 @@ class SteppedEngine(FakeUpstream):
 
     async def _vllm_metrics(self, request: web.Request) -> web.Response:
         labels = '{engine="0",model_name="tiny-llama"}'
-        running, waiting = self._gauges
         return web.Response(
             text=(
                 "# TYPE vllm:num_requests_running gauge\n"
-                f"vllm:num_requests_running{labels} {running}\n"
+                f"vllm:num_requests_running{labels} {len(self._running)}\n"
                 "# TYPE vllm:num_requests_waiting gauge\n"
-                f"vllm:num_requests_waiting{labels} {waiting}\n"
+                f"vllm:num_requests_waiting{labels} {len(self._waiting)}\n"
                 "# TYPE vllm:num_preemptions counter\n"
                 f"vllm:num_preemptions_total{labels} 0\n"
                 "# TYPE vllm:inter_token_latency_seconds histogram\n"
