@@ -26,6 +26,7 @@ from django.utils import timezone
 from billing.choices import RunStatus
 from billing.models.runs import RunLifecycle
 from core.locks import advisory_lock, advisory_lock_try
+from core.queueing import after_commit
 
 logger = logging.getLogger(__name__)
 ABANDONED = "abandoned: its worker stopped before finishing (run it again to complete)"
@@ -125,3 +126,18 @@ def _write(run: RunLifecycle, **fields) -> None:
     type(run).objects.filter(pk=run.pk).update(**fields)
     for name, value in fields.items():
         setattr(run, name, value)
+
+
+def run_enqueue(task, model, pk: int, *, what: str, **failed) -> None:
+    """Hand a created run (allocation, invoices, margin report, plan) to a worker
+    once its row is committed. If the broker refuses, the row is marked
+    failed with the reason (its page shows it; start it again), not left
+    queued forever. `failed` names where the reason goes."""
+    after_commit(
+        lambda: task.delay(pk),
+        what=f"{what} {pk}",
+        on_refused=lambda reason: runs_fail(
+            model.objects.filter(pk=pk, status=RunStatus.QUEUED),
+            **{field: make(reason) for field, make in failed.items()},
+        ),
+    )

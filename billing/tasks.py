@@ -8,7 +8,6 @@ from datetime import timedelta
 from celery import shared_task
 from django.utils import timezone
 
-from billing.choices import RunStatus
 from billing.costs.checks import allocation_conservation_check
 from billing.costs.runs import allocation_run_create, allocation_run_execute
 from billing.invoicing.runs import invoice_run_create, invoice_run_execute
@@ -18,10 +17,9 @@ from billing.payments.stripe_api import TRANSIENT_ERRORS
 from billing.payments.sync import invoice_stripe_sync, invoices_awaiting_sync
 from billing.queueing import INVOICE_STRIPE_SYNC_TASK
 from billing.reports.margin_reports import margin_report_build, margin_report_request, report_period
-from billing.runs import run_task, runs_abandoned_fail, runs_fail
+from billing.runs import run_enqueue, run_task, runs_abandoned_fail
 from billing.spend.budgets import budgets_check
 from billing.spend.corrections import spend_corrections_write
-from core.queueing import after_commit
 
 
 @shared_task(
@@ -40,23 +38,8 @@ def allocation_run_task(run_id: int) -> str:
         return allocation_run_execute(run_id=run_id).status
 
 
-def _run_enqueue(task, model, pk: int, *, what: str, **failed) -> None:
-    """Hand a created run (allocation, invoices, margin report) to a worker
-    once its row is committed. If the broker refuses, the row is marked
-    failed with the reason (its page shows it; start it again), not left
-    queued forever. `failed` names where the reason goes."""
-    after_commit(
-        lambda: task.delay(pk),
-        what=f"{what} {pk}",
-        on_refused=lambda reason: runs_fail(
-            model.objects.filter(pk=pk, status=RunStatus.QUEUED),
-            **{field: make(reason) for field, make in failed.items()},
-        ),
-    )
-
-
 def allocation_run_enqueue(run_id: int) -> None:
-    _run_enqueue(allocation_run_task, AllocationRun, run_id, what="allocation run", error=str)
+    run_enqueue(allocation_run_task, AllocationRun, run_id, what="allocation run", error=str)
 
 
 @shared_task(
@@ -102,7 +85,7 @@ def invoice_run_task(run_id: int) -> str:
 
 
 def invoice_run_enqueue(run_id: int) -> None:
-    _run_enqueue(
+    run_enqueue(
         invoice_run_task,
         InvoiceRun,
         run_id,
@@ -181,7 +164,7 @@ def margin_report_task(report_id: int) -> str:
 
 
 def margin_report_enqueue(report_id: int) -> None:
-    _run_enqueue(margin_report_task, MarginReport, report_id, what="margin report", error=str)
+    run_enqueue(margin_report_task, MarginReport, report_id, what="margin report", error=str)
 
 
 @shared_task(

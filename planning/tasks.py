@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from billing.choices import RunStatus
-from billing.runs import run_task, runs_abandoned_fail, runs_fail
-from core.queueing import after_commit
+from billing.runs import run_enqueue, run_task, runs_abandoned_fail
 from planning.models import PlanRun
 from planning.runs import plan_run_create, plan_run_execute
 
@@ -25,15 +23,7 @@ def plan_run_task(run_id: int) -> str:
 
 
 def plan_run_enqueue(run_id: int) -> None:
-    """The run to a worker once its row is committed; a broker that refuses
-    fails the run with the reason (its page shows it), never left queued."""
-    after_commit(
-        lambda: plan_run_task.delay(run_id),
-        what=f"plan run {run_id}",
-        on_refused=lambda reason: runs_fail(
-            PlanRun.objects.filter(pk=run_id, status=RunStatus.QUEUED), error=reason
-        ),
-    )
+    run_enqueue(plan_run_task, PlanRun, run_id, what="plan run", error=str)
 
 
 @shared_task(name="planning.plan_weekly", time_limit=1800, soft_time_limit=1740, ignore_result=True)

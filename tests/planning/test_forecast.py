@@ -7,16 +7,14 @@ model's series is forecast with the hours read as they were."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 
-from metering.models import UsageRollup
 from planning.demand import HISTORY_HOURS, demand_forecasts
 from planning.forecast import BACKTEST_HOURS, HORIZON, WEEK, forecast_series, mase
-from serving.models import Pool, ServedModel
-from tests.factories import make_tenant
+from tests.planning.ledger import ledger_write, weekday_weekend
 
 YEAR = 52 * WEEK
 
@@ -92,27 +90,8 @@ def test_mase_is_scaled_by_a_weeks_change():
 def test_every_pool_and_model_in_the_ledger_is_forecast(db):
     """Six weeks of one pool's model at 100 tokens an hour on weekdays and
     20 at weekends, one request each hour: forecast at that level."""
-    tenant = make_tenant()
-    pool = Pool.objects.create(name="shared", kind="shared")
-    model = ServedModel.objects.create(name="tiny")
     now = datetime(2026, 11, 30, 9, 30, tzinfo=UTC)
-    first = now.replace(minute=0) - timedelta(weeks=6)
-    rows = []
-    for h in range(6 * WEEK):
-        hour = first + timedelta(hours=h)
-        weekend = hour.weekday() >= 5
-        rows.append(
-            UsageRollup(
-                hour=hour,
-                tenant=tenant,
-                pool=pool,
-                served_model=model,
-                prompt_tokens=20 if weekend else 60,
-                completion_tokens=0 if weekend else 40,
-                requests_ok=1,
-            )
-        )
-    UsageRollup.objects.bulk_create(rows)
+    ledger_write(until=now, weeks=6, pools={"shared": weekday_weekend(100, 20)})
     seen = []
     found = demand_forecasts(now=now, horizon=7 * 24, progress=lambda d, t: seen.append((d, t)))
     assert seen == [(1, 1)]

@@ -5,19 +5,18 @@ page; bad input is a 400 naming the field, nothing queued."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
 from billing.choices import RunStatus
-from metering.models import UsageRollup
 from planning import tasks
 from planning.models import DemandForecast, PlanRun
 from planning.tasks import plan_run_task
-from serving.models import Pool, ServedModel
 from tests.celery_worker import Worker, worker_wait
 from tests.conftest import client_for_user
 from tests.factories import make_finance_user, make_member, make_tenant
+from tests.planning.ledger import ledger_write, weekday_weekend
 
 NOW = datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
 RUNS = "/api/v1/plan/runs"
@@ -26,26 +25,11 @@ RUNS = "/api/v1/plan/runs"
 def ledger(weeks: int = 5) -> None:
     """Two pools' model: `shared` at 100 tokens an hour (20 at weekends),
     `reserved` at 50 flat; one request an hour each."""
-    tenant = make_tenant()
-    model = ServedModel.objects.create(name="tiny")
-    pools = [Pool.objects.create(name=n, kind="shared") for n in ("shared", "reserved")]
-    first = NOW.replace(minute=0) - timedelta(weeks=weeks)
-    rows = []
-    for h in range(weeks * 168):
-        hour = first + timedelta(hours=h)
-        weekend = hour.weekday() >= 5
-        for pool, tokens in ((pools[0], 20 if weekend else 100), (pools[1], 50)):
-            rows.append(
-                UsageRollup(
-                    hour=hour,
-                    tenant=tenant,
-                    pool=pool,
-                    served_model=model,
-                    prompt_tokens=tokens,
-                    requests_ok=1,
-                )
-            )
-    UsageRollup.objects.bulk_create(rows)
+    ledger_write(
+        until=NOW,
+        weeks=weeks,
+        pools={"shared": weekday_weekend(100, 20), "reserved": lambda hour: 50},
+    )
 
 
 @pytest.fixture
