@@ -20,7 +20,7 @@ from django.db import connection
 from core.calendar import moment_epoch_hour
 from core.locks import advisory_xact_lock
 from metering.jobs import RUN_LOCK
-from metering.models import UsageRollup
+from metering.models import ReplicaLoadHour, UsageRollup
 
 HOUR = timedelta(hours=1)
 SHAPES = ("business", "nightly", "flat")
@@ -55,6 +55,8 @@ class HistoryShape:
     decode_tokens_per_second: float = 1200.0  # ok-float: per GPU
     prefill_weight: float = 0.1  # ok-float
     busiest: float = 0.97  # ok-float: of a replica's device-seconds in an hour
+    ttft_idle_ms: float = 250.0  # ok-float: TTFT p95 of an idle replica
+    itl_idle_ms: float = 40.0  # ok-float: inter-token p95 of an idle replica
 
 
 def hourly_profile(hours: np.ndarray, *, shape: str) -> np.ndarray:
@@ -85,19 +87,17 @@ def history_tokens(
     return stream.tokens_per_hour * daily * weekly * growth * noise
 
 
-def history_rows(
-    streams: list[HistoryStream],
-    *,
-    start: datetime,
-    end: datetime,
-    seed: int = 7,
-    shape: HistoryShape | None = None,
-) -> list[tuple]:
-    """The rollup rows, computed (nothing written). Deterministic for a seed."""
-    shape = shape or HistoryShape()
-    hours = int((end - start) / HOUR)
-    if hours <= 0:
-        return []
+@dataclass(frozen=True)
+class _StreamHours:
+    stream: HistoryStream
+    prompt: np.ndarray  # tokens an hour, scaled to what the replica could serve
+    completion: np.ndarray
+    seconds: np.ndarray  # device-seconds an hour, likewise
+
+
+def _stream_hours(
+    streams: list[HistoryStream], *, start: datetime, hours: int, seed: int, shape: HistoryShape
+) -> list[_StreamHours]:
     rng = np.random.default_rng(seed)
     per_stream = []
     for stream in streams:
@@ -116,13 +116,37 @@ def history_rows(
         replica: np.minimum(1.0, capacity[replica] / np.maximum(total, 1e-9))
         for replica, total in busy.items()
     }
+    return [
+        _StreamHours(
+            stream,
+            prompt * scale[stream.replica_id],
+            completion * scale[stream.replica_id],
+            seconds * scale[stream.replica_id],
+        )
+        for stream, prompt, completion, seconds in per_stream
+    ]
+
+
+def history_rows(
+    streams: list[HistoryStream],
+    *,
+    start: datetime,
+    end: datetime,
+    seed: int = 7,
+    shape: HistoryShape | None = None,
+) -> list[tuple]:
+    """The rollup rows, computed (nothing written). Deterministic for a seed."""
+    shape = shape or HistoryShape()
+    hours = int((end - start) / HOUR)
+    if hours <= 0:
+        return []
     rows = []
-    for stream, prompt, completion, seconds in per_stream:
-        factor = scale[stream.replica_id]
-        prompt_n = np.floor(prompt * factor).astype(np.int64)
-        completion_n = np.floor(completion * factor).astype(np.int64)
+    for part in _stream_hours(streams, start=start, hours=hours, seed=seed, shape=shape):
+        stream = part.stream
+        prompt_n = np.floor(part.prompt).astype(np.int64)
+        completion_n = np.floor(part.completion).astype(np.int64)
         cached_n = np.floor(prompt_n * stream.cached_share).astype(np.int64)
-        seconds_s = np.round(seconds * factor, 6)
+        seconds_s = np.round(part.seconds, 6)
         requests = np.maximum(1, (prompt_n + completion_n) // stream.tokens_per_request)
         for h in np.flatnonzero(prompt_n + completion_n > 0):
             rows.append(
@@ -143,6 +167,70 @@ def history_rows(
     return rows
 
 
+def history_load_rows(
+    streams: list[HistoryStream],
+    *,
+    start: datetime,
+    end: datetime,
+    seed: int = 7,
+    shape: HistoryShape | None = None,
+) -> list[tuple]:
+    """Each replica's load and latency per hour (ReplicaLoadHour rows) for
+    the same traffic as history_rows: latency rises with how busy the
+    replica is (rho, its device-seconds over its GPUs' hour) as a queue's
+    does, TTFT p95 = ttft_idle x (1 + 3 rho / (1 - rho)), inter-token p95
+    = itl_idle x (1 + 4 rho^2), each with 10% noise; busy request-seconds
+    by Little's law from those."""
+    shape = shape or HistoryShape()
+    hours = int((end - start) / HOUR)
+    if hours <= 0:
+        return []
+    replicas: dict[int, dict] = {}
+    for part in _stream_hours(streams, start=start, hours=hours, seed=seed, shape=shape):
+        stream = part.stream
+        tokens = np.floor(part.prompt) + np.floor(part.completion)
+        into = replicas.setdefault(
+            stream.replica_id,
+            {
+                "stream": stream,
+                "tokens": np.zeros(hours),
+                "completion": np.zeros(hours),
+                "requests": np.zeros(hours),
+                "seconds": np.zeros(hours),
+            },
+        )
+        into["tokens"] += tokens
+        into["completion"] += np.floor(part.completion)
+        into["requests"] += np.where(
+            tokens > 0, np.maximum(1, tokens // stream.tokens_per_request), 0
+        )
+        into["seconds"] += part.seconds
+    rng = np.random.default_rng(seed + 1)  # the rollups' draws stay as they were
+    rows = []
+    for replica_id, into in sorted(replicas.items()):
+        stream = into["stream"]
+        rho = np.clip(into["seconds"] / (stream.gpus * 3600), 0.0, shape.busiest)
+        ttft = shape.ttft_idle_ms * (1 + 3 * rho / (1 - rho)) * rng.lognormal(0, 0.1, hours)
+        itl = shape.itl_idle_ms * (1 + 4 * rho**2) * rng.lognormal(0, 0.1, hours)
+        per_request = into["completion"] / np.maximum(into["requests"], 1)
+        busy = into["requests"] * (ttft / 2 + per_request * itl * 0.8) / 1000
+        for h in np.flatnonzero(into["requests"] > 0):
+            rows.append(
+                (
+                    start + int(h) * HOUR,
+                    replica_id,
+                    stream.served_model_id,
+                    stream.pool_id,
+                    int(into["requests"][h]),
+                    int(into["tokens"][h]),
+                    f"{busy[h]:.3f}",
+                    f"{ttft[h]:.3f}",
+                    f"{itl[h]:.3f}",
+                )
+            )
+    return rows
+
+
 INSERT = """
 INSERT INTO metering_usagerollup (hour, tenant_id, served_model_id, pool_id, replica_id,
     priority, prompt_tokens, cached_tokens, completion_tokens, requests_ok, requests_aborted,
@@ -152,6 +240,15 @@ FROM unnest(%s::timestamptz[], %s::bigint[], %s::bigint[], %s::bigint[], %s::big
             %s::int[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::numeric[])
      AS u(h, t, m, p, r, pr, pt, ct, gt, ok, ds)
 ON CONFLICT ON CONSTRAINT rollup_unique DO NOTHING
+"""
+INSERT_LOAD = """
+INSERT INTO metering_replicaloadhour (hour, replica_id, served_model_id, pool_id, requests,
+    tokens, busy_seconds, ttft_p95_ms, itl_p95_ms, synthetic)
+SELECT h, r, m, p, n, t, b, f, i, true
+FROM unnest(%s::timestamptz[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
+            %s::bigint[], %s::numeric[], %s::numeric[], %s::numeric[])
+     AS u(h, r, m, p, n, t, b, f, i)
+ON CONFLICT ON CONSTRAINT load_hour_unique DO NOTHING
 """
 
 
@@ -165,9 +262,11 @@ def history_write(
     progress: Callable[[int, int], None] | None = None,
     chunk: int = 20_000,
 ) -> int:
-    """Replace the synthetic rollups of these tenants in [start, end) with
-    freshly generated ones, in one transaction. Returns rows written."""
+    """Replace the synthetic rollups of these tenants in [start, end), and
+    their replicas' synthetic load hours, with freshly generated ones, in
+    one transaction. Returns the rollup rows written."""
     rows = history_rows(streams, start=start, end=end, seed=seed, shape=shape)
+    load_rows = history_load_rows(streams, start=start, end=end, seed=seed, shape=shape)
     written = 0
     # The metering run's lock: the two never rewrite the same days' totals
     # (UsageDay) at once, whose row locks they would take in no one order.
@@ -185,4 +284,13 @@ def history_write(
                 written += cursor.rowcount
                 if progress:
                     progress(min(at + chunk, len(rows)), len(rows))
+            ReplicaLoadHour.objects.filter(
+                synthetic=True,
+                hour__gte=start,
+                hour__lt=end,
+                replica_id__in={s.replica_id for s in streams},
+            ).delete()
+            for at in range(0, len(load_rows), chunk):
+                columns = list(zip(*load_rows[at : at + chunk], strict=True))
+                cursor.execute(INSERT_LOAD, [list(column) for column in columns])
     return written

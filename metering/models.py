@@ -251,6 +251,37 @@ class UsageRollup(models.Model):
         return f"{self.tenant_id} {self.hour:%Y-%m-%d %H:00}"
 
 
+class ReplicaLoadHour(models.Model):
+    """One hour of one replica's load and latency, from the requests it was
+    sent in that hour: served requests and tokens, busy request-seconds
+    (the sum of their times on the replica: over 3600, the mean number in
+    flight), and the p95 of time to first token and inter-token latency as
+    SLO compliance measures them (metering.selectors.slo). Rebuilt with the
+    hour's rollups; kept when retention sheds the raw requests, so capacity
+    at an SLO (planning.capacity) is read from months of hours."""
+
+    hour = models.DateTimeField()
+    replica = models.ForeignKey(Replica, on_delete=models.PROTECT, related_name="+")
+    served_model = models.ForeignKey(
+        ServedModel, null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    pool = models.ForeignKey(Pool, null=True, on_delete=models.PROTECT, related_name="+")
+    requests = models.BigIntegerField(default=0)
+    tokens = models.BigIntegerField(default=0)
+    busy_seconds = models.DecimalField(max_digits=24, decimal_places=3, default=0)
+    ttft_p95_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    itl_p95_ms = models.DecimalField(max_digits=14, decimal_places=3, null=True)
+    synthetic = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-hour"]
+        constraints = [models.UniqueConstraint(fields=["hour", "replica"], name="load_hour_unique")]
+        indexes = [models.Index(fields=["hour"], name="load_hour_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.replica_id} {self.hour:%Y-%m-%d %H:00}"
+
+
 class UsageDay(models.Model):
     """One UTC day of one tenant's usage of one model: the sums of its
     hourly rollups (those with a model), kept by the database itself.

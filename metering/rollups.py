@@ -4,7 +4,8 @@ queue (its sum, the requests that recorded it, those that waited) and the
 served requests timed by the gateway's window (an engine that reports no
 timing). Reports, exports, dashboards and rating read these, never the raw
 ledger. An hour is rebuilt whole (delete and insert in one transaction)
-whenever usage for it arrives or one of its windows is attributed again."""
+whenever usage for it arrives or one of its windows is attributed again;
+each replica's load and latency in the hour with it (ReplicaLoadHour)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from metering.models import DirtyHour
 from metering.retention import archived_before
+from metering.selectors.slo import SLO_ITL_MS_SQL, SLO_TTFT_MS_SQL
 
 # Every hour in %(hours)s at once: one pass over the ledger's time range.
 _ROLLUP_HOURS = """
@@ -67,6 +69,29 @@ FROM (
 GROUP BY hour, tenant_id, served_model_id, pool_id, replica_id, priority
 """
 
+# Each replica's load and latency in the same hours (metering.models.
+# ReplicaLoadHour): every request sent to it, its time there from being
+# sent (the gateway's queue is not the replica's load) to its end.
+_LOAD_HOURS = f"""
+INSERT INTO metering_replicaloadhour
+    (hour, replica_id, served_model_id, pool_id, requests, tokens, busy_seconds,
+     ttft_p95_ms, itl_p95_ms, synthetic)
+SELECT date_trunc('hour', e.received_at), e.replica_id, max(e.served_model_id), max(e.pool_id),
+       count(*) FILTER (WHERE e.status = 'ok'),
+       coalesce(sum(e.prompt_tokens + e.completion_tokens)
+                FILTER (WHERE e.status IN ('ok', 'aborted')), 0),
+       round(sum(greatest(extract(epoch FROM e.ended_at - coalesce(e.sent_at, e.received_at)),
+                          0))::numeric, 3),
+       round((percentile_cont(0.95) WITHIN GROUP (ORDER BY {SLO_TTFT_MS_SQL}))::numeric, 3),
+       round((percentile_cont(0.95) WITHIN GROUP (ORDER BY {SLO_ITL_MS_SQL}))::numeric, 3),
+       bool_or(e.synthetic)
+FROM metering_usageevent e
+WHERE e.received_at >= %(first)s AND e.received_at < %(last)s
+  AND date_trunc('hour', e.received_at) = ANY(%(hours)s)
+  AND e.replica_id IS NOT NULL AND e.status <> 'rejected'
+GROUP BY 1, 2
+"""  # only metering.selectors.slo's constants are formatted in; values are parameters
+
 
 def hour_floor(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
@@ -87,7 +112,10 @@ def usage_rollup_hours(*, hours: list[datetime]) -> int:
         cursor.execute("SET LOCAL synchronous_commit TO OFF")
         cursor.execute("DELETE FROM metering_usagerollup WHERE hour = ANY(%s)", [hours])
         cursor.execute(_ROLLUP_HOURS, params)
-        return cursor.rowcount
+        written = cursor.rowcount
+        cursor.execute("DELETE FROM metering_replicaloadhour WHERE hour = ANY(%s)", [hours])
+        cursor.execute(_LOAD_HOURS, params)
+        return written
 
 
 def usage_rollups_refresh(*, batch_hours: int = 48) -> list[datetime]:

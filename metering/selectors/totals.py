@@ -134,3 +134,73 @@ def demand_frame(*, start: datetime, end: datetime) -> pd.DataFrame:
             "requests": np.int64,
         },
     )
+
+
+def replica_load_frame(*, start: datetime, end: datetime) -> pd.DataFrame:
+    """Each replica's load and latency per hour in [start, end)
+    (metering.models.ReplicaLoadHour): (hour epoch, replica_id, pool_id,
+    model_id, requests, tokens, busy_seconds, ttft_p95_ms, itl_p95_ms),
+    -1 for a pool or model not named, latencies missing without a sample."""
+    return query_frame(
+        """
+        SELECT extract(epoch FROM hour)::bigint AS hour, replica_id,
+               coalesce(pool_id, -1) AS pool_id, coalesce(served_model_id, -1) AS model_id,
+               requests, tokens, busy_seconds::float8 AS busy_seconds,
+               ttft_p95_ms::float8 AS ttft_p95_ms, itl_p95_ms::float8 AS itl_p95_ms
+        FROM metering_replicaloadhour
+        WHERE hour >= %s AND hour < %s
+        ORDER BY replica_id, hour
+        """,
+        [start, end],
+        {
+            "hour": np.int64,
+            "replica_id": np.int64,
+            "pool_id": np.int64,
+            "model_id": np.int64,
+            "requests": np.int64,
+            "tokens": np.int64,
+            "busy_seconds": np.float64,
+            "ttft_p95_ms": "Float64",
+            "itl_p95_ms": "Float64",
+        },
+    )
+
+
+def pool_model_mix(*, start: datetime, end: datetime) -> pd.DataFrame:
+    """Per (pool, model) in [start, end): tokens by kind (prompt not read
+    from cache, cached prompt, completion) and attributed device-seconds,
+    what planning turns a forecast of tokens into device time and revenue
+    with."""
+    return query_frame(
+        """
+        SELECT pool_id, served_model_id AS model_id,
+               sum(prompt_tokens - cached_tokens)::bigint AS input,
+               sum(cached_tokens)::bigint AS cached, sum(completion_tokens)::bigint AS output,
+               sum(device_seconds)::float8 AS device_seconds
+        FROM metering_usagerollup
+        WHERE hour >= %s AND hour < %s AND pool_id IS NOT NULL AND served_model_id IS NOT NULL
+        GROUP BY 1, 2
+        """,
+        [start, end],
+        {
+            "pool_id": np.int64,
+            "model_id": np.int64,
+            "input": np.int64,
+            "cached": np.int64,
+            "output": np.int64,
+            "device_seconds": np.float64,
+        },
+    )
+
+
+def pool_tenants(*, start: datetime, end: datetime) -> dict[int, set[int]]:
+    """The tenants with usage in each pool in [start, end)."""
+    out: dict[int, set[int]] = {}
+    rows = (
+        UsageRollup.objects.filter(hour__gte=start, hour__lt=end, pool_id__isnull=False)
+        .values_list("pool_id", "tenant_id")
+        .distinct()
+    )
+    for pool_id, tenant_id in rows:
+        out.setdefault(pool_id, set()).add(tenant_id)
+    return out
