@@ -1,6 +1,8 @@
 """The fleet page for finance staff: pools (GPUs, replicas up of all,
 utilization and cost over the last day), replicas up or down, GPUs with
-their cost facts, reservations, and the booked cost rates."""
+their cost facts, reservations, the booked cost rates, and each
+replica's latency against load with its capacity at SLO, from the latest
+plan run."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from billing.costs.selectors import cost_rate_booked_list, pool_utilization_summary
+from dashboard.plan import capacity_rows
+from planning.selectors import plan_run_latest_done
 from serving.selectors import (
     gpus_overview,
     pools_overview,
@@ -29,7 +33,10 @@ def fleet(request):
     pools = list(pools_overview())
     for pool in pools:
         pool.last_day = day.get(pool.name)
+    plan = plan_run_latest_done()
     context = {
+        "plan": plan,
+        "capacities": capacity_rows(plan) if plan else [],
         "pools": pools,
         "replicas": replicas_overview(),
         "gpus": gpus_overview(),

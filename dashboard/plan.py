@@ -1,9 +1,12 @@
 """The plan page (/finance/plan/), finance staff only: the latest plan
 run's demand forecast per pool and model (tokens an hour, the two weeks
 before and the 30 days after, with 80% and 95% bands), each series'
-method and backtest error, its peak; and the runs, with their progress
-while one goes (the page refreshes itself). A run is queued here, never
-computed in the request."""
+method and backtest error, its peak; each pool's GPUs needed against held
+with its flags and money; each tier's and model's price floor beside
+today's price; each replica's capacity at its SLO with its latency curve;
+and the runs, with their progress while one goes (the page refreshes
+itself). A run is queued here with finance's choices, never computed in
+the request."""
 
 from __future__ import annotations
 
@@ -13,8 +16,17 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 
 from billing.choices import RunStatus
+from planning.api import PlanRunIn
+from planning.floors import KINDS
 from planning.runs import plan_run_create
-from planning.selectors import forecast_list, plan_run_latest_done, plan_run_list
+from planning.selectors import (
+    capacity_list,
+    floor_list,
+    forecast_list,
+    plan_run_latest_done,
+    plan_run_list,
+    pool_plan_list,
+)
 from planning.tasks import plan_run_enqueue
 from tenants.access import finance_staff_required
 
@@ -67,10 +79,62 @@ def forecast_chart(forecast) -> dict:
     }
 
 
+def capacity_chart(estimate) -> dict:
+    """A replica's latency against load as Chart.js data: TTFT and
+    inter-token p95 per load bin, and the targets as flat lines."""
+    labels = [f"{point['tokens_per_hour']:,.0f}" for point in estimate.curve]
+    flat = len(labels)
+
+    def line(label, values, colour, dash=None):
+        return {
+            "label": label,
+            "data": values,
+            "borderColor": colour,
+            "pointRadius": 2,
+            "borderWidth": 1,
+            **({"borderDash": dash, "pointRadius": 0} if dash else {}),
+        }
+
+    datasets = [
+        line("TTFT p95 (ms)", [p["ttft_p95_ms"] for p in estimate.curve], "#2a6fdb"),
+        line("inter-token p95 (ms)", [p["itl_p95_ms"] for p in estimate.curve], "#d9822b"),
+    ]
+    if estimate.ttft_target_ms is not None:
+        datasets.append(
+            line("TTFT target", [float(estimate.ttft_target_ms)] * flat, "#2a6fdb", [4, 4])
+        )
+    if estimate.itl_target_ms is not None:
+        datasets.append(
+            line("inter-token target", [float(estimate.itl_target_ms)] * flat, "#d9822b", [4, 4])
+        )
+    return {"labels": labels, "datasets": datasets}
+
+
+def capacity_rows(run) -> list[dict]:
+    """The run's capacity estimates, each with its chart (when it has a curve)."""
+    return [
+        {"estimate": e, "chart": capacity_chart(e), "name": f"capacity-{e.pk}"}
+        for e in capacity_list(run=run)
+    ]
+
+
+def floor_rows(run) -> list[dict]:
+    """The run's floors, each with (kind, today's price, floor) per token kind."""
+    return [
+        {"floor": f, "kinds": [(k, f.today.get(k), (f.floor or {}).get(k)) for k in KINDS]}
+        for f in floor_list(run=run)
+    ]
+
+
 @finance_staff_required
 def plan_page(request):
     if request.method == "POST":
-        run = plan_run_create(user=request.user)
+        form = PlanRunIn(data=request.POST)
+        if not form.is_valid():
+            field, errors = next(iter(form.errors.items()))
+            messages.error(request, f"{field}: {errors[0]}")
+            return redirect("plan")
+        run = plan_run_create(user=request.user, **form.validated_data)
         plan_run_enqueue(run.pk)
         messages.success(request, f"Plan run {run.pk} queued.")
         return redirect("plan")
@@ -96,6 +160,9 @@ def plan_page(request):
         "runs": runs,
         "latest": latest,
         "series": series,
+        "pools": pool_plan_list(run=latest) if latest else [],
+        "floors": floor_rows(latest) if latest else [],
+        "capacities": capacity_rows(latest) if latest else [],
         "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
         "messages": messages.get_messages(request),
     }

@@ -1,7 +1,12 @@
-"""The plan for finance staff: plan runs (queue one, watch its progress)
-and their demand forecasts, hourly with bands, by pool, model and metric."""
+"""The plan for finance staff: plan runs (queue one with its choices,
+watch its progress) and what they found: demand forecasts, hourly with
+bands, by pool, model and metric; each replica's capacity at its SLO with
+its latency-against-load curve; each pool's GPUs needed against held with
+its flags and money; each tier's and model's price floor."""
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
@@ -11,9 +16,24 @@ from rest_framework.views import APIView
 
 from core.api_errors import validated
 from core.api_time import SupportedDateTimeField
-from planning.models import DemandForecast, Metric, PlanRun
+from planning.models import (
+    BANDS,
+    CapacityEstimate,
+    DemandForecast,
+    Metric,
+    PlanRun,
+    PoolPlan,
+    PriceFloor,
+)
 from planning.runs import plan_run_create
-from planning.selectors import forecast_list, plan_run_latest_done, plan_run_list
+from planning.selectors import (
+    capacity_list,
+    floor_list,
+    forecast_list,
+    plan_run_latest_done,
+    plan_run_list,
+    pool_plan_list,
+)
 from planning.tasks import plan_run_enqueue
 from tenants.api.permissions import IsFinanceStaff
 
@@ -30,6 +50,11 @@ class PlanRunOut(serializers.ModelSerializer):
             "horizon_hours",
             "series_done",
             "series_total",
+            "band",
+            "headroom_percent",
+            "target_margin_percent",
+            "currency",
+            "warnings",
             "error",
             "created_at",
             "finished_at",
@@ -40,6 +65,28 @@ class PlanRunIn(serializers.Serializer):
     as_of = SupportedDateTimeField(
         required=False,
         help_text="Forecast from the hour this falls in (default: now); never later than now.",
+    )
+
+    band = serializers.ChoiceField(
+        choices=BANDS,
+        default="95",
+        help_text="The demand GPUs are sized for: a band's top or the point.",
+    )
+    headroom_percent = serializers.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        min_value=0,
+        max_value=200,
+        default=20,
+        help_text="Added to the demand a pool is sized for.",
+    )
+    target_margin_percent = serializers.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        min_value=-100,
+        max_value=Decimal("99.99"),
+        default=40,
+        help_text="The margin price floors reach.",
     )
 
     def validate_as_of(self, value):
@@ -89,7 +136,13 @@ class PlanRunListView(APIView):
     )
     def post(self, request):
         params = validated(PlanRunIn, request.data)
-        run = plan_run_create(as_of=params.get("as_of"), user=request.user)
+        run = plan_run_create(
+            as_of=params.get("as_of"),
+            user=request.user,
+            band=params["band"],
+            headroom_percent=params["headroom_percent"],
+            target_margin_percent=params["target_margin_percent"],
+        )
         plan_run_enqueue(run.pk)
         return Response(PlanRunOut(run).data, status=status.HTTP_202_ACCEPTED)
 
@@ -100,6 +153,19 @@ class PlanRunDetailView(APIView):
     @extend_schema(summary="A plan run and its progress", responses={200: PlanRunOut}, tags=TAGS)
     def get(self, request, pk: int):
         return Response(PlanRunOut(plan_run_list().get(pk=pk)).data)
+
+
+def _run_chosen(params) -> PlanRun:
+    """The done run asked for, or the latest done one (404 naming it)."""
+    if "run" in params:
+        run = plan_run_list().filter(pk=params["run"], status="done").first()
+        if run is None:
+            raise exceptions.NotFound(f"no done plan run {params['run']}")
+        return run
+    run = plan_run_latest_done()
+    if run is None:
+        raise exceptions.NotFound("no plan run has finished yet: queue one")
+    return run
 
 
 class ForecastListView(APIView):
@@ -113,14 +179,7 @@ class ForecastListView(APIView):
     )
     def get(self, request):
         params = validated(ForecastQueryIn, request.query_params)
-        if "run" in params:
-            run = plan_run_list().filter(pk=params["run"], status="done").first()
-            if run is None:
-                raise exceptions.NotFound(f"no done plan run {params['run']}")
-        else:
-            run = plan_run_latest_done()
-            if run is None:
-                raise exceptions.NotFound("no plan run has finished yet: queue one")
+        run = _run_chosen(params)
         forecasts = forecast_list(
             run=run,
             pool_name=params.get("pool"),
@@ -128,3 +187,106 @@ class ForecastListView(APIView):
             metric=params.get("metric"),
         )
         return Response(ForecastOut(forecasts, many=True).data)
+
+
+class RunQueryIn(serializers.Serializer):
+    run = serializers.IntegerField(
+        required=False, help_text="A done plan run (default: the latest)."
+    )
+
+
+class CapacityOut(serializers.ModelSerializer):
+    replica = serializers.CharField(source="replica_name")
+    pool = serializers.CharField(source="pool_name")
+    model = serializers.CharField(source="model_name")
+
+    class Meta:
+        model = CapacityEstimate
+        fields = [
+            "replica",
+            "pool",
+            "model",
+            "gpus",
+            "ttft_target_ms",
+            "itl_target_ms",
+            "status",
+            "tokens_per_hour",
+            "hours",
+            "note",
+            "curve",
+        ]
+
+
+class PoolPlanOut(serializers.ModelSerializer):
+    pool = serializers.CharField(source="pool_name")
+    models = serializers.JSONField(source="by_model")
+    currency = serializers.CharField(source="run.currency")
+
+    class Meta:
+        model = PoolPlan
+        fields = [
+            "pool",
+            "kind",
+            "gpus_held",
+            "gpus_needed",
+            "gpus_contracted",
+            "flags",
+            "busy_percent",
+            "cost",
+            "idle_cost",
+            "credits_at_risk",
+            "currency",
+            "models",
+        ]
+
+
+class PriceFloorOut(serializers.ModelSerializer):
+    model = serializers.CharField(source="model_name")
+    currency = serializers.CharField(source="run.currency")
+    target_margin_percent = serializers.DecimalField(
+        source="run.target_margin_percent", max_digits=5, decimal_places=2
+    )
+
+    class Meta:
+        model = PriceFloor
+        fields = [
+            "tier",
+            "model",
+            "tokens",
+            "today",
+            "floor",
+            "cost",
+            "revenue",
+            "margin_percent",
+            "target_margin_percent",
+            "currency",
+            "note",
+        ]
+
+
+def _run_view(out, lister, summary: str):
+    class View(APIView):
+        permission_classes = [IsFinanceStaff]
+
+        @extend_schema(
+            summary=summary, parameters=[RunQueryIn], responses={200: out(many=True)}, tags=TAGS
+        )
+        def get(self, request):
+            run = _run_chosen(validated(RunQueryIn, request.query_params))
+            return Response(out(lister(run=run), many=True).data)
+
+    View.__name__ = f"{out.__name__[:-3]}ListView"
+    return View
+
+
+CapacityListView = _run_view(
+    CapacityOut,
+    capacity_list,
+    "Each replica's capacity at its pool's SLO, with its latency-against-load curve",
+)
+PoolPlanListView = _run_view(
+    PoolPlanOut, pool_plan_list, "Each pool's GPUs needed against held, its flags and their money"
+)
+PriceFloorListView = _run_view(
+    PriceFloorOut, floor_list, "Each tier's and model's price floor at the run's target margin"
+)

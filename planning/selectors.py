@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from billing.choices import RunStatus
-from planning.models import DemandForecast, PlanRun
+from planning.models import CapacityEstimate, DemandForecast, PlanRun, PoolPlan, PriceFloor
 
 
 def plan_run_list() -> QuerySet[PlanRun]:
@@ -19,3 +19,15 @@ def plan_run_latest_done() -> PlanRun | None:
 def forecast_list(*, run: PlanRun, **filters) -> QuerySet[DemandForecast]:
     """The run's forecasts, narrowed by pool_name, model_name or metric."""
     return DemandForecast.objects.filter(run=run, **{k: v for k, v in filters.items() if v})
+
+
+def capacity_list(*, run: PlanRun) -> QuerySet[CapacityEstimate]:
+    return CapacityEstimate.objects.filter(run=run)
+
+
+def pool_plan_list(*, run: PlanRun) -> QuerySet[PoolPlan]:
+    return PoolPlan.objects.filter(run=run).select_related("run")
+
+
+def floor_list(*, run: PlanRun) -> QuerySet[PriceFloor]:
+    return PriceFloor.objects.filter(run=run).select_related("run")

@@ -6,4 +6,7 @@ urlpatterns = [
     path("plan/runs", api.PlanRunListView.as_view(), name="plan-runs"),
     path("plan/runs/<int:pk>", api.PlanRunDetailView.as_view(), name="plan-run"),
     path("plan/forecasts", api.ForecastListView.as_view(), name="plan-forecasts"),
+    path("plan/capacities", api.CapacityListView.as_view(), name="plan-capacities"),
+    path("plan/pools", api.PoolPlanListView.as_view(), name="plan-pools"),
+    path("plan/floors", api.PriceFloorListView.as_view(), name="plan-floors"),
 ]

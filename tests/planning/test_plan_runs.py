@@ -44,7 +44,11 @@ def test_a_run_queued_through_the_api_is_forecast_by_a_worker(tmp_path, monkeypa
     worker = Worker("filesystem", tmp_path).start()
     try:
         monkeypatch.setattr(tasks.plan_run_task, "delay", lambda pk: worker.send(plan_run_task, pk))
-        queued = finance.post(RUNS, {"as_of": NOW.isoformat()}, format="json")
+        queued = finance.post(
+            RUNS,
+            {"as_of": NOW.isoformat(), "band": "80", "target_margin_percent": "35"},
+            format="json",
+        )
         assert queued.status_code == 202, queued.json()
         run_id = queued.json()["id"]
         assert queued.json()["status"] == RunStatus.QUEUED
@@ -58,6 +62,22 @@ def test_a_run_queued_through_the_api_is_forecast_by_a_worker(tmp_path, monkeypa
     run = finance.get(f"{RUNS}/{run_id}").json()
     assert run["status"] == "done", run
     assert (run["series_done"], run["series_total"]) == (2, 2)
+    assert (run["band"], run["headroom_percent"], run["target_margin_percent"]) == (
+        "80",
+        "20.00",
+        "35.00",
+    )
+    pools = finance.get("/api/v1/plan/pools").json()
+    # No GPU in either pool, no replica: nothing measured, nothing to size on.
+    assert [(p["pool"], p["flags"], p["gpus_held"]) for p in pools] == [
+        ("reserved", ["unknown"], "0.000"),
+        ("shared", ["unknown"], "0.000"),
+    ]
+    assert finance.get("/api/v1/plan/capacities").json() == []
+    floors = finance.get("/api/v1/plan/floors").json()
+    assert [(f["tier"], f["floor"], f["note"]) for f in floors] == [
+        ("shared", None, "no price today")
+    ]
     forecasts = finance.get("/api/v1/plan/forecasts", {"metric": "tokens"}).json()
     assert [(f["pool"], f["model"]) for f in forecasts] == [
         ("reserved", "tiny"),
@@ -81,18 +101,31 @@ def test_bad_input_names_its_field_and_queues_nothing(finance, monkeypatch):
     assert later.status_code == 400 and later.json()["error"]["field"] == "as_of"
     garbled = finance.post(RUNS, {"as_of": "monday"}, format="json")
     assert garbled.status_code == 400 and garbled.json()["error"]["field"] == "as_of"
+    for field, value in [
+        ("band", "99"),
+        ("headroom_percent", "-1"),
+        ("headroom_percent", "lots"),
+        ("target_margin_percent", "100"),
+    ]:
+        bad = finance.post(RUNS, {field: value}, format="json")
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == field, (field, bad.json())
     assert not PlanRun.objects.exists() and sent == []
     none_yet = finance.get("/api/v1/plan/forecasts")
     assert (
         none_yet.status_code == 404
         and "no plan run has finished" in none_yet.json()["error"]["message"]
     )
+    for read in ("capacities", "pools", "floors"):
+        assert finance.get(f"/api/v1/plan/{read}").status_code == 404
+        bad_run = finance.get(f"/api/v1/plan/{read}", {"run": "first"})
+        assert bad_run.status_code == 400 and bad_run.json()["error"]["field"] == "run"
     bad_metric = finance.get("/api/v1/plan/forecasts", {"metric": "watts"})
     assert bad_metric.status_code == 400 and bad_metric.json()["error"]["field"] == "metric"
     tenant = make_tenant()
     owner = client_for_user(make_member(tenant).user)
     assert owner.post(RUNS, {}, format="json").status_code == 403
-    assert owner.get("/api/v1/plan/forecasts").status_code == 403
+    for read in ("forecasts", "capacities", "pools", "floors"):
+        assert owner.get(f"/api/v1/plan/{read}").status_code == 403
 
 
 def test_the_plan_page_queues_a_run_and_shows_the_forecast(
