@@ -212,6 +212,16 @@ def plan_compute(
     return plan
 
 
+def _reserved_gpus(moment: datetime) -> dict[int, float]:
+    """The GPUs reserved in each pool by the reservations in force at `moment`."""
+    reserved: dict[int, float] = defaultdict(float)
+    for pool_id, gpus in Reservation.objects.filter(start__lte=moment, end__gt=moment).values_list(
+        "pool_id", "gpu_count"
+    ):
+        reserved[pool_id] += gpus
+    return reserved
+
+
 def _pool_revenue(plan: Plan, *, start: datetime, end: datetime) -> dict[tuple, int] | None:
     """Revenue (nano, reporting currency) per (pool name, tenant slug) over [start, end)."""
     try:
@@ -232,11 +242,7 @@ def _plan_pools(plan, pools, tokens, models, band, headroom, costs, horizon, win
         sizes[key].append(rc.gpus)
         if rc.capacity.plannable:
             capacities[key].append((rc.capacity.tokens_per_hour, rc.gpus))
-    contracted: dict[int, float] = defaultdict(float)
-    for pool_id, gpus in Reservation.objects.filter(start__lte=end, end__gt=end).values_list(
-        "pool_id", "gpu_count"
-    ):
-        contracted[pool_id] += gpus
+    contracted = _reserved_gpus(end)
     revenue = None
     everyone, policies = tenants
     for pool in pools:
@@ -311,11 +317,7 @@ def _plan_floors(plan, pools, tokens, mix, per_token, costs, models, horizon, en
         total = float(np.clip(series.forecast.point, 0, None).sum())
         months[(pool_id, model_id)] = total
         device[pool_id] += total * per_token.get((pool_id, model_id), 0.0)
-    reserved: dict[int, float] = defaultdict(float)
-    for pool_id, gpus in Reservation.objects.filter(start__lte=end, end__gt=end).values_list(
-        "pool_id", "gpu_count"
-    ):
-        reserved[pool_id] += gpus
+    reserved = _reserved_gpus(end)
     tiers: dict[tuple, dict] = {}
     for (pool_id, model_id), total in sorted(months.items()):
         pool = pools.get(pool_id)
