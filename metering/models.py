@@ -282,6 +282,38 @@ class ReplicaLoadHour(models.Model):
         return f"{self.replica_id} {self.hour:%Y-%m-%d %H:00}"
 
 
+class EnergyHour(models.Model):
+    """One hour of the fleet's energy at the wall (PUE included) and its
+    emissions at each site's grid intensity, as the booked allocation
+    computes them (billing.costs.energy): a tenant's use of a model in a
+    pool (the GPUs' draw while serving it), or a pool's idle draw (no
+    tenant; a spare GPU's, no pool either). An hour's rows add up to the
+    fleet's energy in it."""
+
+    hour = models.DateTimeField()
+    pool = models.ForeignKey(
+        Pool, null=True, **COPIED, on_delete=models.DO_NOTHING, related_name="+"
+    )
+    tenant = models.ForeignKey(
+        Tenant, null=True, **COPIED, on_delete=models.DO_NOTHING, related_name="+"
+    )
+    served_model = models.ForeignKey(
+        ServedModel, null=True, **COPIED, on_delete=models.DO_NOTHING, related_name="+"
+    )
+    kwh = models.DecimalField(max_digits=20, decimal_places=6)
+    co2e_g = models.DecimalField(max_digits=20, decimal_places=3)
+
+    class Meta:
+        ordering = ["hour"]
+        indexes = [
+            models.Index(fields=["tenant", "hour"], name="energy_tenant_hour"),
+            models.Index(fields=["hour"], name="energy_hour"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:00} {self.tenant_id or 'idle'}: {self.kwh} kWh"
+
+
 class UsageDay(models.Model):
     """One UTC day of one tenant's usage of one model: the sums of its
     hourly rollups (those with a model), kept by the database itself.

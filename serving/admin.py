@@ -9,6 +9,7 @@ from serving.gpu_shares import Share
 from serving.models import (
     Gpu,
     GpuSku,
+    GridIntensity,
     LoraAdapter,
     Node,
     Pool,
@@ -40,6 +41,12 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = ["name", "site"]
     list_filter = ["site"]
     search_fields = ["name", "site"]
+
+
+@admin.register(GridIntensity)
+class GridIntensityAdmin(admin.ModelAdmin):
+    list_display = ["site", "period", "start", "g_per_kwh", "source"]
+    list_filter = ["site", "period"]
 
 
 @admin.register(Gpu)

@@ -74,3 +74,10 @@ class RequestStatus(models.TextChoices):
     ABORTED = "aborted", "Client went away"
     ERROR = "error", "Failed"
     REJECTED = "rejected", "Refused at admission"
+
+
+class IntensityPeriod(models.TextChoices):
+    """What a grid intensity figure covers."""
+
+    HOUR = "hour", "One hour"
+    YEAR = "year", "A year's average"

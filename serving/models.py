@@ -4,6 +4,7 @@ of each replica's own Prometheus counters."""
 
 from __future__ import annotations
 
+from datetime import UTC
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -17,6 +18,7 @@ from serving.choices import (
     Engine,
     GpuSharing,
     IdleCostPolicy,
+    IntensityPeriod,
     ModelTask,
     PoolKind,
     ReplicaRole,
@@ -402,3 +404,45 @@ class ReplicaMetricSample(models.Model):
 
     def __str__(self) -> str:
         return f"{self.replica} @ {self.scraped_at:%Y-%m-%d %H:%M:%S}"
+
+
+def grid_intensity_check(*, period: str, start) -> None:
+    """A period's start: an hour's first instant (UTC), or for a year its
+    first hour (1 January, 00:00 UTC). ValidationError naming `start`."""
+    if start is None:
+        return
+    start = start.astimezone(UTC)
+    if start.minute or start.second or start.microsecond:
+        raise ValidationError({"start": "must be the start of an hour (UTC)"})
+    if period == IntensityPeriod.YEAR and (start.month, start.day, start.hour) != (1, 1, 0):
+        raise ValidationError({"start": "a year's average starts on 1 January, 00:00 UTC"})
+
+
+class GridIntensity(models.Model):
+    """The carbon intensity of a site's grid (Node.site), grams of CO2e per
+    kWh: for one hour, or a year's average where that is all the operator
+    has (an hour's own figure is used before its year's average)."""
+
+    site = models.CharField(max_length=100)
+    period = models.CharField(max_length=8, choices=IntensityPeriod.choices)
+    start = models.DateTimeField(help_text="The hour, or for a year 1 January 00:00 UTC.")
+    g_per_kwh = models.DecimalField(
+        max_digits=9,
+        decimal_places=3,
+        validators=[MinValueValidator(0), MaxValueValidator(5000)],
+        help_text="gCO2e per kWh drawn from the grid.",
+    )
+    source = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        ordering = ["site", "period", "start"]
+        verbose_name_plural = "grid intensities"
+        constraints = [
+            models.UniqueConstraint(fields=["site", "period", "start"], name="grid_intensity_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.site} {self.period} {self.start:%Y-%m-%d %H:00}: {self.g_per_kwh} g/kWh"
+
+    def clean(self) -> None:
+        grid_intensity_check(period=self.period, start=self.start)

@@ -35,7 +35,7 @@ def fleet_placement() -> pd.DataFrame:
     ).order_by("replica_id"):
         shares.setdefault(gpu_id, []).append((replica_id, pool_id, units))
     rows = []
-    for gpu in Gpu.objects.select_related("sku").order_by("pk"):
+    for gpu in Gpu.objects.select_related("sku", "node").order_by("pk"):
         owned = gpu.capex is not None
         start = datetime.combine(gpu.in_service_date, time(), tzinfo=UTC)
         life_hours = (
@@ -55,6 +55,7 @@ def fleet_placement() -> pd.DataFrame:
             "idle_watts": gpu.sku.power_idle_watts,
             "busy_watts": gpu.sku.power_busy_watts,
             "currency": gpu.currency,
+            "site": gpu.node.site,
         }
         held = shares.get(gpu.pk, [])
         pieces = list(held)
@@ -87,6 +88,7 @@ PLACEMENT_COLUMNS = [
     "idle_watts",
     "busy_watts",
     "currency",  # of the GPU's capex, salvage or lease
+    "site",  # its node's: where its grid intensity is read
 ]
 
 

@@ -31,6 +31,7 @@ from billing.costs.cost_model import (
     RateArrays,
     gpu_hour_costs,
 )
+from billing.costs.energy import draw, energy_rows, intensities
 from billing.costs.inputs import (
     fleet_arrays,
     fleet_placement,
@@ -79,6 +80,7 @@ class AllocationBook:
     warnings: list[str]
     idle_policy: str | None
     reservations: pd.DataFrame
+    intensity: np.ndarray  # pieces x hours: g CO2e per kWh where each sits
 
     @property
     def fleet(self) -> FleetArrays:
@@ -108,6 +110,15 @@ def allocation_book(
         currencies={currency, *placement["currency"]},
     )
     passes = [_pass(c, placement, gpu_scope, rates, hours, book=currency) for c in sorted(rates)]
+    sites = sorted(set(placement["site"]))
+    by_site, unknown = intensities(sites, hours)
+    site_of = {site: n for n, site in enumerate(sites)}
+    if scenario is None and unknown:
+        warnings = [
+            *warnings,
+            "no grid intensity (no emissions counted) at: "
+            + ", ".join(repr(site) for site in unknown),
+        ]
     return AllocationBook(
         hours=hours,
         pools=pools,
@@ -121,6 +132,9 @@ def allocation_book(
         warnings=warnings,
         idle_policy=scenario.idle_cost_policy if scenario and scenario.idle_cost_policy else None,
         reservations=reservations_overlapping(start=start, end=end),
+        intensity=by_site[[site_of[site] for site in placement["site"]]]
+        if len(placement)
+        else np.zeros((0, len(hours))),
     )
 
 
@@ -165,11 +179,12 @@ def allocation_compute(
 class AllocationResult:
     """A period's pool-hour costs and allocation rows, ready to write."""
 
-    def __init__(self, hours, pool_hours: pd.DataFrame, rows: pd.DataFrame, warnings):
+    def __init__(self, hours, pool_hours: pd.DataFrame, rows: pd.DataFrame, warnings, energy=None):
         self.hours = hours
         self.pool_hours = pool_hours
         self.rows = rows
         self.warnings = warnings
+        self.energy = energy  # billing.costs.energy.energy_rows
 
 
 def stretch_gpu_costs(
@@ -182,10 +197,11 @@ def stretch_gpu_costs(
 
 def _stretch_costs(
     book: AllocationBook, first: int, stop: int, rollups: pd.DataFrame
-) -> tuple[GpuHourCosts, dict[str, np.ndarray]]:
-    """The stretch's GPU costs in the book's currency, and for each other
+) -> tuple[GpuHourCosts, dict[str, np.ndarray], np.ndarray]:
+    """The stretch's GPU costs in the book's currency, for each other
     currency the part of them entered in it (GPUs x hours, nano-units of
-    that currency, the three components together)."""
+    that currency, the three components together), and each piece's busy
+    fraction (pieces x hours)."""
     hours = book.hours[first:stop]
     busy = _busy_fraction(book.placement, hours, replica_busy_seconds(rollups))
     total: GpuHourCosts | None = None
@@ -202,7 +218,7 @@ def _stretch_costs(
                 costs, **{c: np.rint(getattr(costs, c) * fx).astype(np.int64) for c in COMPONENTS}
             )
         total = costs if total is None else _costs_add(total, costs)
-    return total, foreign
+    return total, foreign, busy
 
 
 def _costs_add(a: GpuHourCosts, b: GpuHourCosts) -> GpuHourCosts:
@@ -215,7 +231,7 @@ def allocation_stretch(
     """Hours [first, stop) of the book, from those hours' usage rollups."""
     hours = book.hours[first:stop]
     pools, scopes, gpu_scope = book.pools, book.scopes, book.gpu_scope
-    costs, foreign = _stretch_costs(book, first, stop, rollups)
+    costs, foreign, busy = _stretch_costs(book, first, stop, rollups)
 
     # Pool-hours: (scope x hour) sums over the GPU pieces in each scope; a
     # GPU counts once in each scope it has pieces in, its capacity by units.
@@ -287,7 +303,15 @@ def allocation_stretch(
             "original": _originals(book, foreign, gpu_scope, cell_scope, cell_hour, first),
         }
     )
-    return AllocationResult(hours, pool_hours, rows, book.warnings)
+    drawn = draw(
+        placement=book.placement,
+        busy=busy,
+        pue=book.passes[0].rates.pue[gpu_scope][:, first:stop],
+        in_service=costs.in_service,
+        intensity=book.intensity[:, first:stop],
+    )
+    energy = energy_rows(placement=book.placement, hours=hours, drawn=drawn, rollups=rollups)
+    return AllocationResult(hours, pool_hours, rows, book.warnings, energy)
 
 
 def _originals(book, foreign, gpu_scope, cell_scope, cell_hour, first: int) -> list[str]:

@@ -16,6 +16,7 @@ import pyarrow.csv as pa_csv
 from django.db import connection, transaction
 
 from billing.models import CostAllocation, PoolHourCost
+from metering.energy import energy_day_replace
 
 HOUR = 3600
 POOL_HOUR_MONEY = ("capital", "energy", "other_opex", "total", "allocated", "unallocated")
@@ -83,18 +84,39 @@ class DayRows:
     pool_hours_csv: bytes
     rows_csv: bytes
     columns: tuple[tuple[str, ...], tuple[str, ...]]
+    energy_csv: bytes | None = None  # metering.energy.COLUMNS; the booked book's only
 
 
-def allocation_days(pool_hours: pa.Table, rows: pa.Table, *, hours: Sequence[int]) -> list[DayRows]:
+def energy_table(frame: pd.DataFrame) -> pa.Table:
+    """billing.costs.energy.energy_rows as metering.energy.COLUMNS."""
+    return pa.table(
+        {
+            "hour": _hours(frame["hour"]),
+            "pool_id": _ids(frame["pool_id"], missing=-1),
+            "tenant_id": _ids(frame["tenant"], missing=-1),
+            "served_model_id": _ids(frame["model"], missing=-1),
+            "kwh": decimal_text(frame["kwh_micro"], 6),
+            "co2e_g": decimal_text(frame["co2e_mg"], 3),
+        }
+    )
+
+
+def allocation_days(
+    pool_hours: pa.Table, rows: pa.Table, *, hours: Sequence[int], energy: pa.Table | None = None
+) -> list[DayRows]:
     """`hours` (epoch seconds, a whole number of days but the last) cut
-    into days, each day's rows of the two tables as CSV."""
+    into days, each day's rows of the two tables (and the energy hours,
+    when given) as CSV."""
     days = []
     for first in range(0, len(hours), 24):
         first_hour, last_hour = int(hours[first]), int(hours[min(first + 24, len(hours)) - 1])
         start = pa.scalar(datetime.fromtimestamp(first_hour, UTC))
         end = pa.scalar(datetime.fromtimestamp(last_hour + HOUR, UTC))
         csvs = []
-        for table in (pool_hours, rows):
+        for table in (pool_hours, rows, energy):
+            if table is None:
+                csvs.append(None)
+                continue
             hour = table["hour"]
             day = table.filter(pc.and_(pc.greater_equal(hour, start), pc.less(hour, end)))
             csvs.append(_csv(day))
@@ -102,8 +124,10 @@ def allocation_days(pool_hours: pa.Table, rows: pa.Table, *, hours: Sequence[int
             DayRows(
                 first_hour,
                 last_hour,
-                *csvs,
+                csvs[0],
+                csvs[1],
                 columns=(tuple(pool_hours.column_names), tuple(rows.column_names)),
+                energy_csv=csvs[2],
             )
         )
     return days
@@ -153,6 +177,8 @@ def allocation_day_replace(
                     f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT csv)"
                 ) as copy:
                     copy.write(csv)
+        if day.energy_csv is not None:
+            energy_day_replace(cursor, start=start, end=end, csv=day.energy_csv, replace=replace)
         then()
 
 

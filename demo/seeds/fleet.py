@@ -16,10 +16,10 @@ from decimal import Decimal
 
 from django.db import transaction
 
-from serving.choices import Engine, PoolKind, ReplicaStatus
+from serving.choices import Engine, IntensityPeriod, PoolKind, ReplicaStatus
 from serving.engine_workers import engine_workers_refresh
 from serving.gpu_shares import Share
-from serving.models import Gpu, GpuSku, Node, Pool, Replica, Reservation
+from serving.models import Gpu, GpuSku, GridIntensity, Node, Pool, Replica, Reservation
 from serving.services import replica_gpu_shares_set, replica_register, replica_set_status
 from tenants.models import Tenant
 
@@ -101,6 +101,24 @@ def embed_demo_seed() -> DemoPlacement | None:
     gpus = [_demo_gpu(DEMO_EMBED_GPU, *_demo_sku_and_node())]
     replica = _demo_replica(DEMO_EMBED_REPLICA, model=model, pool=pool, gpus=gpus)
     return DemoPlacement(pool=pool, gpus=gpus, replica=replica)
+
+
+# The demo site's grid: a year's average (gCO2e/kWh) for each year the
+# demo's history and plan reach, marked as a demo figure.
+DEMO_GRID = {"site": "demo-dc", "g_per_kwh": "290", "source": "demo: not a real grid's figure"}
+
+
+def grid_intensity_demo_seed(*, years=range(2025, 2029)) -> int:
+    created = 0
+    for year in years:
+        _, made = GridIntensity.objects.get_or_create(
+            site=DEMO_GRID["site"],
+            period=IntensityPeriod.YEAR,
+            start=datetime(year, 1, 1, tzinfo=UTC),
+            defaults={"g_per_kwh": Decimal(DEMO_GRID["g_per_kwh"]), "source": DEMO_GRID["source"]},
+        )
+        created += made
+    return created
 
 
 def _demo_sku_and_node() -> tuple[GpuSku, Node]:

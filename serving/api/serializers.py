@@ -2,6 +2,7 @@
 the same shape here), with every database constraint checked first so bad
 input is a 400 naming the field, never a database error."""
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
 from rest_framework import serializers
@@ -12,6 +13,7 @@ from serving.gpu_shares import Share
 from serving.models import (
     Gpu,
     GpuSku,
+    GridIntensity,
     LoraAdapter,
     Node,
     Pool,
@@ -19,6 +21,7 @@ from serving.models import (
     ReplicaGpu,
     Reservation,
     ServedModel,
+    grid_intensity_check,
     role_misfit,
 )
 from serving.services import replica_gpu_shares_set, share_of
@@ -258,4 +261,19 @@ class ReservationSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError({"pool": "reservations are made in reserved pools"})
         if attrs.get("gpu_count", 1) < 1:
             raise serializers.ValidationError({"gpu_count": "must be at least 1"})
+        return attrs
+
+
+class GridIntensitySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GridIntensity
+        fields = ["id", "site", "period", "start", "g_per_kwh", "source"]
+
+    def validate(self, attrs):
+        period = attrs.get("period", getattr(self.instance, "period", None))
+        start = attrs.get("start", getattr(self.instance, "start", None))
+        try:
+            grid_intensity_check(period=period, start=start)
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.message_dict) from None
         return attrs

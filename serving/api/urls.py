@@ -11,5 +11,6 @@ router.register("fleet/models", views.ServedModelViewSet, basename="served-model
 router.register("fleet/lora-adapters", views.LoraAdapterViewSet, basename="lora-adapter")
 router.register("fleet/replicas", views.ReplicaViewSet, basename="replica")
 router.register("fleet/reservations", views.ReservationViewSet, basename="reservation")
+router.register("fleet/grid-intensities", views.GridIntensityViewSet, basename="grid-intensity")
 
 urlpatterns = router.urls

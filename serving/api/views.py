@@ -4,7 +4,17 @@ from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import viewsets
 
 from serving.api import serializers
-from serving.models import Gpu, GpuSku, LoraAdapter, Node, Pool, Replica, Reservation, ServedModel
+from serving.models import (
+    Gpu,
+    GpuSku,
+    GridIntensity,
+    LoraAdapter,
+    Node,
+    Pool,
+    Replica,
+    Reservation,
+    ServedModel,
+)
 from tenants.api.permissions import IsFinanceStaff
 
 
@@ -42,3 +52,4 @@ ServedModelViewSet = fleet_viewset(ServedModel, serializers.ServedModelSerialize
 LoraAdapterViewSet = fleet_viewset(LoraAdapter, serializers.LoraAdapterSerializer)
 ReplicaViewSet = fleet_viewset(Replica, serializers.ReplicaSerializer)
 ReservationViewSet = fleet_viewset(Reservation, serializers.ReservationSerializer)
+GridIntensityViewSet = fleet_viewset(GridIntensity, serializers.GridIntensitySerializer)

@@ -6,6 +6,7 @@ from tqdm import tqdm
 
 from demo.history import demo_history_fill
 from demo.seeds.billing import cost_rates_demo_seed, prices_demo_seed
+from demo.seeds.fleet import grid_intensity_demo_seed
 
 
 class Command(BaseCommand):
@@ -25,6 +26,7 @@ class Command(BaseCommand):
             raise CommandError(f"--months: must be 0 or more, not {months}")
         call_command("seed_demo", stdout=self.stdout if options["verbosity"] > 1 else StringIO())
         cost_rates_demo_seed()
+        grid_intensity_demo_seed()
         prices_demo_seed()
         bars: dict[str, tqdm] = {}
 

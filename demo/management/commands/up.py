@@ -45,7 +45,7 @@ from demo.seeds.billing import (
     prices_demo_seed,
     tax_demo_seed,
 )
-from demo.seeds.fleet import embed_demo_seed, fleet_demo_seed
+from demo.seeds.fleet import embed_demo_seed, fleet_demo_seed, grid_intensity_demo_seed
 from demo.seeds.tenants import DEMO_TENANTS, FINANCE_USERNAME
 from demo.stack import (
     GATEWAY_OPERATOR_PORT,
@@ -160,6 +160,7 @@ class Command(BaseCommand):
             with self.step("demo seed"):
                 call_command("seed_demo", stdout=_Discard())
                 cost_rates_demo_seed()
+                grid_intensity_demo_seed()
                 prices_demo_seed()
                 fx_rates_demo_seed()  # demo rates up to today (EUR tenants)
                 tax_demo_seed()  # an Irish issuer; Initech reverse-charged, Umbrella French VAT

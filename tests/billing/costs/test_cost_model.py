@@ -174,11 +174,15 @@ def test_rate_input_errors_name_the_field(world):
 
 def test_the_demo_rates_seed_once_and_price_a_whole_day(world):
     from demo.seeds.billing import DEMO_RATES, cost_rates_demo_seed
+    from demo.seeds.fleet import grid_intensity_demo_seed
 
     assert cost_rates_demo_seed() == len(DEMO_RATES)
     assert cost_rates_demo_seed() == 0
+    assert grid_intensity_demo_seed() == 4 and grid_intensity_demo_seed() == 0
+    world.node.site = "demo-dc"
+    world.node.save()
     pool = world.pool("shared")
     world.replica("r1", pool, [world.gpu("g1")])
     start = datetime(2026, 10, 5, tzinfo=UTC)
     run = world.allocate(start=start, end=start + timedelta(days=1))
-    assert run.warnings == []  # every hour has a tariff and a PUE
+    assert run.warnings == []  # every hour has a tariff, a PUE and a grid intensity
