@@ -16,6 +16,8 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 
 from billing.choices import RunStatus
+from dashboard.portal import energy_rows
+from metering.selectors.usage import energy_totals
 from planning.api import PlanRunIn
 from planning.floors import KINDS
 from planning.runs import plan_run_create
@@ -126,6 +128,23 @@ def floor_rows(run) -> list[dict]:
     ]
 
 
+def energy_context(run) -> dict:
+    """Energy and emissions per tenant and model over the 30 days before
+    the run (each pool's idle draw beside them), and their totals."""
+    if run is None:
+        return {"energy": []}
+    end = run.as_of.replace(minute=0, second=0, microsecond=0)
+    rows = energy_rows(energy_totals(tenant=None, start=end - timedelta(days=30), end=end))
+    used = [r for r in rows if r["tenant"]]
+    return {
+        "energy": rows,
+        "energy_by_tenant": True,
+        "energy_used_kwh": sum((r["kwh"] for r in used), 0),
+        "energy_idle_kwh": sum((r["kwh"] for r in rows if not r["tenant"]), 0),
+        "energy_co2e_kg": sum((r["co2e_g"] for r in rows), 0) / 1000,
+    }
+
+
 @finance_staff_required
 def plan_page(request):
     if request.method == "POST":
@@ -163,6 +182,7 @@ def plan_page(request):
         "pools": pool_plan_list(run=latest) if latest else [],
         "floors": floor_rows(latest) if latest else [],
         "capacities": capacity_rows(latest) if latest else [],
+        **energy_context(latest),
         "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
         "messages": messages.get_messages(request),
     }

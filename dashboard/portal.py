@@ -3,7 +3,8 @@ tokens and device-seconds, its service levels against its plan's targets
 (dashboard.slo), spend this billing period against the budget,
 what is owed (open invoices per currency, each with how to pay it: the
 Stripe hosted invoice page once synced), an estimate of this period's
-invoice, recent invoices, and export downloads. Spend so far is shown
+invoice, recent invoices, its energy and emissions by model (its share of
+the GPUs' draw, Scope 3 for it), and export downloads. Spend so far is shown
 rounded line by line, as the invoice and its estimate round it, so the
 two agree; the gateway's standing is exact, rounded once (the page says
 so). Reads hourly rollups,
@@ -29,7 +30,7 @@ from billing.spend.budgets import spend_charges
 from dashboard.forms import PeriodFilterForm
 from dashboard.slo import slo_tenant_context
 from metering.selectors.requests import requests_recent
-from metering.selectors.usage import UsageQuery, usage_summary
+from metering.selectors.usage import UsageQuery, energy_totals, usage_summary
 from tenants.access import principal_for_session
 
 DAYS = {"7": 7, "30": 30, "90": 90}
@@ -97,8 +98,18 @@ def usage_context(*, tenant, days: int) -> dict:
         "estimate": invoice_estimate(tenant=tenant, now=now),
         "requests": requests_recent(tenant=tenant),
         "slo": slo_tenant_context(tenant=tenant, start=start, end=end, now=now),
+        "energy": energy_rows(energy_totals(tenant=tenant, start=start, end=end)),
         "export_range": f"start={start:%Y-%m-%dT%H:%M:%SZ}&end={end:%Y-%m-%dT%H:%M:%SZ}",
     }
+
+
+def energy_rows(rows: list[dict]) -> list[dict]:
+    """Energy rows with kWh and gCO2e per million tokens (None without tokens)."""
+    for row in rows:
+        mtok = Decimal(row["tokens"]) / 1_000_000
+        row["kwh_per_mtok"] = row["kwh"] / mtok if mtok else None
+        row["g_per_mtok"] = row["co2e_g"] / mtok if mtok else None
+    return rows
 
 
 def _chart(rows: list[dict], *, start, days: int) -> dict:

@@ -157,6 +157,19 @@ class UsageRowOut(serializers.Serializer):
     gateway_queued_requests = serializers.IntegerField(
         help_text="Of those, the requests that waited in the gateway's queue at all."
     )
+    energy_kwh = serializers.DecimalField(
+        max_digits=20,
+        decimal_places=6,
+        allow_null=True,
+        help_text="The GPUs' draw at the wall (PUE included) while serving this usage; "
+        "null until its hours are allocated.",
+    )
+    co2e_g = serializers.DecimalField(
+        max_digits=20,
+        decimal_places=3,
+        allow_null=True,
+        help_text="Grams of CO2e of that energy at each site's grid intensity; null likewise.",
+    )
 
 
 class UsagePageOut(serializers.Serializer):

@@ -4,6 +4,8 @@ costs, is billing's (billing.api.focus)."""
 
 from __future__ import annotations
 
+from itertools import islice
+
 import orjson
 from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
@@ -25,7 +27,7 @@ from metering.api.serializers import (
 from metering.choices import EventSource
 from metering.ledger import BatchRejected, usage_record_batch
 from metering.selectors.queue import gateway_queue_ms_mean
-from metering.selectors.usage import SUMS, UsageQuery, usage_summary
+from metering.selectors.usage import SUMS, UsageQuery, usage_energy, usage_summary
 from tenants.api.permissions import (
     IsUsageReporter,
     scope_required,
@@ -174,8 +176,9 @@ def _usage_request(request, parameters) -> tuple[dict, Tenant | None, UsageQuery
     return params, tenant_scope(request, params.get("tenant")), query
 
 
-def _usage_row(row: dict) -> dict:
+def _usage_row(row: dict, energy: dict) -> dict:
     requests = sum(row[f"requests_{s}"] for s in ("ok", "aborted", "error", "rejected"))
+    kwh, co2e = energy.get((row["period"], row["tenant_id"], row["model_key"]), (None, None))
     return {
         "period_start": row["period"],
         "tenant": row["tenant_slug"],
@@ -185,7 +188,17 @@ def _usage_row(row: dict) -> dict:
         "gateway_queue_ms_mean": gateway_queue_ms_mean(
             total_ms=row["gateway_queue_ms_sum"], requests=row["gateway_queue_requests"]
         ),
+        "energy_kwh": kwh,
+        "co2e_g": co2e,
     }
+
+
+def _usage_rows(rows, query, *, batch: int = 2000):
+    """Export rows with their energy, read a batch of rows at a time."""
+    rows = iter(rows)
+    while chunk := list(islice(rows, batch)):
+        energy = usage_energy(chunk, query=query)
+        yield from (_usage_row(r, energy) for r in chunk)
 
 
 USAGE_CSV_COLUMNS = list(UsageRowOut().fields)
@@ -211,7 +224,7 @@ class UsageExportView(DownloadView):
     def get(self, request):
         params, tenant, query = _usage_request(request, UsageQueryIn)
         if params["format"] == "csv":
-            rows = (_usage_row(r) for r in usage_summary(tenant=tenant, query=query).iterator(2000))
+            rows = _usage_rows(usage_summary(tenant=tenant, query=query).iterator(2000), query)
             name = f"usage-{query.start:%Y%m%d}-{query.end:%Y%m%d}.csv"
             return csv_response(rows, columns=USAGE_CSV_COLUMNS, filename=name)
         try:
@@ -220,5 +233,5 @@ class UsageExportView(DownloadView):
             )
         except ValueError as exc:
             raise exceptions.ValidationError({"cursor": [str(exc)]}) from None
-        body = {"results": [_usage_row(r) for r in rows], "next_cursor": next_cursor}
+        body = {"results": list(_usage_rows(rows, query)), "next_cursor": next_cursor}
         return Response(UsagePageOut(body).data)

@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 from django.db.models import F, Max, Min, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, TruncDay, TruncHour, TruncMonth
 
-from metering.models import DirtyHour, UsageRollup
+from core.calendar import months_add
+from metering.models import DirtyHour, EnergyHour, UsageRollup
 from tenants.models import Tenant
 
 TRUNCATE = {"hour": TruncHour, "day": TruncDay, "month": TruncMonth}
@@ -76,6 +77,37 @@ def usage_summary(
     return rows
 
 
+def _period_after(period: datetime, group_by: str) -> datetime:
+    if group_by == "month":
+        return months_add(period, 1)
+    return period + (timedelta(hours=1) if group_by == "hour" else timedelta(days=1))
+
+
+def usage_energy(rows: list[dict], *, query: UsageQuery) -> dict[tuple, tuple]:
+    """The energy (kWh) and emissions (gCO2e) of usage_summary's `rows`,
+    keyed as they are (period, tenant_id, model_key); a key is absent
+    where no energy was computed for it (hours not yet allocated). One
+    grouped read over the rows' periods and tenants."""
+    if not rows:
+        return {}
+    first = max(min(r["period"] for r in rows), query.start)
+    end = min(_period_after(max(r["period"] for r in rows), query.group_by), query.end)
+    found = EnergyHour.objects.filter(
+        hour__gte=first, hour__lt=end, tenant_id__in={r["tenant_id"] for r in rows}
+    )
+    if query.model:
+        found = found.filter(served_model__name=query.model)
+    grouped = (
+        found.annotate(
+            period=TRUNCATE[query.group_by]("hour", tzinfo=UTC),
+            model_key=Coalesce("served_model_id", Value(0)),
+        )
+        .values("period", "tenant_id", "model_key")
+        .annotate(kwh=Sum("kwh"), co2e_g=Sum("co2e_g"))
+    )
+    return {(g["period"], g["tenant_id"], g["model_key"]): (g["kwh"], g["co2e_g"]) for g in grouped}
+
+
 def usage_synthetic_span(
     *, start: datetime, end: datetime, tenant=None
 ) -> tuple[datetime, datetime] | None:
@@ -95,3 +127,39 @@ def rollups_complete_before() -> datetime | None:
     since the last metering run): the rollups are complete up to it. None
     when every hour is rolled up."""
     return DirtyHour.objects.order_by("hour").values_list("hour", flat=True).first()
+
+
+def energy_totals(*, tenant: Tenant | None, start: datetime, end: datetime) -> list[dict]:
+    """Energy (kWh) and emissions (gCO2e) in [start, end) per (tenant,
+    model), with the tokens the same rows served: one tenant's, or (None:
+    finance staff only) every tenant's and the idle draw (tenant "", model
+    "") beside them."""
+    rows = EnergyHour.objects.filter(hour__gte=start, hour__lt=end)
+    if tenant is not None:
+        rows = rows.filter(tenant=tenant)
+    energy = (
+        rows.values("tenant_id", "served_model_id")
+        .annotate(
+            tenant_slug=Coalesce("tenant__slug", Value("")),
+            model_name=Coalesce("served_model__name", Value("")),
+            kwh=Sum("kwh"),
+            co2e_g=Sum("co2e_g"),
+        )
+        .order_by("tenant_slug", "model_name")
+    )
+    tokens = {
+        (r["tenant_id"], r["served_model_id"]): r["tokens"]
+        for r in _rollups(tenant=tenant, query=UsageQuery(start=start, end=end))
+        .values("tenant_id", "served_model_id")
+        .annotate(tokens=Sum(F("prompt_tokens") + F("completion_tokens")))
+    }
+    return [
+        {
+            "tenant": e["tenant_slug"],
+            "model": e["model_name"],
+            "kwh": e["kwh"],
+            "co2e_g": e["co2e_g"],
+            "tokens": tokens.get((e["tenant_id"], e["served_model_id"]), 0),
+        }
+        for e in energy
+    ]

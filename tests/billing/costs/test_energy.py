@@ -85,3 +85,91 @@ def test_a_scenarios_allocation_writes_no_energy(world):
     )
     world.allocate(scenario=scenario)
     assert not EnergyHour.objects.exists()
+
+
+def test_the_usage_export_carries_each_tenants_energy_and_emissions(world):
+    """The hand-worked hour above through the export: Alpha's key reads its
+    own 0.3 kWh and 60 g (JSON and CSV); an hour not yet allocated reads null."""
+    import csv
+    import io
+
+    from tenants.choices import Scope
+    from tenants.services import api_key_create
+    from tests.conftest import client_for_key
+
+    pool = world.pool("shared")
+    r1 = world.replica("r1", pool, [world.gpu("g1")])
+    world.rate("pue", "1.5", "ratio")
+    GridIntensity.objects.create(site="lab", period="hour", start=H0, g_per_kwh=200)
+    world.use(world.a, r1, 1800)
+    world.use(world.b, r1, 900)
+    world.use(world.a, r1, 600, hour=H0 + timedelta(hours=5))  # not allocated
+    world.allocate()
+
+    _key, secret = api_key_create(tenant=world.a, name="esg", scopes=[Scope.USAGE_READ])
+    client = client_for_key(secret)
+    query = {
+        "start": H0.isoformat(),
+        "end": (H0 + timedelta(hours=6)).isoformat(),
+        "group_by": "hour",
+    }
+    rows = client.get("/api/v1/usage", query).json()["results"]
+    assert [(r["tenant"], r["energy_kwh"], r["co2e_g"]) for r in rows] == [
+        (world.a.slug, "0.300000", "60.000"),
+        (world.a.slug, None, None),
+    ]
+    answer = client.get("/api/v1/usage", {**query, "format": "csv"})
+    text = b"".join(answer.streaming_content).decode()
+    first = next(csv.DictReader(io.StringIO(text)))
+    assert (first["energy_kwh"], first["co2e_g"]) == ("0.300000", "60.000")
+
+
+def test_the_usage_page_and_the_plan_page_show_energy_and_emissions(world):
+    """The tenant sees its own (Alpha: 0.3 kWh, 60 g; 0.3 kWh a million
+    tokens of its 1,000,000), finance sees every tenant's and the idle."""
+    from planning.runs import plan_run_create, plan_run_execute
+    from tests.conftest import client_for_user
+    from tests.factories import make_finance_user, make_member
+
+    pool = world.pool("shared")
+    r1 = world.replica("r1", pool, [world.gpu("g1")])
+    world.rate("pue", "1.5", "ratio")
+    GridIntensity.objects.create(site="lab", period="hour", start=H0, g_per_kwh=200)
+    world.use(world.a, r1, 1800, completion=1_000_000)
+    world.use(world.b, r1, 900)
+    world.allocate()
+
+    page = client_for_user(make_member(world.a).user).get("/usage/", {"days": 90})
+    energy = page.content.decode().split('data-testid="energy"')[1].split("</table>")[0]
+    assert "<td>tiny</td>" in energy and "0.300" in energy and "60 g" in energy
+    assert "0.3000" in energy  # kWh per million tokens
+    assert world.b.slug not in energy and "(idle)" not in energy
+
+    plan_run_execute(run_id=plan_run_create(as_of=H0 + timedelta(days=1)).pk)
+    plan = client_for_user(make_finance_user()).get("/finance/plan/").content.decode()
+    table = plan.split('data-testid="energy"')[1].split("</table>")[0]
+    assert world.a.slug in table and world.b.slug in table and "(idle)" in table
+    # 0.45 kWh used and 0.0375 idle make the fleet's 0.4875; 97.5 g in all.
+    assert "Tenants' 0.450 kWh and idle 0.038 kWh make the fleet's; 0.098 kg CO2e" in plan
+
+
+def test_grid_intensities_are_entered_through_the_api_and_bad_ones_name_their_field(world):
+    from tests.conftest import client_for_user
+    from tests.factories import make_finance_user
+
+    finance = client_for_user(make_finance_user())
+    url = "/api/v1/fleet/grid-intensities"
+    good = {"site": "lab", "period": "year", "start": "2026-01-01T00:00:00Z", "g_per_kwh": "290"}
+    assert finance.post(url, good, format="json").status_code == 201
+    for field, bad in [
+        ("start", {**good, "start": "2026-03-01T00:00:00Z"}),  # a year starts on 1 January
+        ("start", {**good, "period": "hour", "start": "2026-03-01T00:30:00Z"}),
+        ("g_per_kwh", {**good, "start": "2027-01-01T00:00:00Z", "g_per_kwh": "-1"}),
+        ("period", {**good, "period": "week"}),
+    ]:
+        answer = finance.post(url, bad, format="json")
+        assert answer.status_code == 400, answer.json()
+        assert answer.json()["error"]["field"] == field, (field, answer.json())
+    again = finance.post(url, good, format="json")  # the same site, period and start
+    assert again.status_code == 400
+    assert GridIntensity.objects.count() == 1
