@@ -37,6 +37,7 @@ from metering.selectors.reconciliation import (
     reconciliation_coverage,
     reconciliation_gaps,
 )
+from planning.selectors import plan_run_latest_done
 from serving.selectors import served_model_get
 from tenants.access import finance_staff_required
 from tenants.selectors import tenant_for_finance
@@ -54,7 +55,11 @@ def report_context(report) -> dict:
     """What every page showing a stored report says about it: its currency,
     the period it is compared with, the FX rates it used, the run-rate
     forecast, and a newer report that failed."""
-    context = {"report": report, "report_failed": margin_report_failed_after(report=report)}
+    context = {
+        "report": report,
+        "report_failed": margin_report_failed_after(report=report),
+        "plan": plan_run_latest_done(),  # the plan report, beside the margin report
+    }
     if report is None:
         return context
     forecast = dict(report.forecast or {})

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.http import HttpResponse
 from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
@@ -25,6 +27,7 @@ from planning.models import (
     PoolPlan,
     PriceFloor,
 )
+from planning.report import plan_report_csv, plan_report_html
 from planning.runs import plan_run_create
 from planning.selectors import (
     capacity_list,
@@ -153,6 +156,26 @@ class PlanRunDetailView(APIView):
     @extend_schema(summary="A plan run and its progress", responses={200: PlanRunOut}, tags=TAGS)
     def get(self, request, pk: int):
         return Response(PlanRunOut(plan_run_list().get(pk=pk)).data)
+
+
+class PlanReportView(APIView):
+    permission_classes = [IsFinanceStaff]
+    FORMATS = {"csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8"}
+
+    @extend_schema(
+        summary="A done plan run as a report: CSV (every section) or HTML",
+        operation_id="plan_report_download",
+        responses={(200, "text/csv"): OpenApiTypes.BINARY},
+        tags=TAGS,
+    )
+    def get(self, request, pk: int, fmt: str):
+        run = plan_run_list().filter(pk=pk, status="done").first()
+        if run is None:
+            raise exceptions.NotFound(f"no done plan run {pk}")
+        body = plan_report_csv(run) if fmt == "csv" else plan_report_html(run)
+        response = HttpResponse(body, content_type=self.FORMATS[fmt])
+        response["Content-Disposition"] = f'attachment; filename="plan-{run.as_of:%Y%m%d%H}.{fmt}"'
+        return response
 
 
 def _run_chosen(params) -> PlanRun:

@@ -1,10 +1,15 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from planning import api
 
 urlpatterns = [
     path("plan/runs", api.PlanRunListView.as_view(), name="plan-runs"),
     path("plan/runs/<int:pk>", api.PlanRunDetailView.as_view(), name="plan-run"),
+    re_path(
+        r"^plan/runs/(?P<pk>[0-9]+)/(?P<fmt>csv|html)$",
+        api.PlanReportView.as_view(),
+        name="plan-report",
+    ),
     path("plan/forecasts", api.ForecastListView.as_view(), name="plan-forecasts"),
     path("plan/capacities", api.CapacityListView.as_view(), name="plan-capacities"),
     path("plan/pools", api.PoolPlanListView.as_view(), name="plan-pools"),

@@ -146,3 +146,38 @@ def test_a_pool_holding_a_replica_more_than_it_needs_is_over_with_its_idle_cost(
     assert (planned.gpus_held, planned.gpus_needed) == (Decimal(2), Decimal(1))
     # A GPU of the two, over the month: half the pool's cost.
     assert planned.idle_cost == (planned.cost / 2).quantize(Decimal("0.01"))
+
+
+def test_the_plan_is_a_report_in_csv_and_html_beside_the_margin_reports(world):
+    import csv
+    import io
+
+    from tests.conftest import client_for_user
+    from tests.factories import make_finance_user
+
+    _pool, replica = shared_fleet(world)
+    world.price(tier="shared")
+    demand_write(world, replica, weeks=5, tokens=lambda h: 360_000, seconds_per_token=0.005)
+    run = plan(target_margin_percent=Decimal(40))
+    finance = client_for_user(make_finance_user())
+
+    answer = finance.get(f"/api/v1/plan/runs/{run.pk}/csv")
+    assert answer.status_code == 200 and answer["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(answer.content.decode())))
+    floors = {r["token_kind"]: r["price_floor"] for r in rows if r["section"] == "price_floor"}
+    assert floors == {"input": "5.17", "cached": "1.30", "output": "20.68"}
+    (pool,) = [r for r in rows if r["section"] == "pool"]
+    assert (pool["pool"], pool["cost"], pool["currency"]) == ("shared", "1467.00", "USD")
+    assert {r["section"] for r in rows} >= {"capacity", "forecast_tokens", "forecast_requests"}
+
+    html = finance.get(f"/api/v1/plan/runs/{run.pk}/html").content.decode()
+    assert 'data-testid="report-floors"' in html and "20.68" in html
+    assert finance.get("/api/v1/plan/runs/999999/csv").status_code == 404
+    from tests.factories import make_member
+
+    assert (
+        client_for_user(make_member(world.a).user)
+        .get(f"/api/v1/plan/runs/{run.pk}/csv")
+        .status_code
+        == 403
+    )
