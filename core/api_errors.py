@@ -100,6 +100,12 @@ def error_body(exc: exceptions.APIException) -> dict[str, Any]:
     return body
 
 
+def api_error_items(detail: Any):
+    """Each error of a serializer's `errors` as the API names it: field
+    (nested fields joined with dots), code and message."""
+    yield from _flatten(detail, field=None)
+
+
 def _flatten(detail: Any, *, field: str | None):
     if isinstance(detail, dict):
         for key, value in detail.items():

@@ -14,11 +14,13 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.shortcuts import redirect, render
+from rest_framework.exceptions import NotFound
 
 from billing.choices import RunStatus
+from core.api_errors import api_error_items
 from dashboard.portal import energy_rows
 from metering.selectors.usage import energy_totals
-from planning.api import PlanRunIn
+from planning.api import PlanRunIn, WhatIfIn, what_if_create
 from planning.floors import KINDS
 from planning.runs import plan_run_create
 from planning.selectors import (
@@ -31,6 +33,7 @@ from planning.selectors import (
 )
 from planning.tasks import plan_run_enqueue
 from tenants.access import finance_staff_required
+from tenants.selectors import tenant_list_for_finance
 
 
 def forecast_chart(forecast) -> dict:
@@ -145,8 +148,58 @@ def energy_context(run) -> dict:
     }
 
 
+def what_if_params(post) -> dict:
+    """The page's what-if form as planning.api.WhatIfIn takes it: only the
+    parts filled in."""
+    params: dict = {}
+    if post.get("tenant") or post.get("to_pool"):
+        params["move_tenant"] = {"tenant": post.get("tenant", ""), "pool": post.get("to_pool", "")}
+    if post.get("gpus_pool") or post.get("gpus_delta"):
+        params["gpus"] = [{"pool": post.get("gpus_pool", ""), "delta": post.get("gpus_delta")}]
+    if post.get("price_model") or post.get("price_percent"):
+        params["prices"] = [
+            {
+                "tier": post.get("price_tier", ""),
+                "model": post.get("price_model", ""),
+                "percent": post.get("price_percent"),
+            }
+        ]
+    return params
+
+
+def _first_error(errors) -> str:
+    """'field.sub: message' of the first error of a serializer."""
+    flat = list(api_error_items(errors))
+    first = flat[0]
+    return f"{first['field']}: {first['message']}" if first["field"] else first["message"]
+
+
+def side_by_side(run) -> list[dict]:
+    """Each pool of a what-if run beside the same pool in its baseline."""
+    if run is None or run.baseline_id is None:
+        return []
+    before = {p.pool_name: p for p in pool_plan_list(run=run.baseline)}
+    return [
+        {"pool": p.pool_name, "before": before.get(p.pool_name), "after": p}
+        for p in pool_plan_list(run=run)
+    ]
+
+
 @finance_staff_required
 def plan_page(request):
+    if request.method == "POST" and request.POST.get("action") == "what_if":
+        form = WhatIfIn(data=what_if_params(request.POST))
+        if not form.is_valid():
+            messages.error(request, _first_error(form.errors))
+            return redirect("plan")
+        try:
+            run = what_if_create(form.validated_data, user=request.user)
+        except NotFound as exc:
+            messages.error(request, str(exc.detail))
+            return redirect("plan")
+        plan_run_enqueue(run.pk)
+        messages.success(request, f"What-if {run.pk} queued.")
+        return redirect("plan")
     if request.method == "POST":
         form = PlanRunIn(data=request.POST)
         if not form.is_valid():
@@ -158,7 +211,8 @@ def plan_page(request):
         messages.success(request, f"Plan run {run.pk} queued.")
         return redirect("plan")
     runs = list(plan_run_list()[:10])
-    latest = plan_run_latest_done()
+    latest = plan_run_latest_done(what_ifs=False)
+    what_if = latest.what_ifs.filter(status="done").order_by("-pk").first() if latest else None
     series = []
     if latest is not None:
         for forecast in forecast_list(run=latest, metric="tokens"):
@@ -182,6 +236,11 @@ def plan_page(request):
         "pools": pool_plan_list(run=latest) if latest else [],
         "floors": floor_rows(latest) if latest else [],
         "capacities": capacity_rows(latest) if latest else [],
+        "what_if": what_if,
+        "side_by_side": side_by_side(what_if),
+        "tenants": list(tenant_list_for_finance().values_list("slug", flat=True)),
+        "pool_names": [p.pool_name for p in pool_plan_list(run=latest)] if latest else [],
+        "floor_models": sorted({f.model_name for f in floor_list(run=latest)}) if latest else [],
         **energy_context(latest),
         "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
         "messages": messages.get_messages(request),

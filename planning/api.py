@@ -38,7 +38,11 @@ from planning.selectors import (
     pool_plan_list,
 )
 from planning.tasks import plan_run_enqueue
+from serving.models import Pool, ServedModel
+from serving.selectors import pool_gpus_held
 from tenants.api.permissions import IsFinanceStaff
+from tenants.choices import Tier
+from tenants.models import Tenant
 
 TAGS = ["plan"]
 
@@ -58,10 +62,76 @@ class PlanRunOut(serializers.ModelSerializer):
             "target_margin_percent",
             "currency",
             "warnings",
+            "what_if",
+            "baseline",
             "error",
             "created_at",
             "finished_at",
         ]
+
+
+class MoveTenantIn(serializers.Serializer):
+    tenant = serializers.SlugField(help_text="The tenant moved (its slug).")
+    pool = serializers.CharField(help_text="The pool it moves to (its name).")
+
+    def validate_tenant(self, value):
+        if not Tenant.objects.filter(slug=value).exists():
+            raise serializers.ValidationError(f"no tenant {value!r}")
+        return value
+
+    def validate_pool(self, value):
+        if not Pool.objects.filter(name=value).exists():
+            raise serializers.ValidationError(f"no pool {value!r}")
+        return value
+
+
+class GpusIn(serializers.Serializer):
+    pool = serializers.CharField()
+    delta = serializers.IntegerField(help_text="GPUs added (negative: removed).")
+
+    def validate(self, attrs):
+        held = pool_gpus_held(name=attrs["pool"])
+        if held is None:
+            raise serializers.ValidationError({"pool": f"no pool {attrs['pool']!r}"})
+        if attrs["delta"] == 0 or held + attrs["delta"] < 0:
+            raise serializers.ValidationError(
+                {"delta": f"the pool holds {held:g} GPUs: a change of 1 or more, to 0 or more"}
+            )
+        return attrs
+
+
+class PriceChangeIn(serializers.Serializer):
+    tier = serializers.ChoiceField(choices=Tier.choices)
+    model = serializers.CharField()
+    percent = serializers.DecimalField(
+        max_digits=6, decimal_places=2, min_value=Decimal("-99.99"), max_value=1000
+    )
+
+    def validate_model(self, value):
+        if not ServedModel.objects.filter(name=value).exists():
+            raise serializers.ValidationError(f"no model {value!r}")
+        return value
+
+
+class WhatIfIn(serializers.Serializer):
+    baseline = serializers.IntegerField(
+        required=False, help_text="The done plan run changed (default: the latest)."
+    )
+    move_tenant = MoveTenantIn(required=False)
+    gpus = GpusIn(many=True, required=False)
+    prices = PriceChangeIn(many=True, required=False)
+
+    def validate_baseline(self, value):
+        if not PlanRun.objects.filter(pk=value, status="done", baseline__isnull=True).exists():
+            raise serializers.ValidationError(f"no done plan run {value} (not a what-if)")
+        return value
+
+    def validate(self, attrs):
+        if not any(attrs.get(k) for k in ("move_tenant", "gpus", "prices")):
+            raise serializers.ValidationError(
+                {"move_tenant": "name a change: move_tenant, gpus or prices"}
+            )
+        return attrs
 
 
 class PlanRunIn(serializers.Serializer):
@@ -178,6 +248,47 @@ class PlanReportView(APIView):
         return response
 
 
+class WhatIfView(APIView):
+    permission_classes = [IsFinanceStaff]
+
+    @extend_schema(
+        summary="Queue a what-if on a plan: move a tenant, add or remove GPUs, change a price",
+        request=WhatIfIn,
+        responses={202: PlanRunOut},
+        tags=TAGS,
+    )
+    def post(self, request):
+        params = validated(WhatIfIn, request.data)
+        run = what_if_create(params, user=request.user)
+        plan_run_enqueue(run.pk)
+        return Response(PlanRunOut(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+def what_if_create(params: dict, *, user) -> PlanRun:
+    """A what-if run on `params["baseline"]` (default: the latest done
+    plan that is not one), with its as-of and choices (404 with none)."""
+    if "baseline" in params:
+        baseline = PlanRun.objects.get(pk=params["baseline"])
+    else:
+        baseline = plan_run_latest_done(what_ifs=False)
+        if baseline is None:
+            raise exceptions.NotFound("no plan run has finished yet: queue one")
+    changes = {
+        "move_tenant": params.get("move_tenant"),
+        "gpus": [dict(g) for g in params.get("gpus", [])],
+        "prices": [{**p, "percent": f"{p['percent']}"} for p in params.get("prices", [])],
+    }
+    return plan_run_create(
+        as_of=baseline.as_of,
+        user=user,
+        band=baseline.band,
+        headroom_percent=baseline.headroom_percent,
+        target_margin_percent=baseline.target_margin_percent,
+        what_if={k: v for k, v in changes.items() if v},
+        baseline=baseline,
+    )
+
+
 def _run_chosen(params) -> PlanRun:
     """The done run asked for, or the latest done one (404 naming it)."""
     if "run" in params:
@@ -185,7 +296,7 @@ def _run_chosen(params) -> PlanRun:
         if run is None:
             raise exceptions.NotFound(f"no done plan run {params['run']}")
         return run
-    run = plan_run_latest_done()
+    run = plan_run_latest_done(what_ifs=False)
     if run is None:
         raise exceptions.NotFound("no plan run has finished yet: queue one")
     return run

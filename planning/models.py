@@ -47,6 +47,11 @@ class PlanRun(RunLifecycle):
     )
     currency = models.CharField(max_length=3, blank=True, default="")
     warnings = models.JSONField(default=list, blank=True)
+    # A what-if (planning.whatif): the changes, and the plan they change.
+    what_if = models.JSONField(default=dict, blank=True)
+    baseline = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="what_ifs"
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -136,6 +141,9 @@ class PoolPlan(models.Model):
     cost = models.DecimalField(**MONEY, null=True)
     idle_cost = models.DecimalField(**MONEY, null=True)
     credits_at_risk = models.DecimalField(**MONEY, null=True)
+    revenue = models.DecimalField(**MONEY, null=True)  # the month's at today's prices
+    margin_percent = models.DecimalField(max_digits=8, decimal_places=1, null=True)
+    headroom_percent = models.DecimalField(max_digits=10, decimal_places=1, null=True)
     by_model = models.JSONField(default=list)
     note = models.CharField(max_length=500, blank=True, default="")
 

@@ -23,12 +23,18 @@ from billing.reports.margins import margin_data
 from billing.sla.compliance import Compliance, sla_credits
 from billing.sla.policies import slo_policies_at, slo_policies_load
 from core.nanos import NANO
-from metering.selectors.totals import pool_model_mix, pool_tenants, replica_load_frame
+from metering.selectors.totals import (
+    pool_model_mix,
+    pool_tenants,
+    replica_load_frame,
+    tenant_token_shares,
+)
 from planning.capacity import Capacity, Slo, capacity_at_slo
 from planning.costs import PoolCost, fleet_shape, forecast_costs, replica_device_seconds
 from planning.demand import SeriesForecast
-from planning.floors import KINDS, Floor, Prices, price_floor
+from planning.floors import KINDS, Floor, Prices, price_floor, token_revenue
 from planning.provisioning import UNDER, ModelNeed, PoolNeed, model_need, pool_need
+from planning.whatif import gpus_changed, price_changes, tenant_moved
 from serving.models import Pool, Replica, Reservation, ServedModel
 from tenants.models import Tenant
 
@@ -53,6 +59,8 @@ class PoolPlanned:
     idle_cost: Decimal | None
     credits_at_risk: Decimal | None
     note: str = ""
+    revenue: Decimal | None = None  # the month's at today's prices
+    margin_percent: Decimal | None = None
 
 
 @dataclass
@@ -130,7 +138,10 @@ def plan_compute(
     band: str,
     headroom_percent: Decimal,
     target_margin_percent: Decimal,
+    what_if: dict | None = None,
 ) -> Plan:
+    """`what_if`: changes to plan with (planning.whatif); None: as things are."""
+    what_if = what_if or {}
     end = as_of.replace(minute=0, second=0, microsecond=0)
     start = end - LOOKBACK
     plan = Plan(currency=reporting_currency())
@@ -160,6 +171,15 @@ def plan_compute(
 
     # The month's demand as device time, and what the fleet costs with it.
     tokens = {(s.pool_id, model_ids.get(s.model, -1)): s for s in forecasts if s.metric == "tokens"}
+    if "move_tenant" in what_if:
+        move = what_if["move_tenant"]
+        target = next(p for p in pools if p.name == move["pool"])
+        tokens = tenant_moved(
+            tokens,
+            shares=tenant_token_shares(tenant_slug=move["tenant"], start=start, end=end),
+            to_pool_id=target.pk,
+            to_pool=target.name,
+        )
     mix = {
         (int(r.pool_id), int(r.model_id)): r
         for r in pool_model_mix(start=start, end=end).itertuples()
@@ -184,6 +204,10 @@ def plan_compute(
     except FxError as exc:
         costs = {}
         plan.warnings.append(f"no cost forecast: {exc}")
+    for change in what_if.get("gpus", []):
+        pool = next(p for p in pools if p.name == change["pool"])
+        if pool.pk in costs:
+            costs[pool.pk] = gpus_changed(costs[pool.pk], int(change["delta"]), hours=horizon)
 
     _plan_pools(
         plan,
@@ -208,6 +232,7 @@ def plan_compute(
         horizon,
         end,
         target_margin_percent,
+        price_changes(what_if),
     )
     return plan
 
@@ -288,9 +313,12 @@ def _plan_pools(plan, pools, tokens, models, band, headroom, costs, horizon, win
         plan.pools.append(PoolPlanned(pool, need, cost, idle, credits))
 
 
-def _today_prices(tier: str, model_id: int, *, moment: datetime, currency: str):
-    """Today's list prices of a tier's model (volume tiers aside), and its
-    book's reservation and dedicated fees, in `currency`; None without one."""
+def _today_prices(
+    tier: str, model_id: int, *, moment: datetime, currency: str, percent: Decimal | None = None
+):
+    """Today's list prices of a tier's model (volume tiers aside), changed
+    by `percent` (a what-if), and its book's reservation and dedicated
+    fees, in `currency`; None without one."""
     books = price_books(tier=tier, start=moment, end=moment + timedelta(hours=1))
     book = books.at(moment)
     price = books.price(book, model_id) if book else None
@@ -302,15 +330,20 @@ def _today_prices(tier: str, model_id: int, *, moment: datetime, currency: str):
             currencies={book.currency, currency}, first=moment.date(), last=moment.date()
         )
         rate = table.day_rate(base=book.currency, quote=currency, day=moment.date())[0]
+    changed = rate * (1 + Decimal(percent) / 100) if percent is not None else rate
     prices = Prices(
-        price.input_per_mtok * rate,
-        price.cached_input_per_mtok * rate,
-        price.output_per_mtok * rate,
+        price.input_per_mtok * changed,
+        price.cached_input_per_mtok * changed,
+        price.output_per_mtok * changed,
     )
     return prices, book.reservation_per_gpu_hour * rate, book.dedicated_per_gpu_month * rate
 
 
-def _plan_floors(plan, pools, tokens, mix, per_token, costs, models, horizon, end, target):
+def _plan_floors(plan, pools, tokens, mix, per_token, costs, models, horizon, end, target, prices):
+    """Each (pool, model)'s month: tokens by kind (today's mix), its share
+    of the pool's cost (by forecast device time) and of the fees; summed
+    per tier and model into floors, and per pool into revenue and margin
+    at today's prices (`prices`: (tier, model) -> percent change, what-ifs)."""
     device: dict[int, float] = defaultdict(float)
     months = {}
     for (pool_id, model_id), series in tokens.items():
@@ -319,66 +352,104 @@ def _plan_floors(plan, pools, tokens, mix, per_token, costs, models, horizon, en
         device[pool_id] += total * per_token.get((pool_id, model_id), 0.0)
     reserved = _reserved_gpus(end)
     tiers: dict[tuple, dict] = {}
+    parts: dict[tuple, dict] = {}
     for (pool_id, model_id), total in sorted(months.items()):
         pool = pools.get(pool_id)
         if pool is None:
             continue
-        acc = tiers.setdefault(
-            (pool.kind, model_id),
-            {
-                "tokens": dict.fromkeys(KINDS, 0),
-                "cost": 0.0,
-                "fees": 0.0,
-                "gpu_hours": 0.0,
-                "reserved": 0.0,
-                "dedicated": 0.0,
-            },
-        )
         m = mix.get((pool_id, model_id))
         kinds = {"input": m.input, "cached": m.cached, "output": m.output} if m else {}
         whole = sum(kinds.values()) or 1
-        for kind in KINDS:
-            acc["tokens"][kind] += round(
-                total * kinds.get(kind, whole if kind == "input" else 0) / whole
-            )
         share = (
             total * per_token.get((pool_id, model_id), 0.0) / device[pool_id]
             if device[pool_id]
             else 0.0
         )
         cost = costs.get(pool_id)
-        if cost is not None:
-            acc["cost"] += cost.cost_nano * share
-        acc["reserved"] += reserved.get(pool_id, 0.0) * horizon * share
-        if pool.kind == "dedicated" and cost is not None:
-            acc["dedicated"] += cost.gpus * horizon * share
+        part = {
+            "tokens": {
+                kind: round(total * kinds.get(kind, whole if kind == "input" else 0) / whole)
+                for kind in KINDS
+            },
+            "cost": cost.cost_nano * share if cost is not None else 0.0,
+            "reserved": reserved.get(pool_id, 0.0) * horizon * share,
+            "dedicated": cost.gpus * horizon * share
+            if pool.kind == "dedicated" and cost is not None
+            else 0.0,
+        }
+        parts[(pool_id, model_id)] = part
+        acc = tiers.setdefault(
+            (pool.kind, model_id),
+            {"tokens": dict.fromkeys(KINDS, 0), "cost": 0.0, "reserved": 0.0, "dedicated": 0.0},
+        )
+        for kind in KINDS:
+            acc["tokens"][kind] += part["tokens"][kind]
+        for key in ("cost", "reserved", "dedicated"):
+            acc[key] += part[key]
+    found: dict[tuple, tuple | str] = {}
+    for tier, model_id in tiers:
+        try:
+            found[(tier, model_id)] = (
+                _today_prices(
+                    tier,
+                    model_id,
+                    moment=end,
+                    currency=plan.currency,
+                    percent=prices.get((tier, models.get(model_id))),
+                )
+                or "no price today"
+            )
+        except FxError as exc:
+            found[(tier, model_id)] = str(exc)
     for (tier, model_id), acc in sorted(
         tiers.items(), key=lambda kv: (kv[0][0], models.get(kv[0][1], ""))
     ):
         name = models.get(model_id, str(model_id))
-        try:
-            found = _today_prices(tier, model_id, moment=end, currency=plan.currency)
-        except FxError as exc:
-            plan.floors.append(TierFloor(tier, name, acc["tokens"], None, None, str(exc)))
+        priced = found[(tier, model_id)]
+        if isinstance(priced, str):
+            plan.floors.append(TierFloor(tier, name, acc["tokens"], None, None, priced))
             continue
-        if found is None:
-            plan.floors.append(TierFloor(tier, name, acc["tokens"], None, None, "no price today"))
-            continue
-        prices, per_reserved_hour, per_dedicated_month = found
-        fees = (
-            Decimal(acc["reserved"]) * per_reserved_hour
-            + Decimal(acc["dedicated"]) * per_dedicated_month / HOURS_A_MONTH
-        )
         floor = price_floor(
             tokens=acc["tokens"],
             cost_nano=round(acc["cost"]),
-            fees_nano=int(fees * NANO),
-            today=prices,
+            fees_nano=_fees_nano(acc, priced),
+            today=priced[0],
             target_percent=target,
         )
-        plan.floors.append(TierFloor(tier, name, acc["tokens"], prices, floor))
+        plan.floors.append(TierFloor(tier, name, acc["tokens"], priced[0], floor))
+    _pools_revenue(plan, pools, parts, found)
     idle_pools = [p.name for pid, p in pools.items() if pid in costs and not device.get(pid)]
     if idle_pools:
         plan.warnings.append(
             "no forecast demand, their cost in no floor: " + ", ".join(sorted(idle_pools))
         )
+
+
+def _fees_nano(part: dict, priced: tuple) -> int:
+    _prices, per_reserved_hour, per_dedicated_month = priced
+    fees = (
+        Decimal(part["reserved"]) * per_reserved_hour
+        + Decimal(part["dedicated"]) * per_dedicated_month / HOURS_A_MONTH
+    )
+    return int(fees * NANO)
+
+
+def _pools_revenue(plan: Plan, pools, parts: dict, found: dict) -> None:
+    """Each pool's forecast revenue at today's prices (tokens and fees) and
+    its margin against its month's cost; None where a model has no price."""
+    for planned in plan.pools:
+        mine = [(m, part) for (p, m), part in parts.items() if p == planned.pool.pk]
+        revenue = Decimal(0)
+        for model_id, part in mine:
+            priced = found.get((planned.pool.kind, model_id))
+            if priced is None or isinstance(priced, str):
+                revenue = None
+                break
+            revenue += token_revenue(part["tokens"], priced[0])
+            revenue += Decimal(_fees_nano(part, priced)) / NANO
+        if revenue is None or planned.cost is None:
+            continue
+        planned.revenue = revenue.quantize(CENTS, rounding=ROUND_HALF_EVEN)
+        cost = Decimal(planned.cost.cost_nano) / NANO
+        if revenue:
+            planned.margin_percent = ((revenue - cost) * 100 / revenue).quantize(Decimal("0.1"))

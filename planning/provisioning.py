@@ -34,6 +34,7 @@ class ModelNeed:
     replica_gpus: float
     gpus_needed: float | None
     note: str
+    gpus_at_peak: float | None = None  # the peak alone over capacity, no headroom, fractional
 
     def as_json(self) -> dict:
         return {
@@ -55,6 +56,15 @@ class PoolNeed:
     gpus_contracted: float | None
     flags: list[str]
     models: list[ModelNeed] = field(default_factory=list)
+
+    @property
+    def headroom_percent(self) -> float | None:
+        """How much more than the forecast peak its GPUs carry within the
+        SLO (negative: short of it); None where a capacity is unknown."""
+        if any(m.gpus_at_peak is None for m in self.models):
+            return None
+        at_peak = sum(m.gpus_at_peak for m in self.models)
+        return (self.gpus_held / at_peak - 1) * 100 if at_peak > 0 else None
 
 
 def model_need(
@@ -81,6 +91,7 @@ def model_need(
         size,
         round(replicas * size, 3),
         f"{replicas} replica{'s' * (replicas != 1)} of {size:g} GPU",
+        peak / per,
     )
 
 

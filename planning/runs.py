@@ -53,6 +53,7 @@ def plan_run_execute(*, run_id: int) -> PlanRun:
             band=run.band,
             headroom_percent=run.headroom_percent,
             target_margin_percent=run.target_margin_percent,
+            what_if=run.what_if,
         )
         with transaction.atomic():
             for table in (DemandForecast, CapacityEstimate, PoolPlan, PriceFloor):
@@ -132,6 +133,11 @@ def _plan_write(run: PlanRun, plan: Plan) -> None:
             cost=None if p.cost is None else from_nano(p.cost.cost_nano).quantize(CENTS),
             idle_cost=p.idle_cost,
             credits_at_risk=p.credits_at_risk,
+            revenue=p.revenue,
+            margin_percent=p.margin_percent,
+            headroom_percent=None
+            if p.need.headroom_percent is None
+            else Decimal(str(round(p.need.headroom_percent, 1))),
             by_model=[m.as_json() for m in p.need.models],
         )
         for p in plan.pools

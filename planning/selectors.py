@@ -12,8 +12,12 @@ def plan_run_list() -> QuerySet[PlanRun]:
     return PlanRun.objects.all()
 
 
-def plan_run_latest_done() -> PlanRun | None:
-    return PlanRun.objects.filter(status=RunStatus.DONE).order_by("-as_of", "-pk").first()
+def plan_run_latest_done(*, what_ifs: bool = True) -> PlanRun | None:
+    """The latest done plan run (`what_ifs` False: of the plans as things are)."""
+    runs = PlanRun.objects.filter(status=RunStatus.DONE)
+    if not what_ifs:
+        runs = runs.filter(baseline__isnull=True)
+    return runs.order_by("-as_of", "-pk").first()
 
 
 def forecast_list(*, run: PlanRun, **filters) -> QuerySet[DemandForecast]:

@@ -10,6 +10,7 @@ urlpatterns = [
         api.PlanReportView.as_view(),
         name="plan-report",
     ),
+    path("plan/what-ifs", api.WhatIfView.as_view(), name="plan-what-ifs"),
     path("plan/forecasts", api.ForecastListView.as_view(), name="plan-forecasts"),
     path("plan/capacities", api.CapacityListView.as_view(), name="plan-capacities"),
     path("plan/pools", api.PoolPlanListView.as_view(), name="plan-pools"),

@@ -72,3 +72,12 @@ def reservations_overview(*, now: datetime) -> list[Reservation]:
 def served_model_get(*, name: str) -> ServedModel:
     """One served model by name (ServedModel.DoesNotExist if none)."""
     return ServedModel.objects.get(name=name)
+
+
+def pool_gpus_held(*, name: str) -> float | None:
+    """The GPUs a pool's replicas hold (shares in GPUs); None: no such pool."""
+    pool = Pool.objects.filter(name=name).first()
+    if pool is None:
+        return None
+    units = ReplicaGpu.objects.filter(replica__pool=pool).values_list("units", flat=True)
+    return sum(units) / GPU_UNITS

@@ -204,3 +204,22 @@ def pool_tenants(*, start: datetime, end: datetime) -> dict[int, set[int]]:
     for pool_id, tenant_id in rows:
         out.setdefault(pool_id, set()).add(tenant_id)
     return out
+
+
+def tenant_token_shares(*, tenant_slug: str, start: datetime, end: datetime) -> dict[tuple, float]:
+    """A tenant's share of each (pool, model)'s tokens in [start, end)."""
+    whole: dict[tuple, int] = {}
+    mine: dict[tuple, int] = {}
+    rows = (
+        UsageRollup.objects.filter(
+            hour__gte=start, hour__lt=end, pool_id__isnull=False, served_model_id__isnull=False
+        )
+        .values("pool_id", "served_model_id", "tenant__slug")
+        .annotate(tokens=Sum(F("prompt_tokens") + F("completion_tokens")))
+    )
+    for row in rows:
+        key = (row["pool_id"], row["served_model_id"])
+        whole[key] = whole.get(key, 0) + row["tokens"]
+        if row["tenant__slug"] == tenant_slug:
+            mine[key] = mine.get(key, 0) + row["tokens"]
+    return {key: mine[key] / whole[key] for key in mine if whole[key]}
