@@ -35,3 +35,20 @@ def pool_plan_list(*, run: PlanRun) -> QuerySet[PoolPlan]:
 
 def floor_list(*, run: PlanRun) -> QuerySet[PriceFloor]:
     return PriceFloor.objects.filter(run=run).select_related("run")
+
+
+def plan_summary_text(run: PlanRun) -> str:
+    """One line of a done run: its series, their backtest error (the
+    chosen methods' MASE, median and worst), and each pool's flags."""
+    errors = sorted(
+        f.mase[f.method]
+        for f in DemandForecast.objects.filter(run=run, metric="tokens")
+        if f.mase.get(f.method) is not None
+    )
+    backtest = (
+        f"backtest MASE median {errors[len(errors) // 2]:.2f}, worst {errors[-1]:.2f}"
+        if errors
+        else "no backtest (history too thin)"
+    )
+    pools = ", ".join(f"{p.pool_name} {'/'.join(p.flags)}" for p in pool_plan_list(run=run))
+    return f"{run.series_total} pools' and models' demand forecast ({backtest}); pools: {pools}"

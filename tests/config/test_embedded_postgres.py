@@ -53,9 +53,24 @@ def test_up_check_on_embedded_postgres(tmp_path):
     # Money to the cent, grouped: the report's nano precision stays in the report.
     money = r"-?[\d,]+\.\d\d USD"  # in the reporting currency, named
     assert re.search(rf"month-to-date revenue {money}, margin {money}, ", out), out
-    # The demo's history is planned: each pool's and model's demand forecast.
-    planned = re.search(r"(\d+) pools' and models' demand forecast\n", out)
+    # The demo's history is planned: each pool's and model's demand forecast,
+    # its backtest error, and each pool's flags.
+    planned = re.search(
+        r"(\d+) pools' and models' demand forecast \(backtest MASE median ([\d.]+), "
+        r"worst ([\d.]+)\); pools: (.+)\n",
+        out,
+    )
     assert planned and int(planned[1]) >= 3, out
+    assert float(planned[2]) <= float(planned[3]), out
+    flags = dict(pool.rsplit(" ", 1) for pool in planned[4].split(", "))
+    assert {"demo-shared", "demo-reserved-globex"} <= set(flags), flags
+    assert set("/".join(flags.values()).split("/")) <= {
+        "ok",
+        "over",
+        "under",
+        "unknown",
+        "short_of_contract",
+    }, flags
 
 
 @pytest.mark.slow

@@ -58,6 +58,7 @@ from demo.stack import (
     vllm_replicas_start,
     workload,
 )
+from planning.selectors import plan_summary_text
 from serving.launcher import VenvUnusable
 from serving.local_replicas import replicas_stop
 from serving.tiny_model import EMBEDDING_MODEL_NAME, MODEL_NAME
@@ -233,7 +234,7 @@ class Command(BaseCommand):
                     f"{done['drafts']} draft invoices, month-to-date revenue "
                     f"{_cents(done['margin'].get('revenue'))} {settings.REPORTING_CURRENCY}, "
                     f"margin {_cents(done['margin'].get('margin'))} {settings.REPORTING_CURRENCY}, "
-                    f"{done['plan'].series_total} pools' and models' demand forecast"
+                    f"{plan_summary_text(done['plan'])}"
                 )
             self.banner(base_url, gateway_url, operator_url, example=done["example"])
             if check:
