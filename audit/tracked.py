@@ -66,6 +66,7 @@ TRACKED = (
     Tracked("serving_servedmodel"),
     Tracked("serving_loraadapter", tenant="tenant_id"),
     Tracked("serving_reservation", tenant="tenant_id"),
+    Tracked("serving_gridintensity"),
     # Where events are sent (the signing secret left out).
     Tracked("webhooks_endpoint", tenant="tenant_id", redacted=("secret",)),
 )

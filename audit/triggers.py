@@ -132,3 +132,17 @@ def tables_without_trigger(connection) -> list[str]:
         )
         have = {name for (name,) in cursor.fetchall()}
     return [t.table for t in TRACKED if t.table not in have]
+
+
+def tables_joined(tables: tuple[str, ...]):
+    """A migration's operation for tables joining the audit trail: every
+    tracked table's trigger (re)installed; undone, those of `tables` removed."""
+    from django.db import migrations
+
+    def install(apps, schema_editor):
+        triggers_install(schema_editor)
+
+    def uninstall(apps, schema_editor):
+        triggers_uninstall(schema_editor, [t for t in TRACKED if t.table in tables])
+
+    return migrations.RunPython(install, uninstall)

@@ -1,17 +1,6 @@
 from django.db import migrations
 
-
-def install(apps, schema_editor):
-    from audit.triggers import triggers_install
-
-    triggers_install(schema_editor)
-
-
-def uninstall(apps, schema_editor):
-    from audit.triggers import triggers_uninstall
-    from audit.tracked import TRACKED
-
-    triggers_uninstall(schema_editor, [t for t in TRACKED if t.table == "webhooks_endpoint"])
+from audit.triggers import tables_joined
 
 
 class Migration(migrations.Migration):
@@ -22,4 +11,4 @@ class Migration(migrations.Migration):
         ("webhooks", "0001_initial"),
     ]
 
-    operations = [migrations.RunPython(install, uninstall)]
+    operations = [tables_joined(("webhooks_endpoint",))]

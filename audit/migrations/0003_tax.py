@@ -1,19 +1,6 @@
 from django.db import migrations
 
-TABLES = ("billing_taxprofile", "billing_taxrate")
-
-
-def install(apps, schema_editor):
-    from audit.triggers import triggers_install
-
-    triggers_install(schema_editor)
-
-
-def uninstall(apps, schema_editor):
-    from audit.triggers import triggers_uninstall
-    from audit.tracked import TRACKED
-
-    triggers_uninstall(schema_editor, [t for t in TRACKED if t.table in TABLES])
+from audit.triggers import tables_joined
 
 
 class Migration(migrations.Migration):
@@ -24,4 +11,4 @@ class Migration(migrations.Migration):
         ("billing", "0019_tax"),
     ]
 
-    operations = [migrations.RunPython(install, uninstall)]
+    operations = [tables_joined(("billing_taxprofile", "billing_taxrate"))]
