@@ -268,7 +268,8 @@ def _plan_pools(plan, pools, tokens, models, band, headroom, costs, horizon, win
         if rc.capacity.plannable:
             capacities[key].append((rc.capacity.tokens_per_hour, rc.gpus))
     contracted = _reserved_gpus(end)
-    revenue = None
+    revenue: dict | None = None
+    revenue_read = False  # read once, and only when a pool is under
     everyone, policies = tenants
     for pool in pools:
         needs: list[ModelNeed] = [
@@ -298,9 +299,11 @@ def _plan_pools(plan, pools, tokens, models, band, headroom, costs, horizon, win
             surplus = max(0.0, held - need.gpus_needed)
             idle = _money(surplus * cost.per_gpu_hour_nano * horizon)
         credits: Decimal | None = Decimal(0)
-        if UNDER in need.flags:
-            if revenue is None:
-                revenue = _pool_revenue(plan, start=start, end=end) or {}
+        if UNDER in need.flags and not revenue_read:
+            revenue, revenue_read = _pool_revenue(plan, start=start, end=end), True
+        if UNDER in need.flags and revenue is None:
+            credits = None  # the revenue could not be read: the run's warnings say why
+        elif UNDER in need.flags:
             scale = Decimal(horizon) / Decimal(int((end - start).total_seconds() // 3600))
             credits = Decimal(0)
             for (pool_name, slug), nano in revenue.items():
