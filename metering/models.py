@@ -7,6 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.db.models import F, Q
 
@@ -305,10 +306,11 @@ class EnergyHour(models.Model):
 
     class Meta:
         ordering = ["hour"]
-        indexes = [
-            models.Index(fields=["tenant", "hour"], name="energy_tenant_hour"),
-            models.Index(fields=["hour"], name="energy_hour"),
-        ]
+        # Written with every booked allocation (a row per allocation row):
+        # rows arrive in hour order, so a BRIN index serves reads by period
+        # (a tenant's filtered within it) at almost no cost per write, where
+        # B-trees on (tenant, hour) and hour doubled the allocation's writing.
+        indexes = [BrinIndex(fields=["hour"], name="energy_hour_brin")]
 
     def __str__(self) -> str:
         return f"{self.hour:%Y-%m-%d %H:00} {self.tenant_id or 'idle'}: {self.kwh} kWh"
