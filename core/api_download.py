@@ -54,6 +54,17 @@ class DownloadView(APIView):
         return super().finalize_response(request, response, *args, **kwargs)
 
 
+DOCUMENTS = {"csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8"}
+
+
+def document_response(body: str, *, fmt: str, name: str) -> HttpResponse:
+    """A stored or rendered report as an attachment: `fmt` csv or html,
+    saved as `name`.`fmt`."""
+    response = HttpResponse(body, content_type=DOCUMENTS[fmt])
+    response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
+    return response
+
+
 def parquet_response(
     rows: Iterable[dict],
     *,

@@ -136,12 +136,21 @@ def history_rows(
     shape: HistoryShape | None = None,
 ) -> list[tuple]:
     """The rollup rows, computed (nothing written). Deterministic for a seed."""
-    shape = shape or HistoryShape()
+    return _rollup_rows(_history(streams, start=start, end=end, seed=seed, shape=shape), start)
+
+
+def _history(streams, *, start, end, seed, shape) -> list[_StreamHours]:
     hours = int((end - start) / HOUR)
     if hours <= 0:
         return []
+    return _stream_hours(
+        streams, start=start, hours=hours, seed=seed, shape=shape or HistoryShape()
+    )
+
+
+def _rollup_rows(parts: list[_StreamHours], start: datetime) -> list[tuple]:
     rows = []
-    for part in _stream_hours(streams, start=start, hours=hours, seed=seed, shape=shape):
+    for part in parts:
         stream = part.stream
         prompt_n = np.floor(part.prompt).astype(np.int64)
         completion_n = np.floor(part.completion).astype(np.int64)
@@ -181,12 +190,18 @@ def history_load_rows(
     does, TTFT p95 = ttft_idle x (1 + 3 rho / (1 - rho)), inter-token p95
     = itl_idle x (1 + 4 rho^2), each with 10% noise; busy request-seconds
     by Little's law from those."""
-    shape = shape or HistoryShape()
-    hours = int((end - start) / HOUR)
-    if hours <= 0:
+    parts = _history(streams, start=start, end=end, seed=seed, shape=shape)
+    return _load_rows(parts, start=start, seed=seed, shape=shape or HistoryShape())
+
+
+def _load_rows(
+    parts: list[_StreamHours], *, start: datetime, seed: int, shape: HistoryShape
+) -> list[tuple]:
+    if not parts:
         return []
+    hours = len(parts[0].prompt)
     replicas: dict[int, dict] = {}
-    for part in _stream_hours(streams, start=start, hours=hours, seed=seed, shape=shape):
+    for part in parts:
         stream = part.stream
         tokens = np.floor(part.prompt) + np.floor(part.completion)
         into = replicas.setdefault(
@@ -265,8 +280,9 @@ def history_write(
     """Replace the synthetic rollups of these tenants in [start, end), and
     their replicas' synthetic load hours, with freshly generated ones, in
     one transaction. Returns the rollup rows written."""
-    rows = history_rows(streams, start=start, end=end, seed=seed, shape=shape)
-    load_rows = history_load_rows(streams, start=start, end=end, seed=seed, shape=shape)
+    parts = _history(streams, start=start, end=end, seed=seed, shape=shape)
+    rows = _rollup_rows(parts, start)
+    load_rows = _load_rows(parts, start=start, seed=seed, shape=shape or HistoryShape())
     written = 0
     # The metering run's lock: the two never rewrite the same days' totals
     # (UsageDay) at once, whose row locks they would take in no one order.

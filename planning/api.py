@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
@@ -16,6 +15,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api_download import document_response
 from core.api_errors import validated
 from core.api_time import SupportedDateTimeField
 from planning.models import (
@@ -183,10 +183,13 @@ class ForecastOut(serializers.ModelSerializer):
         return forecast.mase.get(forecast.method)
 
 
-class ForecastQueryIn(serializers.Serializer):
+class RunQueryIn(serializers.Serializer):
     run = serializers.IntegerField(
         required=False, help_text="A done plan run (default: the latest)."
     )
+
+
+class ForecastQueryIn(RunQueryIn):
     pool = serializers.CharField(required=False)
     model = serializers.CharField(required=False)
     metric = serializers.ChoiceField(choices=Metric.choices, required=False)
@@ -230,7 +233,6 @@ class PlanRunDetailView(APIView):
 
 class PlanReportView(APIView):
     permission_classes = [IsFinanceStaff]
-    FORMATS = {"csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8"}
 
     @extend_schema(
         summary="A done plan run as a report: CSV (every section) or HTML",
@@ -243,9 +245,7 @@ class PlanReportView(APIView):
         if run is None:
             raise exceptions.NotFound(f"no done plan run {pk}")
         body = plan_report_csv(run) if fmt == "csv" else plan_report_html(run)
-        response = HttpResponse(body, content_type=self.FORMATS[fmt])
-        response["Content-Disposition"] = f'attachment; filename="plan-{run.as_of:%Y%m%d%H}.{fmt}"'
-        return response
+        return document_response(body, fmt=fmt, name=f"plan-{run.as_of:%Y%m%d%H}")
 
 
 class WhatIfView(APIView):
@@ -321,12 +321,6 @@ class ForecastListView(APIView):
             metric=params.get("metric"),
         )
         return Response(ForecastOut(forecasts, many=True).data)
-
-
-class RunQueryIn(serializers.Serializer):
-    run = serializers.IntegerField(
-        required=False, help_text="A done plan run (default: the latest)."
-    )
 
 
 class CapacityOut(serializers.ModelSerializer):

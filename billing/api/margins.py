@@ -3,7 +3,6 @@ totals and status, download it as CSV or HTML."""
 
 from __future__ import annotations
 
-from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -14,6 +13,7 @@ from billing.choices import ReportKind, RunStatus
 from billing.models import MarginReport
 from billing.reports.margin_reports import margin_report_request
 from billing.tasks import margin_report_enqueue
+from core.api_download import document_response
 from core.api_errors import Conflict
 from core.api_time import SupportedDateTimeField
 from tenants.api.permissions import IsFinanceStaff
@@ -101,7 +101,6 @@ class MarginReportDetailView(APIView):
 
 class MarginReportDownloadView(APIView):
     permission_classes = [IsFinanceStaff]
-    FORMATS = {"csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8"}
 
     @extend_schema(
         summary="Download a finished report as CSV (every level) or HTML",
@@ -115,6 +114,4 @@ class MarginReportDownloadView(APIView):
             reason = f": {report.error}" if report.error else ""
             raise Conflict(f"the report is {report.status}{reason}", code="report_not_ready")
         name = f"margin-{report.kind}-{report.period_start:%Y%m%d}-{report.period_end:%Y%m%d}"
-        response = HttpResponse(getattr(report, fmt), content_type=self.FORMATS[fmt])
-        response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
-        return response
+        return document_response(getattr(report, fmt), fmt=fmt, name=name)

@@ -60,9 +60,9 @@ def intensities(sites: list[str], hours: np.ndarray) -> tuple[np.ndarray, list[s
     hourly = []
     for site, period, start, grams in rows.values_list("site", "period", "start", "g_per_kwh"):
         if period == IntensityPeriod.YEAR:
-            out[index[site], years == start.year] = float(grams)
+            out[index[site], years == start.year] = float(grams)  # ok-float: g/kWh
         else:
-            hourly.append((site, int(start.timestamp()), float(grams)))
+            hourly.append((site, int(start.timestamp()), float(grams)))  # ok-float: g/kWh
     position = {int(h): n for n, h in enumerate(hours)}
     for site, at, grams in hourly:
         if at in position:

@@ -80,7 +80,8 @@ class AllocationBook:
     warnings: list[str]
     idle_policy: str | None
     reservations: pd.DataFrame
-    intensity: np.ndarray  # pieces x hours: g CO2e per kWh where each sits
+    intensity: np.ndarray  # pieces x hours: g CO2e per kWh where each sits (booked only)
+    booked: bool = True  # the booked book (no scenario): the one whose energy is kept
 
     @property
     def fleet(self) -> FleetArrays:
@@ -110,15 +111,16 @@ def allocation_book(
         currencies={currency, *placement["currency"]},
     )
     passes = [_pass(c, placement, gpu_scope, rates, hours, book=currency) for c in sorted(rates)]
-    sites = sorted(set(placement["site"]))
-    by_site, unknown = intensities(sites, hours)
-    site_of = {site: n for n, site in enumerate(sites)}
-    if scenario is None and unknown:
-        warnings = [
-            *warnings,
-            "no grid intensity (no emissions counted) at: "
-            + ", ".join(repr(site) for site in unknown),
-        ]
+    intensity = np.zeros((len(placement), len(hours)))
+    if scenario is None:  # a scenario prices the fleet's energy; it does not use it
+        sites = sorted(set(placement["site"]))
+        by_site, unknown = intensities(sites, hours)
+        if len(placement):
+            site_of = {site: n for n, site in enumerate(sites)}
+            intensity = by_site[[site_of[site] for site in placement["site"]]]
+        if unknown:
+            names = ", ".join(repr(site) for site in unknown)
+            warnings = [*warnings, f"no grid intensity (no emissions counted) at: {names}"]
     return AllocationBook(
         hours=hours,
         pools=pools,
@@ -132,9 +134,8 @@ def allocation_book(
         warnings=warnings,
         idle_policy=scenario.idle_cost_policy if scenario and scenario.idle_cost_policy else None,
         reservations=reservations_overlapping(start=start, end=end),
-        intensity=by_site[[site_of[site] for site in placement["site"]]]
-        if len(placement)
-        else np.zeros((0, len(hours))),
+        intensity=intensity,
+        booked=scenario is None,
     )
 
 
@@ -303,6 +304,8 @@ def allocation_stretch(
             "original": _originals(book, foreign, gpu_scope, cell_scope, cell_hour, first),
         }
     )
+    if not book.booked:
+        return AllocationResult(hours, pool_hours, rows, book.warnings)
     drawn = draw(
         placement=book.placement,
         busy=busy,

@@ -125,8 +125,7 @@ def _days(book, first: int, stop: int, rollups, scenario_id):
         pool_hour_table(result.pool_hours, scenario_id=scenario_id),
         allocation_table(result.rows, scenario_id=scenario_id),
         hours=book.hours[first:stop],
-        # The fleet's energy is the booked book's: a scenario prices it, not uses it.
-        energy=energy_table(result.energy) if scenario_id is None else None,
+        energy=energy_table(result.energy) if result.energy is not None else None,
     )
 
 
