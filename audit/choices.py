@@ -14,6 +14,7 @@ class Via(models.TextChoices):
 
     SESSION = "session", "Dashboard (signed in)"
     ADMIN = "admin", "Admin"
+    SSO = "sso", "Single sign-on (the identity provider's claims)"
     API_KEY = "api_key", "API key"
     JOB = "job", "Scheduled or queued job"
     COMMAND = "command", "Management command"

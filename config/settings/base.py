@@ -183,7 +183,7 @@ AUTHENTICATION_BACKENDS = [
     else "tenants.sso.backends.NoPasswordBackend"
 ]
 SOCIALACCOUNT_PROVIDERS = allauth_providers(OIDC_PROVIDERS)
-SOCIALACCOUNT_ADAPTER = "tenants.sso.adapter.ClaimsAdapter"
+SOCIALACCOUNT_ADAPTER = "audit.sso.AuditedClaimsAdapter"
 SOCIALACCOUNT_AUTO_SIGNUP = True
 SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
 SOCIALACCOUNT_STORE_TOKENS = False

@@ -7,6 +7,7 @@ expiry, and the state against the session (its OAuth2CallbackView)."""
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import jwt
@@ -55,13 +56,20 @@ class ClaimsAdapter(DefaultSocialAccountAdapter):
             raise ImmediateHttpResponse(_refusal_page(request, str(refusal), status=403)) from None
         sociallogin.state["grants"] = {"finance": grants.finance, "roles": roles}
         if sociallogin.is_existing:
-            self._sync(sociallogin, subject)
+            self._sync(request, sociallogin)
 
     def save_user(self, request, sociallogin, form=None):
         with transaction.atomic():
-            user = super().save_user(request, sociallogin, form)
-            self._sync(sociallogin, f"{sociallogin.account.provider}:{sociallogin.account.uid}")
+            with self.acting(request, sociallogin):  # the user, not saved yet
+                user = super().save_user(request, sociallogin, form)
+            self._sync(request, sociallogin)
         return user
+
+    def acting(self, request: HttpRequest, sociallogin) -> AbstractContextManager:
+        """Around the writes a sign-in makes (the user, their standing):
+        what they are recorded as. The audit trail's subclass names the
+        identity provider's subject (audit.sso)."""
+        return nullcontext()
 
     def on_authentication_error(
         self, request, provider, error=None, exception=None, extra_context=None
@@ -89,12 +97,14 @@ class ClaimsAdapter(DefaultSocialAccountAdapter):
             )
         return {t.slug: grants.role for t in tenants}
 
-    @staticmethod
-    def _sync(sociallogin, subject: str) -> None:
+    def _sync(self, request: HttpRequest, sociallogin) -> None:
         grants = sociallogin.state["grants"]
         roles = {t: grants["roles"][t.slug] for t in tenant_list_by_slugs(slugs=grants["roles"])}
-        for note in user_access_sync(user=sociallogin.user, finance=grants["finance"], roles=roles):
-            logger.warning("single sign-on for %s: %s", subject, note)
+        with self.acting(request, sociallogin):
+            notes = user_access_sync(user=sociallogin.user, finance=grants["finance"], roles=roles)
+        account = sociallogin.account
+        for note in notes:
+            logger.warning("single sign-on for %s:%s: %s", account.provider, account.uid, note)
 
 
 def authentication_error_reason(error: Any, exception: Any, context: dict) -> str:

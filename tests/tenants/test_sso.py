@@ -17,6 +17,7 @@ from allauth.socialaccount.models import SocialAccount
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from audit.models import AuditEntry
 from tenants.choices import FINANCE_GROUP, Role
 from tenants.models import Membership
 from tests.factories import make_tenant
@@ -24,6 +25,7 @@ from tests.oidc_provider import oidc_provider_running, sso_settings
 
 pytestmark = pytest.mark.django_db
 User = get_user_model()
+CALLBACK = "GET /accounts/oidc/corp/login/callback/"
 
 
 @pytest.fixture
@@ -115,6 +117,19 @@ def test_each_sign_in_makes_the_user_what_the_provider_now_says(
         (world_b.tenant.slug, Role.VIEWER)
     ]
     assert not user.groups.exists()
+
+    # The audit trail names the provider's subject on the user's behalf, on
+    # the first sign-in (the user made) and the next (their standing moved).
+    entries = AuditEntry.objects.filter(table="tenants_membership").order_by("id")
+    assert [
+        (e.action, e.after and e.after["role"], e.actor, e.actor_user_id, e.via, e.request)
+        for e in entries
+        if (e.after or e.before)["user_id"] == user.pk
+    ] == [
+        ("insert", "admin", "sso:corp:sam", user.pk, "sso", CALLBACK),
+        ("insert", "viewer", "sso:corp:sam", user.pk, "sso", CALLBACK),
+        ("delete", None, "sso:corp:sam", user.pk, "sso", CALLBACK),
+    ]
 
 
 def test_the_last_owner_of_a_tenant_stays_its_owner(client, provider, caplog):
