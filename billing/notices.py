@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
 
 from django.conf import settings
 
@@ -66,10 +67,16 @@ def invoices_moved_emit(moves: Mapping[str, Iterable[Invoice]]) -> None:
     events_emit(drafts)
 
 
-def credit_low_check(*, tenant_ids: Iterable[int]) -> list[int]:
+def credit_low_check(
+    *, tenant_ids: Iterable[int], unbilled: Mapping[int, Decimal] | None = None
+) -> list[int]:
     """credit.low for each tenant whose prepaid credit left, in one
     currency, is at or under WEBHOOKS_CREDIT_LOW_PERCENT of its grants
-    (once per newest grant: a new grant arms it again). The tenants told."""
+    (once per newest grant: a new grant arms it again). Left is what the
+    wallet holds less `unbilled`: a tenant's usage no invoice has drawn
+    yet, in its billing currency (the spend corrections' ledger figure), so
+    credit running low mid-month is told before the gateway refuses. The
+    tenants told."""
     percent = settings.WEBHOOKS["CREDIT_LOW_PERCENT"]
     tenant_ids = sorted(set(tenant_ids))
     grants: dict[tuple[int, str], list] = {}
@@ -79,13 +86,15 @@ def credit_low_check(*, tenant_ids: Iterable[int]) -> list[int]:
     told = []
     for (tenant_id, currency), held in sorted(grants.items()):
         granted = sum(to_minor(g.amount, g.currency) for g in held)
+        newest = max(held, key=lambda g: g.pk)
+        tenant = newest.tenant
         remaining = sum(
             b.remaining_minor for b in left.get(tenant_id, []) if b.grant.currency == currency
         )
+        if unbilled and currency == tenant.billing_currency:
+            remaining = max(0, remaining - to_minor(unbilled.get(tenant_id, 0), currency))
         if granted <= 0 or remaining * 100 > granted * percent:
             continue
-        newest = max(held, key=lambda g: g.pk)
-        tenant = newest.tenant
         emitted = event_emit(
             type=EventType.CREDIT_LOW,
             tenant=tenant,

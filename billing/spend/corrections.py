@@ -1,4 +1,6 @@
-"""The ledger corrects the gateway's fast spend accounts.
+"""The ledger corrects the gateway's fast spend accounts, and tells a
+prepaid tenant its credit is running low (billing.notices.credit_low_check)
+from the same figures.
 
 The gateway counts what each request's tokens cost as it settles; the
 ledger knows more (GPU-seconds attributed after the fact, the plan's
@@ -26,7 +28,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.models import Plan, SpendCorrection
-from billing.spend.terms import account_spend, spend_terms
+from billing.notices import credit_low_check
+from billing.spend.terms import PREPAID, account_spend, spend_terms
 from core.changes import correction_written
 from metering.rollups import hour_floor
 from metering.selectors.usage import rollups_complete_before
@@ -73,6 +76,7 @@ def spend_corrections_write(*, now: datetime | None = None, progress=None) -> li
     now = now or timezone.now()
     cut = spend_cut(now=now)
     written = []
+    unbilled: dict[int, Decimal] = {}  # prepaid tenants' usage no invoice has drawn
     tenants = list(held_tenants(now=now))
     for n, tenant in enumerate(tenants, start=1):
         terms = spend_terms(tenant=tenant, now=now)
@@ -80,6 +84,8 @@ def spend_corrections_write(*, now: datetime | None = None, progress=None) -> li
             if cut <= account.since:
                 continue  # nothing of this account's usage is closed yet
             ledger = account_spend(tenant=tenant, since=account.since, cut=cut)
+            if account.kind == PREPAID:
+                unbilled[tenant.pk] = ledger
             with transaction.atomic():
                 row, created = SpendCorrection.objects.get_or_create(
                     account=account.key,
@@ -91,6 +97,8 @@ def spend_corrections_write(*, now: datetime | None = None, progress=None) -> li
                     written.append(row)
         if progress is not None:
             progress(n, len(tenants))
+    with transaction.atomic():
+        credit_low_check(tenant_ids=list(unbilled), unbilled=unbilled)
     return written
 
 

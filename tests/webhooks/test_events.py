@@ -14,7 +14,10 @@ import pytest
 from django.core import mail
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from billing.invoicing.invoices import invoice_draft_build, invoice_finalize
+from billing.models import Plan, Subscription
 from billing.notices import slo_breaches_emit
+from billing.spend.corrections import spend_corrections_write
 from billing.spend.budgets import budget_check
 from billing.spend.wallet import credit_grant_create
 from serving.services import replica_health_record
@@ -28,6 +31,7 @@ from webhooks.services import delivery_attempt
 from webhooks.signing import secret_generate
 
 pytestmark = pytest.mark.django_db
+OCT = datetime(2026, 10, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -199,6 +203,37 @@ def test_prepaid_credit_running_low_is_told_once_per_grant(world, people):
     credit_grant_create(tenant=world.a, amount=Decimal("5.00"), granted_at=since)  # arms it again
     invoice_finalized(world, world.a, month=10)
     assert Event.objects.filter(type="credit.low", tenant=world.a).count() == 2
+
+
+def test_prepaid_credit_running_low_mid_month_is_told_before_any_invoice(
+    world, people, django_capture_on_commit_callbacks
+):
+    """The spend corrections (every five minutes) read the prepaid usage no
+    invoice has drawn yet: credit running low is told while the month runs,
+    not only when an invoice draws it; the invoice that later draws that
+    usage tells nothing again."""
+    start = datetime(2026, 9, 1, tzinfo=UTC)
+    plan = Plan.objects.create(name="Prepaid", prepaid=True)
+    Subscription.objects.create(tenant=world.a, plan=plan, start=start)
+    credit_grant_create(tenant=world.a, amount=Decimal("4.50"), granted_at=start)
+    world.tokens(world.a, hour=start + timedelta(hours=1), completion=500_000)  # 2.00
+    spend_corrections_write(now=start + timedelta(hours=5))
+    assert not Event.objects.filter(type="credit.low").exists()  # 2.50 of 4.50 left
+
+    world.tokens(world.a, hour=start + timedelta(hours=6), completion=500_000)  # 4.00 in all
+    with django_capture_on_commit_callbacks(execute=True):
+        spend_corrections_write(now=start + timedelta(hours=9))
+    [event] = Event.objects.filter(type="credit.low", tenant=world.a)
+    assert event.data["remaining_minor"] == 50 and event.data["granted_minor"] == 450
+    assert "0.50" in event.summary
+    [email] = mail.outbox
+    assert email.subject == event.summary
+    assert email.to == ["admin@alpha.test", "owner@alpha.test"]
+
+    spend_corrections_write(now=start + timedelta(hours=12))  # still low: told once
+    draft, _ = invoice_draft_build(tenant=world.a, period_start=start, period_end=OCT)
+    invoice_finalize(invoice_id=draft.pk)  # draws the same 4.00 from the grant
+    assert Event.objects.filter(type="credit.low").count() == 1
 
 
 def test_a_service_level_missed_over_a_day_is_told_once(ledger):
