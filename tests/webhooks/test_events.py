@@ -7,6 +7,7 @@ worker with its backoff: test_delivery_worker.py.)"""
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -17,8 +18,8 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from billing.invoicing.invoices import invoice_draft_build, invoice_finalize
 from billing.models import Plan, Subscription
 from billing.notices import slo_breaches_emit
-from billing.spend.corrections import spend_corrections_write
 from billing.spend.budgets import budget_check
+from billing.spend.corrections import spend_corrections_write
 from billing.spend.wallet import credit_grant_create
 from serving.services import replica_health_record
 from tenants.choices import Role
@@ -133,6 +134,47 @@ def test_redelivering_from_the_page_sends_the_same_event_again(
         client.force_login(people["b"])  # another tenant's delivery: not found
         assert client.get(f"/webhooks/deliveries/{delivery.pk}/").status_code == 404
         assert client.post(f"/webhooks/deliveries/{delivery.pk}/redeliver").status_code == 404
+        api.force_login(people["b"])
+        assert api.post(f"/api/v1/webhooks/deliveries/{delivery.pk}/redeliver").status_code == 404
+
+        # Finance redelivers any tenant's from the page; an owner through the API.
+        client.force_login(people["finance"])
+        assert client.post(f"/webhooks/deliveries/{delivery.pk}/redeliver").status_code == 303
+        delivery_attempt(delivery_id=delivery.pk)
+        api.force_login(people["a"])
+        answer = api.post(f"/api/v1/webhooks/deliveries/{delivery.pk}/redeliver")
+        assert answer.status_code == 202, answer.content
+        assert (answer.json()["status"], answer.json()["attempts"]) == ("pending", 0)
+        delivery_attempt(delivery_id=delivery.pk)
+
+        assert [r.headers["webhook-id"] for r in ours.received] == [delivery.event_id] * 4
+        by = delivery.log.order_by("at", "pk").values_list("by", flat=True)
+        assert list(by) == [
+            "",
+            people["a_admin"].username,
+            people["finance"].username,
+            people["a"].username,
+        ]
+        page = client.get(f"/webhooks/deliveries/{delivery.pk}/").content.decode()
+        for attempt in delivery.log.all():  # status, latency and the body's hash shown
+            assert attempt.body_sha256[:12] in page
+            assert f'<td class="num">{attempt.status_code}</td>' in page
+            assert f'<td class="num">{attempt.latency_ms}</td>' in page
+
+
+def test_an_owner_chooses_their_alert_emails_on_the_webhooks_page(
+    api, client, world, people, django_capture_on_commit_callbacks
+):
+    client.force_login(people["a"])
+    answer = client.post("/webhooks/", {"action": "alerts", "emailed": ["invoice.paid"]})
+    assert answer.status_code == 303
+    api.force_login(people["a"])
+    assert api.get("/api/v1/alerts").json()["emailed"] == ["invoice.paid"]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        invoice_finalized(world, world.a)
+    [email] = mail.outbox  # the admin's; the owner opted out of invoice.finalized
+    assert email.to == ["admin@alpha.test"] and "issued" in email.subject
 
 
 def test_a_budget_threshold_is_an_event_and_an_email_unless_opted_out(
@@ -176,18 +218,26 @@ def test_replica_down_is_told_to_the_operator_only(api, world, people):
     assert [d.endpoint.url for d in Delivery.objects.filter(event=event)] == [ops.url]
 
 
-def test_a_failed_job_is_told_as_job_failed(world, people):
+def test_a_failed_job_is_told_as_job_failed_to_the_operator_only(api, world, people):
     from celery import shared_task
 
     @shared_task(name="tests.webhooks.breaks")
     def breaks():
         raise RuntimeError("the disk is full")
 
-    breaks.apply()
+    with receiver_running() as ops, receiver_running() as theirs:
+        endpoint_registered(api, people["finance"], ops.url, "job.failed")
+        endpoint_registered(api, people["a"], theirs.url, "invoice.finalized")
+        breaks.apply()
 
-    [event] = Event.objects.filter(type="job.failed")
-    assert event.data["task"] == "tests.webhooks.breaks"
-    assert event.data["error"] == "RuntimeError: the disk is full"
+        [event] = Event.objects.filter(type="job.failed")
+        assert event.data["task"] == "tests.webhooks.breaks"
+        assert event.data["error"] == "RuntimeError: the disk is full"
+        [delivery] = Delivery.objects.filter(event=event)
+        assert delivery_attempt(delivery_id=delivery.pk).status_code == 200
+        payload = json.loads(ops.received[0].body)
+        assert payload["type"] == "job.failed" and payload["data"]["task"] == event.data["task"]
+    assert theirs.received == []
 
 
 def test_prepaid_credit_running_low_is_told_once_per_grant(world, people):

@@ -181,6 +181,12 @@ def test_webhooks_are_verified_stored_once_and_handled_in_any_order(
     assert StripeEvent.objects.filter(event_id="evt_paid").count() == 1
     invoice.refresh_from_db()
     assert invoice.status == InvoiceStatus.PAID and invoice.stripe_status == "paid"
+    # The tenant's webhooks and owners hear of it once (webhooks' invoice.paid).
+    from webhooks.models import Event
+
+    [told] = Event.objects.filter(type="invoice.paid", tenant=invoice.tenant)
+    assert told.data["number"] == invoice.number and told.data["status"] == "paid"
+    assert told.data["total_minor"] == invoice.total_minor and "paid" in told.summary
 
     # An older event delivered late does not move a paid invoice back.
     voided = stripe_fake.event(
