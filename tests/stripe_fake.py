@@ -251,11 +251,31 @@ class FakeStripe:
         invoice = self.invoices.get(params.get("invoice", ""))
         if invoice is None or invoice["status"] == "draft":
             return 400, _error("invalid_request_error", "invoice not finalized", param="invoice")
+        lines = list(params.get("lines", {}).values())
+        if ("amount" in params) == bool(lines):
+            return 400, _error("invalid_request_error", "one of amount or lines", param="amount")
+        amount, subtotal, tax_amounts = int(params.get("amount", 0)), 0, []
+        for line in lines:  # custom lines with their exact tax amounts
+            taxes = list(line.get("tax_amounts", {}).values())
+            if line.get("type") != "custom_line_item" or any(
+                t.get("tax_rate") not in self.tax_rates for t in taxes
+            ):
+                return 400, _error("invalid_request_error", "bad credit note line", param="lines")
+            net = int(line["unit_amount"]) * int(line.get("quantity", 1))
+            subtotal += net
+            tax_amounts += [{"amount": int(t["amount"]), "tax_rate": t["tax_rate"]} for t in taxes]
+        if lines:
+            amount = subtotal + sum(t["amount"] for t in tax_amounts)
+        else:
+            subtotal = amount
         note = copy.deepcopy(OBJECTS["credit_note"])
         note.update(
             id=self._new_id("cn"),
             invoice=invoice["id"],
-            amount=int(params["amount"]),
+            amount=amount,
+            subtotal=subtotal,
+            total=amount,
+            tax_amounts=tax_amounts,
             memo=params.get("memo"),
             metadata=params.get("metadata", {}),
             out_of_band_amount=int(params["out_of_band_amount"])

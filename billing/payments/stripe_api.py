@@ -12,6 +12,7 @@ tests). Without a key nothing here is called and invoices stay local."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,16 +189,42 @@ def invoice_mark_uncollectible(*, invoice_id: int, stripe_invoice_id: str) -> No
 
 
 def credit_note_create(
-    *, credit_note_id: int, stripe_invoice_id: str, amount_minor: int, memo: str, paid: bool
+    *,
+    credit_note_id: int,
+    stripe_invoice_id: str,
+    amount_minor: int,
+    memo: str,
+    paid: bool,
+    taxes: Sequence[tuple[str, int]] = (),
 ) -> str:
-    """On a paid invoice the amount went back to our own credit wallet:
-    Stripe records it as settled out of band (not a refund, not a balance)."""
+    """A credit note of `amount_minor` in all, of which `taxes` (Stripe tax
+    rate id, minor units) is tax it reverses: then one line of the net with
+    those exact tax amounts, so Stripe's note splits as ours does, to the
+    cent (Stripe would otherwise book the whole amount untaxed). On a paid
+    invoice the amount went back to our own credit wallet: Stripe records
+    it as settled out of band (not a refund, not a balance)."""
     params: dict[str, Any] = {
         "invoice": stripe_invoice_id,
-        "amount": amount_minor,
         "memo": memo[:500],
         "metadata": {"ledger_credit_note_id": str(credit_note_id)},
     }
+    taxes = [(rate, minor) for rate, minor in taxes if minor]
+    if taxes:
+        net = amount_minor - sum(minor for _, minor in taxes)
+        params["lines"] = [
+            {
+                "type": "custom_line_item",
+                "description": memo[:500],
+                "quantity": 1,
+                "unit_amount": net,
+                "tax_amounts": [
+                    {"amount": minor, "tax_rate": rate, "taxable_amount": net}
+                    for rate, minor in taxes
+                ],
+            }
+        ]
+    else:
+        params["amount"] = amount_minor
     if paid:
         params["out_of_band_amount"] = amount_minor
     note = _client().v1.credit_notes.create(

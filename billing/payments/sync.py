@@ -139,8 +139,33 @@ def _push(invoice: Invoice) -> None:
             amount_minor=note.amount_minor,
             memo=f"{note.number}: {note.reason}",
             paid=note.wallet_grant_id is not None,
+            taxes=_credit_note_taxes(invoice, note),
         )
         CreditNote.objects.filter(pk=note.pk).update(stripe_credit_note_id=note_id)
+
+
+def _credit_note_taxes(invoice: Invoice, note: CreditNote) -> list[tuple[str, int]]:
+    """The tax `note` reverses, by the invoice's Stripe tax rates: split as
+    the invoice's tax is between its rates (in whole minor units, the last
+    rate taking what rounding leaves), so the parts add up to the note's."""
+    if not note.tax_minor:
+        return []
+    by_rate: dict[int, int] = {}
+    for rate_id, minor in invoice.lines.exclude(tax_rate=None).values_list(
+        "tax_rate_id", "tax_minor"
+    ):
+        by_rate[rate_id] = by_rate.get(rate_id, 0) + minor
+    taxed = sorted((rate_id, minor) for rate_id, minor in by_rate.items() if minor)
+    total = sum(minor for _, minor in taxed)
+    if not total:
+        return []
+    stripe_rates = _stripe_tax_rates(invoice)
+    out, left = [], note.tax_minor
+    for n, (rate_id, minor) in enumerate(taxed, start=1):
+        share = left if n == len(taxed) else note.tax_minor * minor // total
+        left -= share
+        out.append((stripe_rates[rate_id], share))
+    return out
 
 
 def _stripe_tax_rates(invoice: Invoice) -> dict[int, str]:

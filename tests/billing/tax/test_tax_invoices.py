@@ -166,6 +166,30 @@ def test_stripe_computes_the_same_tax_from_the_rate_on_each_line(world, taxed, s
     assert stripe_fake.invoices[bravo.stripe_invoice_id]["total"] == 500
 
 
+def test_a_credit_note_goes_to_stripe_with_its_share_of_the_tax(world, finance, taxed, stripe_fake):
+    """Stripe's credit notes split as ours: the net on a line, the tax
+    reversed at the invoice's rate, adding up to the note to the cent."""
+    invoices, _ = taxed
+    invoice = invoices[world.a.slug]
+    Invoice.objects.filter(pk=invoice.pk).update(stripe_sync=StripeSync.PENDING)
+    assert invoice_stripe_sync(invoice_id=invoice.pk) == StripeSync.SYNCED
+    url = f"/api/v1/invoices/{invoice.pk}/credit-notes"
+    for amount, reason in ((637, "half"), (637, "the rest")):
+        made = finance.post(url, {"amount_minor": amount, "reason": reason}, format="json")
+        assert made.status_code == 201, made.content
+    invoice_stripe_sync(invoice_id=invoice.pk)
+
+    [vat] = stripe_fake.tax_rates
+    notes = sorted(stripe_fake.credit_notes.values(), key=lambda n: n["id"])
+    assert [(n["total"], n["subtotal"], n["tax_amounts"]) for n in notes] == [
+        (637, 530, [{"amount": 107, "tax_rate": vat}]),
+        (637, 531, [{"amount": 106, "tax_rate": vat}]),
+    ]
+    invoice.refresh_from_db()
+    stripe_invoice = stripe_fake.invoices[invoice.stripe_invoice_id]
+    assert sum(n["total"] for n in notes) == stripe_invoice["total"] == invoice.total_minor
+
+
 def test_a_stripe_total_other_than_ours_is_never_issued_there(
     world, taxed, stripe_fake, monkeypatch
 ):
