@@ -173,3 +173,15 @@ def charges_rate(*, tenant, start, end, warnings=None):
 
     inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
     return charges_compute(tenant=tenant, start=start, end=end, inputs=inputs, warnings=warnings)
+
+
+@pytest.fixture(scope="module")
+def validator():
+    """The FinOps Foundation's FOCUS validator (tests/focus_validator.py
+    installs it)."""
+    from tests.focus_validator import focus_validator
+    from tests.services import require
+
+    executable = focus_validator()
+    require(executable is not None, "focus-validator needs Python 3.12 or later to install")
+    return executable

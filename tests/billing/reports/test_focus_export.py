@@ -28,8 +28,7 @@ from tests.billing.conftest import H0, NOV, OCT
 from tests.conftest import client_for_key, client_for_user
 from tests.factories import make_finance_user, make_key
 from tests.focus import focus_problems, read_focus_csv, read_focus_parquet
-from tests.focus_validator import focus_validate, focus_validator
-from tests.services import require
+from tests.focus_validator import focus_validate
 
 FOCUS = "/api/v1/usage/focus"
 RANGE = {"start": "2026-10-01", "end": "2026-12-01"}
@@ -258,13 +257,6 @@ def test_bad_parameters_are_400_naming_the_field(billed, params, field):
     response = tenant_client(world.a).get(FOCUS, params)
     assert response.status_code == 400, response.content
     assert response.json()["error"]["field"] == field
-
-
-@pytest.fixture(scope="module")
-def validator():
-    executable = focus_validator()
-    require(executable is not None, "focus-validator needs Python 3.12 or later to install")
-    return executable
 
 
 @pytest.mark.parametrize("data_format", ["csv", "parquet"])

@@ -29,9 +29,11 @@ from billing.choices import StripeSync
 from billing.models import Invoice, Issuer, TaxProfile, TaxRate
 from billing.payments.sync import invoice_stripe_sync
 from tests.billing.conftest import OCT
-from tests.billing.reports.test_focus_export import export
+from tests.billing.reports.test_focus_export import FOCUS, RANGE, export
 from tests.conftest import client_for_user
 from tests.factories import make_finance_user, make_member, make_tenant
+from tests.focus import focus_problems
+from tests.focus_validator import focus_validate
 
 RATES = "/api/v1/tax/rates"
 
@@ -143,6 +145,29 @@ def test_a_credit_note_reverses_its_share_of_the_tax_and_focus_carries_it(
         ]
     )
     assert set(tax["ChargeDescription"]) >= {"VAT 20% (FR) on usage"}
+    assert focus_problems(rows) == []  # FOCUS 1.2's column rules hold on the tax rows
+
+
+def test_the_finops_foundations_validator_accepts_tax_rows_and_their_reversal(
+    world, finance, taxed, validator, tmp_path, monkeypatch
+):
+    invoices, _ = taxed
+    invoice = invoices[world.a.slug]
+    url = f"/api/v1/invoices/{invoice.pk}/credit-notes"
+    assert (
+        finance.post(url, {"amount_minor": 637, "reason": "half"}, format="json").status_code == 201
+    )
+    from django.utils import timezone
+
+    monkeypatch.setattr(timezone, "now", lambda: OCT + timedelta(days=40))
+    response = finance.get(FOCUS, {**RANGE, "dataset": "billing", "format": "csv"})
+    assert response.status_code == 200
+    data = tmp_path / "billing.csv"
+    data.write_bytes(b"".join(response.streaming_content))
+    assert b",Tax," in data.read_bytes()
+    validation = focus_validate(validator, data, data_format="csv")
+    assert not validation.failed, "\n".join(validation.failed)
+    assert validation.passed >= 100, validation.report[-3000:]  # it did check
 
 
 def test_stripe_computes_the_same_tax_from_the_rate_on_each_line(world, taxed, stripe_fake):
