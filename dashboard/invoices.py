@@ -30,7 +30,8 @@ from billing.invoicing.invoices import invoice_amount_due_minor, invoice_status_
 from billing.invoicing.selectors import invoice_get, invoice_list, invoice_run_list
 from billing.invoicing.sla_adjustments import sla_credit_adjust
 from billing.invoicing.sla_credits import sla_decisions
-from billing.tax.services import tax_by_rate
+from billing.tax.selectors import tax_profile_of
+from billing.tax.services import tax_by_rate, tax_details_set
 from dashboard.forms import (
     CREDIT_NOTE,
     InvoiceActionForm,
@@ -67,8 +68,11 @@ def invoices(request):
     return invoices_page(request)
 
 
-def invoices_page(request, *, error: str = "", http_status: int = 200):
-    """The list; for finance staff also the runs, and a run form's error."""
+def invoices_page(
+    request, *, error: str = "", tax_error: dict | None = None, http_status: int = 200
+):
+    """The list; for finance staff also the runs, and a run form's error;
+    for a tenant its tax details, which its owners and admins set."""
     tenant = _scope(request)
     status = InvoiceFilterForm(request.GET).status_value()
     page = Paginator(invoice_list(tenant=tenant, status=status), PAGE_SIZE).get_page(
@@ -88,8 +92,33 @@ def invoices_page(request, *, error: str = "", http_status: int = 200):
         "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
         "error": error,
         "run_form": request.POST if error else {},
+        "tax_profile": tax_profile_of(tenant=tenant) if tenant else None,
+        "can_set_tax": tenant is not None and principal_for_session(request).can_manage_keys,
+        "tax_error": tax_error,
+        "tax_form": request.POST if tax_error else None,
     }
     return render(request, "dashboard/invoices.html", context, status=http_status)
+
+
+@login_required
+@require_POST
+def tax_details(request):
+    """A tenant's owners and admins set its country and VAT/GST id; a bad
+    one re-shows the page with a 400 naming the field, nothing written."""
+    principal = principal_for_session(request)
+    if principal.for_platform or principal.tenant is None or not principal.can_manage_keys:
+        raise PermissionDenied
+    try:
+        profile = tax_details_set(
+            tenant=principal.tenant,
+            country=request.POST.get("country"),
+            tax_id=request.POST.get("tax_id", ""),
+        )
+    except BillingInputError as error:
+        problem = {"field": error.field, "message": error.message}
+        return invoices_page(request, tax_error=problem, http_status=400)
+    messages.success(request, f"Tax details saved: {profile.country}.")
+    return redirect("invoices")
 
 
 def _invoice(request, pk: int):

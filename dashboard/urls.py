@@ -61,6 +61,7 @@ urlpatterns = [
     path("usage/", portal.usage, name="usage-page"),
     path("invoices/", invoices.invoices, name="invoices"),
     path("invoices/runs", runs.invoice_run_start, name="invoice-run-start"),
+    path("invoices/tax-details", invoices.tax_details, name="tax-details"),
     path("invoices/<int:pk>/", invoices.invoice_document, name="invoice"),
     path("invoices/<int:pk>/action", invoices.invoice_action, name="invoice-action"),
     path("invoices/<int:pk>/sla-credit", invoices.invoice_sla_credit, name="invoice-sla-credit"),

@@ -1,7 +1,9 @@
 """Tax for finance staff: the dated rates per jurisdiction, and each
 tenant's tax profile (country, VAT/GST id, exemption). A bad country, tax
 id, percent or day is a 400 naming the field, nothing written
-(billing.tax.services). A tenant's members read their own profile."""
+(billing.tax.services). A tenant's members read their own profile; its
+owners and admins, signed in, set its country and tax id (an exemption is
+finance's)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,23 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.errors import BillingInputError
 from billing.models import TaxProfile, TaxRate
 from billing.tax.selectors import tax_profile_of, tax_rate_list
-from billing.tax.services import tax_profile_clear, tax_profile_set, tax_rate_create
+from billing.tax.services import (
+    tax_details_set,
+    tax_profile_clear,
+    tax_profile_set,
+    tax_rate_create,
+)
 from core.api_errors import validated
-from tenants.api.permissions import IsFinanceStaff, scope_required, tenant_scope
+from tenants.api.permissions import (
+    IsFinanceOrTenantManager,
+    IsFinanceStaff,
+    request_principal,
+    scope_required,
+    tenant_scope,
+)
 from tenants.selectors import tenant_for_finance
 
 TAGS = ["tax"]
@@ -70,10 +84,17 @@ class TaxRateListView(APIView):
         return Response(TaxRateOut(rate).data, status=status.HTTP_201_CREATED)
 
 
+class TaxDetailsIn(serializers.Serializer):
+    country = serializers.CharField(help_text="ISO 3166-1 alpha-2, e.g. DE")
+    tax_id = serializers.CharField(required=False, allow_blank=True, default="")
+
+
 class TaxProfileView(APIView):
     def get_permissions(self):
         if self.request.method == "GET":
             return [scope_required("billing:read")()]
+        if self.request.method == "PUT":
+            return [IsFinanceOrTenantManager()]
         return [IsFinanceStaff()]
 
     @extend_schema(
@@ -89,14 +110,24 @@ class TaxProfileView(APIView):
         return Response(TaxProfileOut(profile).data)
 
     @extend_schema(
-        summary="Set the tenant's tax profile",
+        summary=(
+            "Set the tenant's tax profile (finance staff); a tenant's owners and admins set "
+            "their own country and tax id, never an exemption"
+        ),
         request=TaxProfileIn,
         responses={200: TaxProfileOut},
         tags=TAGS,
     )
     def put(self, request, slug: str):
-        tenant = tenant_for_finance(slug=slug)
-        profile = tax_profile_set(tenant=tenant, **validated(TaxProfileIn, request.data))
+        if request_principal(request).for_platform:
+            tenant = tenant_for_finance(slug=slug)
+            profile = tax_profile_set(tenant=tenant, **validated(TaxProfileIn, request.data))
+            return Response(TaxProfileOut(profile).data)
+        tenant = tenant_scope(request, slug)
+        for field in ("exempt", "exempt_reason"):
+            if field in request.data:
+                raise BillingInputError(field, "only finance staff set a tax exemption")
+        profile = tax_details_set(tenant=tenant, **validated(TaxDetailsIn, request.data))
         return Response(TaxProfileOut(profile).data)
 
     @extend_schema(

@@ -64,6 +64,23 @@ def tax_profile_set(*, tenant: Tenant, **fields) -> TaxProfile:
     return profile
 
 
+def tax_details_set(*, tenant: Tenant, country: str | None, tax_id: str | None) -> TaxProfile:
+    """A tenant's own tax details, set by its owners and admins (the
+    invoices page, the API): the country and VAT/GST id, checked as
+    finance's are. An exemption stays as finance staff set it: a tenant
+    cannot exempt itself. Like any profile change, it applies to invoices
+    rated from now on, never to one issued."""
+    with transaction.atomic():
+        current = TaxProfile.objects.select_for_update().filter(tenant=tenant).first()
+        return tax_profile_set(
+            tenant=tenant,
+            country=country,
+            tax_id=tax_id or "",
+            exempt=current.exempt if current else False,
+            exempt_reason=current.exempt_reason if current else "",
+        )
+
+
 def tax_profile_clear(*, tenant: Tenant) -> None:
     TaxProfile.objects.filter(tenant=tenant).delete()
 

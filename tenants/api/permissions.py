@@ -72,6 +72,21 @@ class IsTenantKeyManager(BasePermission):
         return principal.can_manage_keys
 
 
+class IsFinanceOrTenantManager(BasePermission):
+    """Finance staff, or a tenant's owner or admin signed in (for their own
+    tenant). No API key: keys read, people change."""
+
+    message = "only finance staff, or a tenant's owners and admins signed in, may change this"
+
+    def has_permission(self, request, view) -> bool:
+        principal = request_principal(request)
+        if principal.api_key is not None or principal.service_key is not None:
+            return False
+        if principal.for_platform:
+            return True
+        return principal.tenant is None or principal.can_manage_keys
+
+
 class IsFinanceStaff(BasePermission):
     message = "platform finance staff only"
 

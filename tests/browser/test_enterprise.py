@@ -124,3 +124,39 @@ def test_finance_sets_tax_on_the_tax_page_and_a_bad_id_names_its_field(
     shots(browser, "tax")
     rate = TaxRate.objects.get()
     assert (rate.country, rate.percent, f"{rate.valid_from}") == ("DE", 19, "2021-01-01")
+
+
+def test_a_tenants_owner_sets_their_tax_details_on_the_invoices_page(
+    browser, live_server, people, shots
+):
+    from billing.models import TaxProfile
+
+    sign_in(browser, live_server, "olga")
+    browser.get(f"{live_server.url}/invoices/")
+    form = browser.find_element(By.CSS_SELECTOR, "[data-testid=tax-details-form]")
+    form.find_element(By.NAME, "country").send_keys("DE")
+    form.find_element(By.NAME, "tax_id").send_keys("FR123456789")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    error = WebDriverWait(browser, 10).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=tax-error]"))
+    )
+    assert error.text.startswith("tax_id: an EU VAT id for DE starts with DE")
+    assert not TaxProfile.objects.exists()
+
+    form = browser.find_element(By.CSS_SELECTOR, "[data-testid=tax-details-form]")
+    tax_id = form.find_element(By.NAME, "tax_id")
+    tax_id.clear()
+    tax_id.send_keys("DE123456789")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    WebDriverWait(browser, 10).until(
+        ec.text_to_be_present_in_element(
+            (By.CSS_SELECTOR, "[data-testid=tax-details]"), "DE123456789"
+        )
+    )
+    shots(browser, "tax-details")
+    profile = TaxProfile.objects.get()
+    assert (profile.tenant, profile.country, profile.tax_id) == (
+        people["hooli"],
+        "DE",
+        "DE123456789",
+    )

@@ -1,0 +1,101 @@
+"""A tenant's own tax details: its owners and admins set its country and
+VAT/GST id on the invoices page or through the API, checked as finance's
+are (a 400 naming the field, nothing written); viewers and keys only read
+them; an exemption is finance's to set and survives the tenant's edits;
+each change is in the audit trail as the person's."""
+
+from __future__ import annotations
+
+import pytest
+
+from audit.models import AuditEntry
+from billing.models import TaxProfile
+from tenants.choices import Role
+from tests.conftest import client_for_key, client_for_user
+from tests.factories import make_finance_user, make_key, make_member
+
+pytestmark = pytest.mark.django_db
+
+
+def profile_url(tenant) -> str:
+    return f"/api/v1/tenants/{tenant.slug}/tax-profile"
+
+
+def test_an_owner_sets_the_tax_details_on_the_invoices_page(world):
+    owner = make_member(world.a, Role.OWNER).user
+    page = client_for_user(owner)
+    shown = page.get("/invoices/").content.decode()
+    assert "No tax details yet" in shown and 'data-testid="tax-details-form"' in shown
+
+    answer = page.post("/invoices/tax-details", {"country": "de", "tax_id": "DE 123 456 789"})
+    assert answer.status_code == 302 and answer["Location"] == "/invoices/"
+    profile = TaxProfile.objects.get(tenant=world.a)
+    assert (profile.country, profile.tax_id, profile.exempt) == ("DE", "DE123456789", False)
+    shown = page.get("/invoices/").content.decode()
+    assert "<strong>DE</strong>" in shown and "<strong>DE123456789</strong>" in shown
+
+    [entry] = AuditEntry.objects.filter(table="billing_taxprofile")
+    assert (entry.action, entry.actor, entry.via, entry.tenant_id) == (
+        "insert",
+        owner.username,
+        "session",
+        world.a.pk,
+    )
+    assert entry.request == "POST /invoices/tax-details"
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"country": "XX"}, "country"),
+        ({"country": "FR", "tax_id": "DE123456789"}, "tax_id"),
+        ({"country": ""}, "country"),
+    ],
+)
+def test_a_bad_tax_detail_on_the_page_is_a_400_naming_the_field(world, form, field):
+    page = client_for_user(make_member(world.a, Role.ADMIN).user)
+    answer = page.post("/invoices/tax-details", form)
+    assert answer.status_code == 400
+    assert f'data-testid="tax-error">{field}:' in answer.content.decode()
+    assert not TaxProfile.objects.exists()
+
+
+def test_viewers_and_keys_read_the_tax_details_and_never_set_them(world):
+    viewer = client_for_user(make_member(world.a, Role.VIEWER).user)
+    assert 'data-testid="tax-details-form"' not in viewer.get("/invoices/").content.decode()
+    assert viewer.post("/invoices/tax-details", {"country": "DE"}).status_code == 403
+    assert viewer.put(profile_url(world.a), {"country": "DE"}, format="json").status_code == 403
+    _, secret = make_key(world.a)
+    key = client_for_key(secret)
+    assert key.put(profile_url(world.a), {"country": "DE"}, format="json").status_code == 403
+    assert not TaxProfile.objects.exists()
+    finance = client_for_user(make_finance_user())
+    assert (
+        finance.post("/invoices/tax-details", {"country": "DE"}).status_code == 403
+    )  # /finance/tax/
+
+
+def test_an_owner_sets_their_own_through_the_api_and_never_an_exemption(world):
+    finance = client_for_user(make_finance_user())
+    granted = {"country": "FR", "exempt": True, "exempt_reason": "Charity, art. 261-7"}
+    assert finance.put(profile_url(world.a), granted, format="json").status_code == 200
+    owner = client_for_user(make_member(world.a, Role.OWNER).user)
+
+    answer = owner.put(
+        profile_url(world.a), {"country": "FR", "tax_id": "FR40303265045"}, format="json"
+    )
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert (body["country"], body["tax_id"], body["exempt"]) == ("FR", "FR40303265045", True)
+    assert body["exempt_reason"] == "Charity, art. 261-7"  # finance's, kept
+
+    for field, value in (("exempt", False), ("exempt_reason", "")):
+        refused = owner.put(profile_url(world.a), {"country": "FR", field: value}, format="json")
+        assert refused.status_code == 400 and refused.json()["error"]["field"] == field
+    bad = owner.put(profile_url(world.a), {"country": "Germany"}, format="json")
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "country"
+    other = owner.put(profile_url(world.b), {"country": "FR"}, format="json")
+    assert other.status_code == 404  # another tenant's: not found
+    assert not TaxProfile.objects.filter(tenant=world.b).exists()
+    profile = TaxProfile.objects.get(tenant=world.a)
+    assert (profile.country, profile.tax_id, profile.exempt) == ("FR", "FR40303265045", True)
