@@ -89,12 +89,16 @@ def oidc_provider_running(
 
 def sso_settings(settings, provider: OidcProvider, **mapping) -> None:
     """Point the running Django's single sign-on at `provider`."""
+    sso_settings_entries(settings, [provider.settings_entry(**mapping)])
+
+
+def sso_settings_entries(settings, entries: list[dict]) -> None:
+    """Single sign-on through these OIDC_PROVIDERS entries, as the
+    operator's environment would configure them (config.sso parses them)."""
     from config.sso import allauth_providers, oidc_providers_parse
 
     def problem(line):
         raise AssertionError(line)
 
-    settings.OIDC_PROVIDERS = oidc_providers_parse(
-        json.dumps([provider.settings_entry(**mapping)]), problem=problem
-    )
+    settings.OIDC_PROVIDERS = oidc_providers_parse(json.dumps(entries), problem=problem)
     settings.SOCIALACCOUNT_PROVIDERS = allauth_providers(settings.OIDC_PROVIDERS)

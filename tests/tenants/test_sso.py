@@ -21,7 +21,7 @@ from audit.models import AuditEntry
 from tenants.choices import FINANCE_GROUP, Role
 from tenants.models import Membership
 from tests.factories import make_tenant
-from tests.oidc_provider import oidc_provider_running, sso_settings
+from tests.oidc_provider import oidc_provider_running, sso_settings, sso_settings_entries
 
 pytestmark = pytest.mark.django_db
 User = get_user_model()
@@ -35,18 +35,19 @@ def provider(settings):
         yield running
 
 
-def sso_sign_in(client: Client, sub: str, *, state: str | None = None):
-    """Press "Sign in with Corp SSO", authorize `sub` on the provider's
-    form, and follow its redirect back (with `state` in place of the real
-    one, if given). Django's answer to the callback."""
-    started = client.post("/accounts/oidc/corp/login/", {"next": ""})
+def sso_sign_in(client: Client, sub: str, *, state: str | None = None, provider_id="corp"):
+    """Press "Sign in with Corp SSO" (or another provider's button),
+    authorize `sub` on the provider's form, and follow its redirect back
+    (with `state` in place of the real one, if given). Django's answer to
+    the callback."""
+    started = client.post(f"/accounts/oidc/{provider_id}/login/", {"next": ""})
     assert started.status_code == 302, started.content
     authorize = started["Location"]
     assert "/oauth2/authorize?" in authorize
     answer = httpx.post(authorize, data={"sub": sub})
     assert answer.status_code == 302, answer.text
     callback = urlsplit(answer.headers["location"])
-    assert callback.path == "/accounts/oidc/corp/login/callback/"
+    assert callback.path == f"/accounts/oidc/{provider_id}/login/callback/"
     query = callback.query
     if state is not None:
         query = "&".join(
@@ -60,6 +61,47 @@ def test_the_sign_in_page_offers_each_configured_provider(client, provider):
     assert b"Sign in with Corp SSO" in page.content
     assert b'action="/accounts/oidc/corp/login/"' in page.content
     assert b'name="password"' in page.content  # password sign-in stays on unless turned off
+
+
+def test_two_providers_each_with_its_own_claim_names(client, settings, world_a, world_b):
+    """The operator's staff through one provider, a partner's through
+    another whose claims are named otherwise; the same subject at two
+    providers is two people."""
+    with oidc_provider_running() as corp, oidc_provider_running() as partner:
+        sso_settings_entries(
+            settings,
+            [
+                corp.settings_entry(),
+                partner.settings_entry(
+                    provider_id="partner",
+                    name="Partner IdP",
+                    finance_groups=[],
+                    tenant_claim="org",
+                    role_claim="org_role",
+                ),
+            ],
+        )
+        page = client.get("/login/").content
+        assert b"Sign in with Corp SSO" in page and b"Sign in with Partner IdP" in page
+        corp.user_set("kim", email="kim@operator.example", groups=["gpu-ledger-finance"])
+        partner.user_set(
+            "kim", email="kim@b.example", org=world_b.tenant.slug, org_role="admin",
+            groups=["gpu-ledger-finance"],  # not a finance group at this provider
+        )  # fmt: skip
+
+        assert sso_sign_in(client, "kim").status_code == 302
+        client.logout()
+        assert sso_sign_in(client, "kim", provider_id="partner").status_code == 302
+
+    staff = SocialAccount.objects.get(provider="corp", uid="kim").user
+    member = SocialAccount.objects.get(provider="partner", uid="kim").user
+    assert staff != member
+    assert staff.groups.filter(name=FINANCE_GROUP).exists()
+    assert not member.groups.exists()
+    assert list(Membership.objects.filter(user=member).values_list("tenant__slug", "role")) == [
+        (world_b.tenant.slug, Role.ADMIN)
+    ]
+    assert client.get("/finance/").status_code == 403  # signed in as the partner's kim
 
 
 def test_finance_staff_sign_in_by_their_group_claim(client, provider):
