@@ -27,7 +27,12 @@ from core.errors import InputError
 from core.queueing import after_commit, task_send
 from tenants.choices import KEY_MANAGER_ROLES
 from tenants.models import Membership, Tenant
-from webhooks.addresses import AddressRefused, endpoint_url_check
+from webhooks.addresses import (
+    AddressRefused,
+    endpoint_url_check,
+    endpoint_url_pinned,
+    pinned_transport,
+)
 from webhooks.choices import TENANT_EVENTS, DeliveryStatus, EventType
 from webhooks.models import AlertOptOut, Delivery, DeliveryAttempt, Endpoint, Event
 from webhooks.signing import secret_generate, signed_headers
@@ -315,16 +320,19 @@ def _post(delivery: Delivery, now: datetime) -> DeliveryAttempt:
     code, excerpt, error = None, "", ""
     started = time.monotonic()
     try:
-        endpoint_url_check(delivery.endpoint.url)
-        response = httpx.post(
-            delivery.endpoint.url,
-            content=body.encode(),
-            headers=signed_headers(
-                secret=delivery.endpoint.secret, event_id=delivery.event.id, at=now, body=body
-            ),
+        host, address = endpoint_url_pinned(delivery.endpoint.url)
+        with httpx.Client(
+            transport=pinned_transport(host, address),
             timeout=settings.WEBHOOKS["TIMEOUT_SECONDS"],
             follow_redirects=False,
-        )
+        ) as client:
+            response = client.post(
+                delivery.endpoint.url,
+                content=body.encode(),
+                headers=signed_headers(
+                    secret=delivery.endpoint.secret, event_id=delivery.event.id, at=now, body=body
+                ),
+            )
         code, excerpt = response.status_code, response.text[:500]
     except AddressRefused as refused:
         error = f"not sent: {refused.message}"[:300]

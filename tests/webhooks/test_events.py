@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -299,3 +300,33 @@ def test_a_service_level_missed_over_a_day_is_told_once(ledger):
     assert event.tenant == ledger.a and event.data["day"] == "2026-11-20"
     assert {m["metric"] for m in event.data["missed"]} == {"availability", "ttft_p95"}
     assert "87.5" in event.summary
+
+
+def test_an_attempt_connects_to_the_address_it_checked_never_a_rebound_one(
+    api, world, people, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    """DNS rebinding: a name that answers an allowed address while it is
+    checked and another (here an unroutable one) a moment later. The
+    attempt connects to the address checked and never asks the name again."""
+    settings.WEBHOOKS = {**settings.WEBHOOKS, "TIMEOUT_SECONDS": 2}
+    with receiver_running() as ours:
+        url = ours.url.replace("127.0.0.1", "localhost")
+        endpoint_registered(api, people["a"], url, "invoice.finalized")
+        with django_capture_on_commit_callbacks(execute=True):
+            invoice_finalized(world, world.a)
+        delivery = Delivery.objects.get()
+
+        real, asked = socket.getaddrinfo, []
+
+        def rebinding(host, port, *args, **kwargs):
+            if host == "localhost":
+                asked.append(host)
+                host = "127.0.0.1" if len(asked) == 1 else "192.0.2.1"  # TEST-NET-1
+            return real(host, port, *args, **kwargs)
+
+        monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+        attempt = delivery_attempt(delivery_id=delivery.pk)
+
+        assert attempt.status_code == 200, attempt.error
+        assert asked == ["localhost"]  # the check's question, and no other
+        assert [r.headers["host"] for r in ours.received] == [url.split("/")[2]]
