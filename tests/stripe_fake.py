@@ -268,6 +268,36 @@ class FakeStripe:
             amount = subtotal + sum(t["amount"] for t in tax_amounts)
         else:
             subtotal = amount
+        # As Stripe documents it: on an open (or uncollectible) invoice a
+        # note reduces what is due, and one that leaves nothing due marks it
+        # paid; on a paid one, the note's whole amount must go somewhere
+        # (here: out of band); nothing else takes a credit note.
+        out_of_band = int(params["out_of_band_amount"]) if "out_of_band_amount" in params else None
+        if invoice["status"] in ("open", "uncollectible"):
+            if out_of_band is not None:
+                return 400, _error(
+                    "invalid_request_error",
+                    "out_of_band_amount is only for a paid invoice",
+                    param="out_of_band_amount",
+                )
+            if amount > invoice["amount_remaining"]:
+                return 400, _error(
+                    "invalid_request_error", "more than the invoice's amount remaining"
+                )
+            invoice["amount_due"] -= amount
+            invoice["amount_remaining"] -= amount
+            if invoice["amount_remaining"] == 0:
+                invoice["status"] = "paid"
+        elif invoice["status"] == "paid":
+            if out_of_band != amount:
+                return 400, _error(
+                    "invalid_request_error",
+                    "the refund, credit and out-of-band amounts must add up to the "
+                    "note's post-payment amount",
+                    param="out_of_band_amount",
+                )
+        else:
+            return 400, _error("invalid_request_error", f"invoice is {invoice['status']}")
         note = copy.deepcopy(OBJECTS["credit_note"])
         note.update(
             id=self._new_id("cn"),
@@ -278,9 +308,7 @@ class FakeStripe:
             tax_amounts=tax_amounts,
             memo=params.get("memo"),
             metadata=params.get("metadata", {}),
-            out_of_band_amount=int(params["out_of_band_amount"])
-            if "out_of_band_amount" in params
-            else None,
+            out_of_band_amount=out_of_band,
         )
         self.credit_notes[note["id"]] = note
         return 200, note

@@ -12,7 +12,6 @@ tests). Without a key nothing here is called and invoices stay local."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +144,11 @@ def invoice_item_create(
     return created.id
 
 
+def invoice_status(stripe_invoice_id: str) -> str:
+    """A Stripe invoice's status now ("open", "paid", …)."""
+    return str(_client().v1.invoices.retrieve(stripe_invoice_id).status)
+
+
 def invoice_total(*, stripe_invoice_id: str) -> int:
     """A Stripe invoice's total as Stripe computes it (a draft's too): minor
     units, tax included."""
@@ -195,11 +199,11 @@ def credit_note_create(
     amount_minor: int,
     memo: str,
     paid: bool,
-    taxes: Sequence[tuple[str, int]] = (),
+    tax: tuple[str, int] | None = None,
 ) -> str:
-    """A credit note of `amount_minor` in all, of which `taxes` (Stripe tax
+    """A credit note of `amount_minor` in all, of which `tax` (a Stripe tax
     rate id, minor units) is tax it reverses: then one line of the net with
-    those exact tax amounts, so Stripe's note splits as ours does, to the
+    that exact tax amount, so Stripe's note splits as ours does, to the
     cent (Stripe would otherwise book the whole amount untaxed). On a paid
     invoice the amount went back to our own credit wallet: Stripe records
     it as settled out of band (not a refund, not a balance)."""
@@ -208,19 +212,16 @@ def credit_note_create(
         "memo": memo[:500],
         "metadata": {"ledger_credit_note_id": str(credit_note_id)},
     }
-    taxes = [(rate, minor) for rate, minor in taxes if minor]
-    if taxes:
-        net = amount_minor - sum(minor for _, minor in taxes)
+    if tax:
+        rate, tax_minor = tax
+        net = amount_minor - tax_minor
         params["lines"] = [
             {
                 "type": "custom_line_item",
                 "description": memo[:500],
                 "quantity": 1,
                 "unit_amount": net,
-                "tax_amounts": [
-                    {"amount": minor, "tax_rate": rate, "taxable_amount": net}
-                    for rate, minor in taxes
-                ],
+                "tax_amounts": [{"amount": tax_minor, "tax_rate": rate, "taxable_amount": net}],
             }
         ]
     else:

@@ -127,45 +127,48 @@ def _push(invoice: Invoice) -> None:
         _save(
             invoice, stripe_status=finalized.status, hosted_invoice_url=finalized.hosted_invoice_url
         )
+    # Notes issued while the invoice was unpaid reduce what Stripe asks for
+    # (all of it: Stripe then marks it paid itself), so they go before the
+    # invoice's own move; notes on a paid invoice (their amount back in our
+    # wallet) after it, settled out of band.
+    notes = list(invoice.credit_notes.filter(stripe_credit_note_id="").order_by("pk"))
+    before = [n for n in notes if n.wallet_grant_id is None]
+    _credit_notes_push(invoice, before)
+    if before:
+        _save(invoice, stripe_status=stripe_api.invoice_status(invoice.stripe_invoice_id))
     target = PUSH_STATE.get(InvoiceStatus(invoice.status))
     if target and invoice.stripe_status == "open":
         stripe_status, call = target
         call(invoice_id=invoice.pk, stripe_invoice_id=invoice.stripe_invoice_id)
         _save(invoice, stripe_status=stripe_status)
-    for note in invoice.credit_notes.filter(stripe_credit_note_id="").order_by("pk"):
+    _credit_notes_push(invoice, [n for n in notes if n.wallet_grant_id is not None])
+
+
+def _credit_notes_push(invoice: Invoice, notes: list[CreditNote]) -> None:
+    for note in notes:
         note_id = stripe_api.credit_note_create(
             credit_note_id=note.pk,
             stripe_invoice_id=invoice.stripe_invoice_id,
             amount_minor=note.amount_minor,
             memo=f"{note.number}: {note.reason}",
             paid=note.wallet_grant_id is not None,
-            taxes=_credit_note_taxes(invoice, note),
+            tax=_credit_note_tax(invoice, note),
         )
         CreditNote.objects.filter(pk=note.pk).update(stripe_credit_note_id=note_id)
 
 
-def _credit_note_taxes(invoice: Invoice, note: CreditNote) -> list[tuple[str, int]]:
-    """The tax `note` reverses, by the invoice's Stripe tax rates: split as
-    the invoice's tax is between its rates (in whole minor units, the last
-    rate taking what rounding leaves), so the parts add up to the note's."""
+def _credit_note_tax(invoice: Invoice, note: CreditNote) -> tuple[str, int] | None:
+    """The tax `note` reverses, at the invoice's Stripe tax rate: an
+    invoice is taxed at one rate (its buyer's, on its period's last day)."""
     if not note.tax_minor:
-        return []
-    by_rate: dict[int, int] = {}
-    for rate_id, minor in invoice.lines.exclude(tax_rate=None).values_list(
-        "tax_rate_id", "tax_minor"
-    ):
-        by_rate[rate_id] = by_rate.get(rate_id, 0) + minor
-    taxed = sorted((rate_id, minor) for rate_id, minor in by_rate.items() if minor)
-    total = sum(minor for _, minor in taxed)
-    if not total:
-        return []
-    stripe_rates = _stripe_tax_rates(invoice)
-    out, left = [], note.tax_minor
-    for n, (rate_id, minor) in enumerate(taxed, start=1):
-        share = left if n == len(taxed) else note.tax_minor * minor // total
-        left -= share
-        out.append((stripe_rates[rate_id], share))
-    return out
+        return None
+    rate_ids = set(invoice.lines.filter(tax_minor__gt=0).values_list("tax_rate_id", flat=True))
+    if len(rate_ids) != 1:
+        raise ValueError(
+            f"{invoice.number} is taxed at {len(rate_ids)} rates: its credit note "
+            f"{note.number} cannot carry its tax to Stripe"
+        )
+    return _stripe_tax_rates(invoice)[rate_ids.pop()], note.tax_minor
 
 
 def _stripe_tax_rates(invoice: Invoice) -> dict[int, str]:

@@ -150,6 +150,24 @@ def test_our_void_and_credit_notes_follow_to_stripe(invoice, stripe_fake):
     assert invoice.stripe_status == "void" and invoice.stripe_sync == StripeSync.SYNCED
 
 
+def test_a_credit_note_on_a_paid_invoice_is_settled_out_of_band_after_the_payment(
+    invoice, stripe_fake
+):
+    """Marked paid here (a bank transfer), then credited (the amount back
+    in the wallet), both before the sync runs: Stripe hears of the payment
+    first, then takes the note as settled out of band (it refuses a note on
+    a paid invoice that says nowhere where the money went)."""
+    invoice_stripe_sync(invoice_id=invoice.pk)
+    invoice_transition(invoice_id=invoice.pk, to=InvoiceStatus.PAID)
+    credit_note_create(invoice_id=invoice.pk, amount_minor=50, reason="goodwill")
+    assert invoice_stripe_sync(invoice_id=invoice.pk) == StripeSync.SYNCED
+
+    (note,) = stripe_fake.credit_notes.values()
+    assert (note["amount"], note["out_of_band_amount"]) == (50, 50)
+    invoice.refresh_from_db()
+    assert stripe_fake.invoices[invoice.stripe_invoice_id]["status"] == "paid"
+
+
 def _deliver(client, body: bytes, signature: str | None = None):
     return client.post(
         WEBHOOK,

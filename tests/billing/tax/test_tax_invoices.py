@@ -213,6 +213,14 @@ def test_a_credit_note_goes_to_stripe_with_its_share_of_the_tax(world, finance, 
     invoice.refresh_from_db()
     stripe_invoice = stripe_fake.invoices[invoice.stripe_invoice_id]
     assert sum(n["total"] for n in notes) == stripe_invoice["total"] == invoice.total_minor
+    # Credited in full before payment: nothing left due, paid there as here
+    # (the notes went first; Stripe refuses a note with no home on a paid one).
+    assert (stripe_invoice["status"], stripe_invoice["amount_remaining"]) == ("paid", 0)
+    assert (invoice.status, invoice.stripe_status, invoice.stripe_sync) == (
+        "paid",
+        "paid",
+        StripeSync.SYNCED,
+    )
 
 
 def test_a_stripe_total_other_than_ours_is_never_issued_there(
