@@ -10,12 +10,13 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.utils import timezone
 
 from billing.choices import InvoiceStatus
 from billing.models import CreditGrant, Invoice
 from billing.money import from_minor, money_format, to_minor
 from billing.sla.selectors import slo_compliance
-from billing.spend.wallet import wallet_balances_many
+from billing.spend.wallet import grant_in_force, wallet_balances_many
 from tenants.models import Tenant
 from webhooks.choices import EventType
 from webhooks.services import EventDraft, event_emit, events_emit
@@ -68,28 +69,35 @@ def invoices_moved_emit(moves: Mapping[str, Iterable[Invoice]]) -> None:
 
 
 def credit_low_check(
-    *, tenant_ids: Iterable[int], unbilled: Mapping[int, Decimal] | None = None
+    *,
+    tenant_ids: Iterable[int],
+    unbilled: Mapping[int, Decimal] | None = None,
+    now: datetime | None = None,
 ) -> list[int]:
     """credit.low for each tenant whose prepaid credit left, in one
-    currency, is at or under WEBHOOKS_CREDIT_LOW_PERCENT of its grants
-    (once per newest grant: a new grant arms it again). Left is what the
-    wallet holds less `unbilled`: a tenant's usage no invoice has drawn
-    yet, in its billing currency (the spend corrections' ledger figure), so
+    currency, is at or under WEBHOOKS_CREDIT_LOW_PERCENT of its grants in
+    force at `now` (granted, not expired: what the gateway holds it to),
+    once per newest grant: a new grant arms it again. Left is what those
+    grants hold less `unbilled`: a tenant's usage no invoice has drawn yet,
+    in its billing currency (the spend corrections' ledger figure), so
     credit running low mid-month is told before the gateway refuses. The
     tenants told."""
     percent = settings.WEBHOOKS["CREDIT_LOW_PERCENT"]
+    now = now or timezone.now()
     tenant_ids = sorted(set(tenant_ids))
     grants: dict[tuple[int, str], list] = {}
     for grant in CreditGrant.objects.filter(tenant_id__in=tenant_ids).select_related("tenant"):
-        grants.setdefault((grant.tenant_id, grant.currency), []).append(grant)
+        if grant_in_force(grant, now):
+            grants.setdefault((grant.tenant_id, grant.currency), []).append(grant)
     left = wallet_balances_many(tenant_ids=tenant_ids)
     told = []
     for (tenant_id, currency), held in sorted(grants.items()):
         granted = sum(to_minor(g.amount, g.currency) for g in held)
         newest = max(held, key=lambda g: g.pk)
         tenant = newest.tenant
+        in_force = {g.pk for g in held}
         remaining = sum(
-            b.remaining_minor for b in left.get(tenant_id, []) if b.grant.currency == currency
+            b.remaining_minor for b in left.get(tenant_id, []) if b.grant.pk in in_force
         )
         if unbilled and currency == tenant.billing_currency:
             remaining = max(0, remaining - to_minor(unbilled.get(tenant_id, 0), currency))

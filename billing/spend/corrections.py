@@ -98,7 +98,7 @@ def spend_corrections_write(*, now: datetime | None = None, progress=None) -> li
         if progress is not None:
             progress(n, len(tenants))
     with transaction.atomic():
-        credit_low_check(tenant_ids=list(unbilled), unbilled=unbilled)
+        credit_low_check(tenant_ids=list(unbilled), unbilled=unbilled, now=now)
     return written
 
 

@@ -39,7 +39,7 @@ from billing.pricing.rate_card import RateCard, usage_counts
 from billing.pricing.rating import price_books, rating_inputs, rating_session
 from billing.spend.accounts import Limit
 from billing.spend.budgets import budget_spend
-from billing.spend.wallet import wallet_balances
+from billing.spend.wallet import grant_in_force, wallet_balances
 from metering.selectors.rating import usage_hours_span
 from tenants.models import Tenant
 
@@ -158,9 +158,7 @@ def prepaid_credit(*, tenant: Tenant, now: datetime) -> Decimal:
     minor = sum(
         b.remaining_minor
         for b in wallet_balances(tenant=tenant)
-        if b.grant.currency == currency
-        and b.grant.granted_at <= now
-        and (b.grant.expires_at is None or b.grant.expires_at > now)
+        if b.grant.currency == currency and grant_in_force(b.grant, now)
     )
     return from_minor(minor, currency)
 

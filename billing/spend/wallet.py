@@ -34,6 +34,11 @@ def wallet_balances(*, tenant: Tenant, lock: bool = False) -> list[Balance]:
     return wallet_balances_many(tenant_ids=[tenant.pk], lock=lock).get(tenant.pk, [])
 
 
+def grant_in_force(grant: CreditGrant, now: datetime) -> bool:
+    """Whether `grant` may be spent at `now`: granted by then, not expired."""
+    return grant.granted_at <= now and (grant.expires_at is None or grant.expires_at > now)
+
+
 def wallet_balances_many(*, tenant_ids: list[int], lock: bool = False) -> dict[int, list[Balance]]:
     """wallet_balances of many tenants in two queries (a run finalizes a
     thousand invoices at once): by tenant id, grants in the order of use,

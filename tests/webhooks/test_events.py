@@ -267,6 +267,14 @@ def test_prepaid_credit_running_low_mid_month_is_told_before_any_invoice(
     plan = Plan.objects.create(name="Prepaid", prepaid=True)
     Subscription.objects.create(tenant=world.a, plan=plan, start=start)
     credit_grant_create(tenant=world.a, amount=Decimal("4.50"), granted_at=start)
+    # Last quarter's grant, unspent but expired: the gateway holds it to
+    # nothing, and neither does the check.
+    credit_grant_create(
+        tenant=world.a,
+        amount=Decimal("100"),
+        granted_at=start - timedelta(days=90),
+        expires_at=start,
+    )
     world.tokens(world.a, hour=start + timedelta(hours=1), completion=500_000)  # 2.00
     spend_corrections_write(now=start + timedelta(hours=5))
     assert not Event.objects.filter(type="credit.low").exists()  # 2.50 of 4.50 left
