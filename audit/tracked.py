@@ -24,6 +24,11 @@ class Tracked:
 KEY_SECRETS = ("secret_hash",)
 
 TRACKED = (
+    # People and their standing: who made whom finance staff (a group),
+    # staff or superuser (a sign-in alone, last_login, makes no entry; the
+    # password hash is never copied, so a change of it alone makes none).
+    Tracked("auth_user", ignored=("last_login",), redacted=("password",)),
+    Tracked("auth_user_groups"),
     # Tenants, their members, keys and policies (budgets among them).
     Tracked("tenants_tenant", tenant="id"),
     Tracked("tenants_membership", tenant="tenant_id"),

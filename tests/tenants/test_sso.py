@@ -162,6 +162,15 @@ def test_each_sign_in_makes_the_user_what_the_provider_now_says(
 
     # The audit trail names the provider's subject on the user's behalf, on
     # the first sign-in (the user made) and the next (their standing moved).
+    # Made finance staff at the first sign-in, no longer at the second.
+    groups = AuditEntry.objects.filter(table="auth_user_groups").order_by("id")
+    assert [(e.action, e.actor, e.via) for e in groups] == [
+        ("insert", "sso:corp:sam", "sso"),
+        ("delete", "sso:corp:sam", "sso"),
+    ]
+    [made] = AuditEntry.objects.filter(table="auth_user", action="insert", row_id=str(user.pk))
+    assert (made.actor, made.actor_user_id, made.via) == ("sso:corp:sam", None, "sso")
+    assert made.after["email"] == "sam@a.example" and "password" not in made.after
     entries = AuditEntry.objects.filter(table="tenants_membership").order_by("id")
     assert [
         (e.action, e.after and e.after["role"], e.actor, e.actor_user_id, e.via, e.request)
