@@ -84,11 +84,6 @@ class TaxRateListView(APIView):
         return Response(TaxRateOut(rate).data, status=status.HTTP_201_CREATED)
 
 
-class TaxDetailsIn(serializers.Serializer):
-    country = serializers.CharField(help_text="ISO 3166-1 alpha-2, e.g. DE")
-    tax_id = serializers.CharField(required=False, allow_blank=True, default="")
-
-
 class TaxProfileView(APIView):
     def get_permissions(self):
         if self.request.method == "GET":
@@ -119,15 +114,19 @@ class TaxProfileView(APIView):
         tags=TAGS,
     )
     def put(self, request, slug: str):
-        if request_principal(request).for_platform:
+        if request_principal(request).is_finance:
             tenant = tenant_for_finance(slug=slug)
             profile = tax_profile_set(tenant=tenant, **validated(TaxProfileIn, request.data))
             return Response(TaxProfileOut(profile).data)
         tenant = tenant_scope(request, slug)
-        for field in ("exempt", "exempt_reason"):
-            if field in request.data:
+        details = validated(TaxProfileIn, request.data)
+        current = tax_profile_of(tenant=tenant)  # an exemption as read back may be sent back
+        for field, none in (("exempt", False), ("exempt_reason", "")):
+            if field in request.data and details[field] != getattr(current, field, none):
                 raise BillingInputError(field, "only finance staff set a tax exemption")
-        profile = tax_details_set(tenant=tenant, **validated(TaxDetailsIn, request.data))
+        profile = tax_details_set(
+            tenant=tenant, country=details["country"], tax_id=details["tax_id"]
+        )
         return Response(TaxProfileOut(profile).data)
 
     @extend_schema(

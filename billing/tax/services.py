@@ -67,17 +67,21 @@ def tax_profile_set(*, tenant: Tenant, **fields) -> TaxProfile:
 def tax_details_set(*, tenant: Tenant, country: str | None, tax_id: str | None) -> TaxProfile:
     """A tenant's own tax details, set by its owners and admins (the
     invoices page, the API): the country and VAT/GST id, checked as
-    finance's are. An exemption stays as finance staff set it: a tenant
-    cannot exempt itself. Like any profile change, it applies to invoices
-    rated from now on, never to one issued."""
+    finance's are. An exemption stays as finance staff set it (a tenant
+    cannot exempt itself) while the country stays: it rests on that
+    country's law, so a move elsewhere ends it until finance grants it
+    again. Like any profile change, it applies to invoices rated from now
+    on, never to one issued."""
     with transaction.atomic():
         current = TaxProfile.objects.select_for_update().filter(tenant=tenant).first()
+        fields = tax_profile_checked(country=country, tax_id=tax_id or "")
+        kept = current is not None and current.exempt and current.country == fields["country"]
         return tax_profile_set(
             tenant=tenant,
-            country=country,
-            tax_id=tax_id or "",
-            exempt=current.exempt if current else False,
-            exempt_reason=current.exempt_reason if current else "",
+            country=fields["country"],
+            tax_id=fields["tax_id"],
+            exempt=kept,
+            exempt_reason=current.exempt_reason if kept else "",
         )
 
 

@@ -73,8 +73,9 @@ class IsTenantKeyManager(BasePermission):
 
 
 class IsFinanceOrTenantManager(BasePermission):
-    """Finance staff, or a tenant's owner or admin signed in (for their own
-    tenant). No API key: keys read, people change."""
+    """Finance staff (whichever tenant they act for), or a tenant's owner or
+    admin signed in (for their own tenant). No API key: keys read, people
+    change."""
 
     message = "only finance staff, or a tenant's owners and admins signed in, may change this"
 
@@ -82,7 +83,7 @@ class IsFinanceOrTenantManager(BasePermission):
         principal = request_principal(request)
         if principal.api_key is not None or principal.service_key is not None:
             return False
-        if principal.for_platform:
+        if principal.is_finance:
             return True
         return principal.tenant is None or principal.can_manage_keys
 

@@ -11,6 +11,7 @@ import pytest
 from audit.models import AuditEntry
 from billing.models import TaxProfile
 from tenants.choices import Role
+from tenants.services import membership_set
 from tests.conftest import client_for_key, client_for_user
 from tests.factories import make_finance_user, make_key, make_member
 
@@ -92,6 +93,10 @@ def test_an_owner_sets_their_own_through_the_api_and_never_an_exemption(world):
     for field, value in (("exempt", False), ("exempt_reason", "")):
         refused = owner.put(profile_url(world.a), {"country": "FR", field: value}, format="json")
         assert refused.status_code == 400 and refused.json()["error"]["field"] == field
+    # The profile as read, sent back unchanged: its exemption is no change.
+    read_back = owner.get(profile_url(world.a)).json()
+    again = owner.put(profile_url(world.a), read_back, format="json")
+    assert again.status_code == 200 and again.json()["exempt"] is True
     bad = owner.put(profile_url(world.a), {"country": "Germany"}, format="json")
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "country"
     other = owner.put(profile_url(world.b), {"country": "FR"}, format="json")
@@ -99,3 +104,25 @@ def test_an_owner_sets_their_own_through_the_api_and_never_an_exemption(world):
     assert not TaxProfile.objects.filter(tenant=world.b).exists()
     profile = TaxProfile.objects.get(tenant=world.a)
     assert (profile.country, profile.tax_id, profile.exempt) == ("FR", "FR40303265045", True)
+
+
+def test_moving_to_another_country_ends_an_exemption_that_rests_on_the_first(world):
+    finance = client_for_user(make_finance_user())
+    granted = {"country": "FR", "exempt": True, "exempt_reason": "Charity, art. 261-7"}
+    assert finance.put(profile_url(world.a), granted, format="json").status_code == 200
+    owner = client_for_user(make_member(world.a, Role.ADMIN).user)
+    assert owner.post("/invoices/tax-details", {"country": "BE"}).status_code == 302
+    profile = TaxProfile.objects.get(tenant=world.a)
+    assert (profile.country, profile.exempt, profile.exempt_reason) == ("BE", False, "")
+
+
+def test_finance_staff_who_are_also_members_keep_finance_powers(world):
+    """Finance staff acting for a tenant they belong to still set any
+    tenant's profile, exemption included."""
+    staff = make_finance_user()
+    membership_set(tenant=world.a, user=staff, role=Role.VIEWER)
+    client = client_for_user(staff)
+    granted = {"country": "FR", "exempt": True, "exempt_reason": "Charity, art. 261-7"}
+    answer = client.put(profile_url(world.b), granted, format="json")
+    assert answer.status_code == 200, answer.content
+    assert TaxProfile.objects.get(tenant=world.b).exempt
