@@ -43,6 +43,33 @@ class Exchange:
     prefill_prompt: tuple[int, int] | None = None
 
 
+class EndHeld:
+    """One request's ASGI send, holding back the message that ends its
+    response (the last body) until `release`: the pipeline releases it once
+    the request's record is in the spool, so a client never holds a whole
+    answer that a gateway killed the moment after could lose. Keeping the
+    record is a write to the spool file (no fsync on this path);
+    TensorRT-LLM's timings, read from its /perf_metrics before the record
+    is made, can hold the end up to that look-up's wait."""
+
+    __slots__ = ("_end", "_send")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._end: dict | None = None
+
+    async def __call__(self, message: dict) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self._end = message
+            return
+        await self._send(message)
+
+    async def release(self) -> None:
+        end, self._end = self._end, None
+        if end is not None:
+            await self._send(end)
+
+
 class Rejected(Exception):
     """A stage turned the request away before it ran anywhere: recorded as
     rejected, then `refused` answered (None: the client is gone, nobody to

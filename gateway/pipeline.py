@@ -17,7 +17,9 @@ Rejected where the request ends:
 - record (gateway.recorder): one row for the ledger per request (per phase
   of a disaggregated one), whatever became of it, kept in the durable
   spool first; a request whose row could not be kept (a full spool) is
-  refused before anything else.
+  refused before anything else. The answer's last bytes wait for its row
+  (gateway.exchange.EndHeld): no client holds an answer its gateway's
+  death could leave unrecorded.
 
 One per gateway process, built by the process at startup
 (gateway.process)."""
@@ -32,7 +34,7 @@ from collections.abc import Sequence
 from gateway.callers import CallerCache, CallerRefused, TermsCache
 from gateway.disagg import disaggregated
 from gateway.errors import Refused
-from gateway.exchange import Exchange, Receive, Rejected
+from gateway.exchange import EndHeld, Exchange, Receive, Rejected
 from gateway.fairness import Slot
 from gateway.fleet import ReplicaInfo, Router
 from gateway.intake import authenticate, parse
@@ -130,12 +132,13 @@ class Pipeline:
             http_status=400,
             priority=caller.priority,
         )
+        held = EndHeld(send)  # the answer ends once its record is kept
         ex = Exchange(
             caller=caller,
             record=record,
             kind=kind,
             receive=receive,
-            send=send,
+            send=held,
             rid_header=rid_header,
             disconnected=ClientWatch(receive),
         )
@@ -152,8 +155,11 @@ class Pipeline:
                 await self.recording.rejected(ex, gone, queued=self.queue.holds)
         finally:
             ex.disconnected.stop()
-            if ex.hold is not None:
-                await self._settle(ex)
+            try:
+                await held.release()  # recorded (or failed on the way): the answer ends
+            finally:
+                if ex.hold is not None:
+                    await self._settle(ex)
 
     # --- admit, hold spend ---------------------------------------------------
     def _admit(self, ex: Exchange) -> None:

@@ -7,16 +7,26 @@ answer as each engine documents (tests/gateway/fake_engines.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
 from datetime import timedelta
 from decimal import Decimal
 
+import openai
 import pytest
 from django.utils import timezone
 
+from metering.models import UsageEvent
 from metering.reconciliation import reconciliation_compute
 from serving.scraper import replica_scrape
 from serving.tiny_model import MODEL_NAME
-from tests.fleet import gateway_worker, wait_for_records
+from tests.fleet import (
+    gateway_worker,
+    start_gateway,
+    stop_gateway,
+    wait_for_fleet,
+    wait_for_records,
+)
 from tests.gateway.fake_engines import OUTPUT_TOKENS, PROMPT_TOKENS, FakeEngine
 
 HELLO = [{"role": "user", "content": "hello"}]
@@ -184,3 +194,37 @@ def test_an_engine_without_token_counters_is_scraped_for_liveness_only(fleet, en
     assert sample.up and sample.prompt_tokens_total is None
     fake.stop()
     assert not replica_scrape(replica=replica).up
+
+
+def test_an_answer_ends_only_once_its_record_is_kept(fleet, engines, tmp_path):
+    """The last bytes of an answer leave the gateway only after its record
+    is in the spool, so a gateway killed the moment its client has the
+    answer has kept it. TensorRT-LLM's timings drained by another reader
+    make the widest window: the gateway looks for them for up to a second
+    before it makes the record (before, the client had its answer all that
+    while, and a kill then lost the request)."""
+    fake = engines("trtllm")
+    fake.perf_lost = True
+    fleet.add_tenant("a")
+    fleet.add_replica("r", fake.base_url, "shared", engine="trtllm")
+    env = {"GATEWAY_RECORD_FLUSH_SECONDS": "30", "GATEWAY_SPOOL_DIR": str(tmp_path / "spool")}
+    proc, url = start_gateway(env=env)
+    try:
+        wait_for_fleet(url, replicas=1)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=fleet.secrets["a"], max_retries=0)
+        answer = client.chat.completions.with_raw_response.create(
+            model=MODEL_NAME, messages=HELLO, max_tokens=3
+        )
+        assert answer.parse().usage.completion_tokens == OUTPUT_TOKENS
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # the moment the answer is in: nothing flushed
+        proc.wait(timeout=10)
+    request_id = answer.headers["x-request-id"]
+    assert not UsageEvent.objects.filter(request_id=request_id).exists()
+
+    proc, url = start_gateway(env={**env, "GATEWAY_RECORD_FLUSH_SECONDS": "0.1"})
+    try:
+        record = wait_for_records([request_id])[request_id]
+    finally:
+        stop_gateway(proc)
+    assert (record.completion_tokens, record.timing) == (OUTPUT_TOKENS, "gateway")
