@@ -52,19 +52,30 @@ class EndHeld:
     TensorRT-LLM's timings, read from its /perf_metrics before the record
     is made, can hold the end up to that look-up's wait."""
 
-    __slots__ = ("_end", "_send")
+    __slots__ = ("_end", "_send", "_start")
 
     def __init__(self, send: Send) -> None:
         self._send = send
+        self._start: dict | None = None  # the headers, sent with what follows them
         self._end: dict | None = None
 
     async def __call__(self, message: dict) -> None:
+        if message["type"] == "http.response.start":
+            self._start = message  # a whole answer's head and body leave together
+            return
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             self._end = message
             return
+        await self._head_sent()
         await self._send(message)
 
+    async def _head_sent(self) -> None:
+        start, self._start = self._start, None
+        if start is not None:
+            await self._send(start)
+
     async def release(self) -> None:
+        await self._head_sent()
         end, self._end = self._end, None
         if end is not None:
             await self._send(end)
