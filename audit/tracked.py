@@ -17,7 +17,7 @@ class Tracked:
     tenant: str = ""
     # Changed alone, these do not make an entry (use marks, health).
     ignored: tuple[str, ...] = ()
-    # Never copied into an entry.
+    # Never copied into an entry (a change of one is named in `changed`).
     redacted: tuple[str, ...] = ()
 
 
@@ -25,8 +25,8 @@ KEY_SECRETS = ("secret_hash",)
 
 TRACKED = (
     # People and their standing: who made whom finance staff (a group),
-    # staff or superuser (a sign-in alone, last_login, makes no entry; the
-    # password hash is never copied, so a change of it alone makes none).
+    # staff or superuser, who set whose password (named as changed, its
+    # hash never copied); a sign-in alone (last_login) makes no entry.
     Tracked("auth_user", ignored=("last_login",), redacted=("password",)),
     Tracked("auth_user_groups"),
     # Tenants, their members, keys and policies (budgets among them).

@@ -32,9 +32,10 @@ BEGIN
   IF TG_OP <> 'DELETE' THEN after_row := to_jsonb(NEW) - redacted; END IF;
   one_row := coalesce(after_row, before_row);
   IF TG_OP = 'UPDATE' THEN
+    -- A redacted column's change is named, never its values.
     SELECT array_agg(n.key ORDER BY n.key) INTO changed_columns
-      FROM jsonb_each(after_row) AS n
-     WHERE n.value IS DISTINCT FROM before_row -> n.key AND NOT (n.key = ANY (ignored));
+      FROM jsonb_each(to_jsonb(NEW)) AS n
+     WHERE n.value IS DISTINCT FROM to_jsonb(OLD) -> n.key AND NOT (n.key = ANY (ignored));
     IF changed_columns IS NULL THEN RETURN NULL; END IF;
   END IF;
   IF tenant_source LIKE '%.%' THEN

@@ -94,6 +94,25 @@ def test_finance_voiding_an_invoice_through_the_api_is_recorded(issued, world, a
     assert entry.request == f"POST /api/v1/invoices/{invoice.pk}/status"
 
 
+def test_a_password_set_in_the_admin_is_named_and_its_hash_never_copied(client):
+    admin = make_finance_user(username="root", is_staff=True, is_superuser=True)
+    person = make_finance_user(username="fay")
+    client.force_login(admin)
+    before = AuditEntry.objects.order_by("-id").values_list("id", flat=True).first()
+    answer = client.post(
+        f"/admin/auth/user/{person.pk}/password/",
+        {"password1": "a-new-long-password-7", "password2": "a-new-long-password-7"},
+    )
+    assert answer.status_code == 302, answer.content[:300]
+
+    entries = recorded(table="auth_user", row_id=str(person.pk), id__gt=before)
+    assert [(e.action, e.actor, e.via, e.changed) for e in entries] == [
+        ("update", "root", "admin", ["password"])
+    ]
+    [entry] = entries
+    assert "password" not in entry.before and "password" not in entry.after
+
+
 def test_a_change_in_the_admin_is_recorded_as_the_admins(client):
     admin = make_finance_user(username="root", is_staff=True, is_superuser=True)
     client.force_login(admin)
