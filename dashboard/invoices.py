@@ -106,7 +106,7 @@ def tax_details(request):
     """A tenant's owners and admins set its country and VAT/GST id; a bad
     one re-shows the page with a 400 naming the field, nothing written."""
     principal = principal_for_session(request)
-    if principal.for_platform or principal.tenant is None or not principal.can_manage_keys:
+    if not principal.can_manage_keys:  # finance staff set profiles on /finance/tax/
         raise PermissionDenied
     try:
         profile = tax_details_set(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
+from functools import cache
 from urllib.parse import urlsplit
 
 import httpcore
@@ -75,12 +77,18 @@ def pinned_transport(host: str, address: str) -> httpx.HTTPTransport:
     the certificate against `host`). An egress proxy from the environment
     (HTTPS_PROXY), where the operator sets one, is used instead: the proxy
     then resolves, as the operator's egress control."""
-    transport = httpx.HTTPTransport()
+    context = _ssl_context()
+    transport = httpx.HTTPTransport(verify=context)
     transport._pool = httpcore.ConnectionPool(  # httpx offers no resolver hook
-        ssl_context=httpx.create_ssl_context(),
-        network_backend=_PinnedBackend(host, address),
+        ssl_context=context, network_backend=_PinnedBackend(host, address)
     )
     return transport
+
+
+@cache
+def _ssl_context() -> ssl.SSLContext:
+    """The CA bundle loaded once per process, not per attempt."""
+    return httpx.create_ssl_context()
 
 
 def _checked(url: str) -> tuple[str, list[ipaddress.IPv4Address | ipaddress.IPv6Address]]:

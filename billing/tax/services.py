@@ -75,14 +75,10 @@ def tax_details_set(*, tenant: Tenant, country: str | None, tax_id: str | None) 
     with transaction.atomic():
         current = TaxProfile.objects.select_for_update().filter(tenant=tenant).first()
         fields = tax_profile_checked(country=country, tax_id=tax_id or "")
-        kept = current is not None and current.exempt and current.country == fields["country"]
-        return tax_profile_set(
-            tenant=tenant,
-            country=fields["country"],
-            tax_id=fields["tax_id"],
-            exempt=kept,
-            exempt_reason=current.exempt_reason if kept else "",
-        )
+        if current is not None and current.exempt and current.country == fields["country"]:
+            fields.update(exempt=True, exempt_reason=current.exempt_reason)
+        profile, _ = TaxProfile.objects.update_or_create(tenant=tenant, defaults=fields)
+        return profile
 
 
 def tax_profile_clear(*, tenant: Tenant) -> None:

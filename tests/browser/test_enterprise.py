@@ -30,6 +30,25 @@ def sign_in(browser, live_server, username: str) -> None:
     )
 
 
+def form_sent(browser, testid: str, **values: str) -> None:
+    """Fill the form `testid`'s fields with `values` (each cleared first) and submit it."""
+    form = browser.find_element(By.CSS_SELECTOR, f"[data-testid={testid}]")
+    for name, value in values.items():
+        field = form.find_element(By.NAME, name)
+        field.clear()
+        field.send_keys(value)
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
+
+def tax_error(browser) -> str:
+    """The text of the tax form's error, once the page shows it."""
+    return (
+        WebDriverWait(browser, 10)
+        .until(ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=tax-error]")))
+        .text
+    )
+
+
 @pytest.fixture
 def people(transactional_db):
     finance = make_finance_user(username="fran")
@@ -112,14 +131,8 @@ def test_finance_sets_tax_on_the_tax_page_and_a_bad_id_names_its_field(
     WebDriverWait(browser, 10).until(
         ec.text_to_be_present_in_element((By.CSS_SELECTOR, "[data-testid=tax-rates]"), "19%")
     )
-    form = browser.find_element(By.CSS_SELECTOR, "[data-testid=tax-profile-form]")
-    form.find_element(By.NAME, "country").send_keys("DE")
-    form.find_element(By.NAME, "tax_id").send_keys("FR123456789")
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    error = WebDriverWait(browser, 10).until(
-        ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=tax-error]"))
-    )
-    assert error.text.startswith("tax_id: an EU VAT id for DE starts with DE")
+    form_sent(browser, "tax-profile-form", country="DE", tax_id="FR123456789")
+    assert tax_error(browser).startswith("tax_id: an EU VAT id for DE starts with DE")
     assert not TaxProfile.objects.exists()
     shots(browser, "tax")
     rate = TaxRate.objects.get()
@@ -133,21 +146,11 @@ def test_a_tenants_owner_sets_their_tax_details_on_the_invoices_page(
 
     sign_in(browser, live_server, "olga")
     browser.get(f"{live_server.url}/invoices/")
-    form = browser.find_element(By.CSS_SELECTOR, "[data-testid=tax-details-form]")
-    form.find_element(By.NAME, "country").send_keys("DE")
-    form.find_element(By.NAME, "tax_id").send_keys("FR123456789")
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    error = WebDriverWait(browser, 10).until(
-        ec.presence_of_element_located((By.CSS_SELECTOR, "[data-testid=tax-error]"))
-    )
-    assert error.text.startswith("tax_id: an EU VAT id for DE starts with DE")
+    form_sent(browser, "tax-details-form", country="DE", tax_id="FR123456789")
+    assert tax_error(browser).startswith("tax_id: an EU VAT id for DE starts with DE")
     assert not TaxProfile.objects.exists()
 
-    form = browser.find_element(By.CSS_SELECTOR, "[data-testid=tax-details-form]")
-    tax_id = form.find_element(By.NAME, "tax_id")
-    tax_id.clear()
-    tax_id.send_keys("DE123456789")
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    form_sent(browser, "tax-details-form", country="DE", tax_id="DE123456789")
     WebDriverWait(browser, 10).until(
         ec.text_to_be_present_in_element(
             (By.CSS_SELECTOR, "[data-testid=tax-details]"), "DE123456789"

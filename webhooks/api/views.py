@@ -8,12 +8,11 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.exceptions import PermissionDenied
-from rest_framework.permissions import BasePermission
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_errors import validated
-from tenants.api.permissions import request_principal, require_tenant
+from tenants.api.permissions import IsFinanceOrTenantManager, request_principal, require_tenant
 from tenants.models import Tenant
 from webhooks.api import serializers as s
 from webhooks.selectors import (
@@ -34,19 +33,17 @@ from webhooks.services import (
 TAGS = ["webhooks"]
 
 
-class IsWebhookManager(BasePermission):
-    """Finance staff (the operator's endpoints), or a tenant's owner or
-    admin signed in (their tenant's). No API key manages webhooks."""
+class IsWebhookManager(IsFinanceOrTenantManager):
+    """Finance staff acting for the platform (the operator's endpoints), or
+    a tenant's owner or admin signed in (their tenant's: finance staff
+    acting for a tenant they belong to manage its webhooks as its member).
+    No API key manages webhooks."""
 
     message = "only finance staff, or a tenant's owners and admins signed in, manage webhooks"
 
-    def has_permission(self, request, view) -> bool:
-        principal = request_principal(request)
-        if principal.api_key is not None or principal.service_key is not None:
-            return False
-        if principal.for_platform:
-            return True
-        return principal.tenant is None or principal.can_manage_keys
+    @staticmethod
+    def as_finance(principal) -> bool:
+        return principal.for_platform
 
 
 def managed_tenant(request) -> Tenant | None:
