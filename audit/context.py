@@ -87,7 +87,10 @@ def acting_as(actor: Actor | Callable[[], Actor]) -> Iterator[None]:
     stack.append(block)
 
     def before_first_write(execute, sql, params, many, context):
-        if not block and not sql.lstrip().upper().startswith(_READS):
+        # A composed statement (psycopg.sql: DDL such as a new partition)
+        # is never one of the plain reads.
+        text = sql if isinstance(sql, str) else ""
+        if not block and not text.lstrip().upper().startswith(_READS):
             block.append(actor() if callable(actor) else actor)
             _apply(context["cursor"], block[0])
         return execute(sql, params, many, context)

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import import_module
 
 import pytest
+import time_machine
 from django.apps import apps as global_apps
 from django.db import connections
 from django.db.backends.signals import connection_created
@@ -38,6 +40,28 @@ MARKERS_BY_FIXTURE = {
 
 def pytest_configure(config) -> None:
     redis_per_worker()
+    config.addinivalue_line(
+        "markers", "real_clock: the test reads the machine's own clock (not the pinned one)"
+    )
+
+
+# The suite's "now": the tests' dates (October 2026 closed, November open)
+# are written against it, so no test depends on the day it runs. Tests that
+# start processes of their own (marked slow: a gateway, a worker, a server)
+# share the machine's clock with them and build their dates from it; the
+# month's boundaries have tests of their own (tests/metering/test_month_edges.py).
+PINNED_NOW = datetime(2026, 11, 28, 10, 30, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def pinned_clock(request):
+    """Every in-process test runs at PINNED_NOW (the clock ticks on from
+    there); `clock.move_to(...)` sets another instant."""
+    if request.node.get_closest_marker("slow") or request.node.get_closest_marker("real_clock"):
+        yield None
+        return
+    with time_machine.travel(PINNED_NOW, tick=True) as traveller:
+        yield traveller
 
 
 def pytest_collection_modifyitems(items) -> None:

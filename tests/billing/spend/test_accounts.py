@@ -220,6 +220,7 @@ def test_rounding_never_lets_spend_past_the_limit(make_spend):
     run(scenario, make_spend())
 
 
+@pytest.mark.real_clock  # Redis's account reads Redis's own TIME: the machine's clock
 def test_the_ledger_replaces_the_count_of_the_hours_before_its_cut_once(make_spend):
     now = this_hour()
 
