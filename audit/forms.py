@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 
 from audit.choices import Action, Via
 from audit.selectors import AuditQuery, subjects
+from core.forms import SupportedDayField
 
 
 def _choices(values) -> list[tuple[str, str]]:
@@ -17,8 +18,8 @@ def _choices(values) -> list[tuple[str, str]]:
 
 
 class AuditFilterForm(forms.Form):
-    since = forms.DateField(required=False, help_text="from this day (UTC), inclusive")
-    until = forms.DateField(required=False, help_text="to this day (UTC), inclusive")
+    since = SupportedDayField(required=False, help_text="from this day (UTC), inclusive")
+    until = SupportedDayField(required=False, help_text="to this day (UTC), inclusive")
     actor = forms.CharField(required=False, max_length=200)
     table = forms.ChoiceField(required=False)
     action = forms.ChoiceField(required=False, choices=_choices(Action.choices))

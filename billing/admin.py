@@ -42,6 +42,7 @@ from billing.models import (
     VolumeTier,
 )
 from billing.tax.services import tax_profile_checked, tax_rate_checked
+from core.plain_decimal import PLAIN_DECIMALS
 
 
 class CostRateForm(forms.ModelForm):
@@ -101,6 +102,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(CostRate)
 class CostRateAdmin(admin.ModelAdmin):
+    formfield_overrides = PLAIN_DECIMALS
     form = CostRateForm
     list_display = CostRate.INPUT_FIELDS[:-1]
     list_filter = ["component", "pool", "scenario"]
@@ -136,6 +138,7 @@ class FxRateAdmin(admin.ModelAdmin):
     """Dated FX rates margin reports convert revenue with (billing.reports.fx); a
     file of reference rates goes in with `manage.py fx_rates_import`."""
 
+    formfield_overrides = PLAIN_DECIMALS
     form = FxRateForm
     list_display = ["date", "base", "quote", "rate", "source", "created_by"]
     list_filter = ["base", "quote", "source"]
@@ -202,24 +205,28 @@ class CostAllocationAdmin(ReadOnlyAdmin):
 
 
 class ModelPriceInline(admin.TabularInline):
+    formfield_overrides = PLAIN_DECIMALS
     model = ModelPrice
     extra = 0
 
 
 @admin.register(PriceBook)
 class PriceBookAdmin(admin.ModelAdmin):
+    formfield_overrides = PLAIN_DECIMALS
     list_display = ["name", "version", "tier", "currency", "effective_from", "effective_to"]
     list_filter = ["name", "tier"]
     inlines = [ModelPriceInline]
 
 
 class VolumeTierInline(admin.TabularInline):
+    formfield_overrides = PLAIN_DECIMALS
     model = VolumeTier
     extra = 0
 
 
 @admin.register(ModelPrice)
 class ModelPriceAdmin(admin.ModelAdmin):
+    formfield_overrides = PLAIN_DECIMALS
     list_display = [
         "book",
         "served_model",
@@ -234,6 +241,7 @@ class ModelPriceAdmin(admin.ModelAdmin):
 
 @admin.register(Plan)
 class PlanAdmin(admin.ModelAdmin):
+    formfield_overrides = PLAIN_DECIMALS
     list_display = ["name", "currency", "minimum_commit", "discount_percent"]
 
 
@@ -245,6 +253,7 @@ class SubscriptionAdmin(admin.ModelAdmin):
 
 @admin.register(CreditGrant)
 class CreditGrantAdmin(admin.ModelAdmin):
+    formfield_overrides = PLAIN_DECIMALS
     list_display = ["tenant", "amount", "currency", "granted_at", "expires_at", "priority"]
 
 
@@ -288,6 +297,7 @@ class TaxRateAdmin(admin.ModelAdmin):
     """Dated rates per jurisdiction: a rate is never edited (issued invoices
     name it); a new one takes over from its day."""
 
+    formfield_overrides = PLAIN_DECIMALS
     form = TaxRateForm
     list_display = ["country", "name", "percent", "valid_from", "stripe_tax_rate_id"]
     list_filter = ["country"]
@@ -390,6 +400,7 @@ class StripeEventAdmin(ReadOnlyAdmin):
 
 
 class SlaCreditRuleInline(admin.TabularInline):
+    formfield_overrides = PLAIN_DECIMALS
     model = SlaCreditRule
     extra = 0
 
@@ -400,6 +411,7 @@ class SloPolicyAdmin(admin.ModelAdmin):
     A change applies to invoices rated from then on (drafts rebuilt
     included); finalized invoices keep what they said."""
 
+    formfield_overrides = PLAIN_DECIMALS
     list_display = [
         "name",
         "plan",

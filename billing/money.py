@@ -5,25 +5,21 @@ nano-units (core.nanos)."""
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal
+
+from core.currencies import MINOR_EXPONENT, minor_exponent  # noqa: F401  (billing's names)
+from core.errors import InputError
+from core.plain_decimal import plain_decimal
 
 # Decimal fields that hold intermediate costs (invariant 1: at least 9 places).
 COST = {"max_digits": 28, "decimal_places": 9}
+# Digits of an amount typed in minor units: its integer fits a bigint.
+MINOR_DIGITS = 18
 
 
-# ISO 4217 minor units where they are not 2 (Stripe's zero-decimal list).
-MINOR_EXPONENT = {
-    "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "JPY": 0, "KMF": 0, "KRW": 0, "MGA": 0,
-    "PYG": 0, "RWF": 0, "UGX": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
-    "BHD": 3, "JOD": 3, "KWD": 3, "OMR": 3, "TND": 3,
-}  # fmt: skip
 # The one rounding of an invoice line (invariant 1): half to even, so that
 # over many lines rounding neither favours the platform nor the tenant.
 LINE_ROUNDING = ROUND_HALF_EVEN
-
-
-def minor_exponent(currency: str) -> int:
-    return MINOR_EXPONENT.get(currency.upper(), 2)
 
 
 def to_minor(amount: Decimal, currency: str) -> int:
@@ -61,17 +57,11 @@ def price_format(price: Decimal, currency: str) -> str:
 
 
 def minor_parse(text: str, currency: str, *, field: str) -> int:
-    """An amount typed by a person ("12.50") as minor units; more decimal
-    places than the currency has, or not a positive number, is refused."""
-    from billing.errors import BillingInputError
-
-    try:
-        amount = Decimal(text.strip().replace(",", ""))
-    except (InvalidOperation, AttributeError):
-        raise BillingInputError(field, f"{text!r} is not an amount") from None
-    if not amount.is_finite() or amount <= 0:
-        raise BillingInputError(field, "must be a positive amount")
-    exponent = minor_exponent(currency)
-    if amount != amount.quantize(Decimal(1).scaleb(-exponent)):
-        raise BillingInputError(field, f"{currency} has {exponent} decimal places")
-    return int(amount.scaleb(exponent))
+    """An amount typed by a person ("12.50", "1,450") as minor units,
+    read by the one parser (core.plain_decimal): more decimal places than
+    the currency has, an exponent, an ambiguous comma, too many digits or
+    not a positive amount is an InputError naming `field`."""
+    amount = plain_decimal(text, field=field, currency=currency, max_digits=MINOR_DIGITS)
+    if amount <= 0:
+        raise InputError(field, "must be a positive amount")
+    return int(amount.scaleb(minor_exponent(currency)))

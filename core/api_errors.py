@@ -9,13 +9,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError
-from django.http import Http404, JsonResponse
+from django.http import Http404, JsonResponse, QueryDict
 from rest_framework import exceptions, serializers, status
 from rest_framework.fields import get_error_detail
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -28,10 +29,39 @@ logger = logging.getLogger(__name__)
 
 def validated(serializer_class, data, **kwargs) -> dict:
     """`data` through an input serializer: its validated data, or a 400
-    naming each offending field (raised)."""
+    naming each offending field (raised). A request's body (a dict or list:
+    the API parses JSON only) may carry no field the serializer does not
+    take, nested ones included: a misspelt field ("drafts" for "finalize")
+    is a 400 naming it, never ignored in favour of a default. A query
+    string (a QueryDict) may carry others."""
     serializer = serializer_class(data=data, **kwargs)
+    if not isinstance(data, QueryDict):
+        unknown = {
+            name: [f"unknown field: this request takes {', '.join(taken) or 'none'}"]
+            for name, taken in unknown_fields(serializer, data)
+        }
+        if unknown:
+            raise exceptions.ValidationError(unknown)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
+
+
+def unknown_fields(field, data, *, path: str | None = None):
+    """(name, the names taken there) for each key of `data`, at any depth,
+    that `field` (a serializer) has no field for; names as the API's
+    errors give them (nested ones joined with dots, list items by index)."""
+    if isinstance(field, serializers.ListSerializer | serializers.ListField):
+        if isinstance(data, list):
+            for index, item in enumerate(data):
+                yield from unknown_fields(field.child, item, path=_join(path, str(index)))
+    elif isinstance(field, serializers.Serializer) and isinstance(data, Mapping):
+        fields = field.fields
+        for key, value in data.items():
+            name = _join(path, str(key))
+            if key in fields:
+                yield from unknown_fields(fields[key], value, path=name)
+            else:
+                yield name, sorted(n for n, f in fields.items() if not f.read_only)
 
 
 class Conflict(exceptions.APIException):

@@ -82,6 +82,11 @@ def _in_utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
+def hour_start(moment: datetime) -> datetime:
+    """The start (UTC) of the UTC hour `moment` falls in."""
+    return _in_utc(moment).replace(minute=0, second=0, microsecond=0)
+
+
 def day_start(moment: datetime) -> datetime:
     """Midnight (UTC) of the UTC day `moment` falls on."""
     return _in_utc(moment).replace(hour=0, minute=0, second=0, microsecond=0)

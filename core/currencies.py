@@ -27,6 +27,20 @@ ISO_4217 = frozenset({
 })  # fmt: skip
 
 
+# ISO 4217 minor units where they are not 2 (Stripe's zero-decimal list):
+# the decimal places an amount typed in the currency may have
+# (core.plain_decimal) and an invoice's minor units (billing.money).
+MINOR_EXPONENT = {
+    "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "JPY": 0, "KMF": 0, "KRW": 0, "MGA": 0,
+    "PYG": 0, "RWF": 0, "UGX": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
+    "BHD": 3, "JOD": 3, "KWD": 3, "OMR": 3, "TND": 3,
+}  # fmt: skip
+
+
+def minor_exponent(currency: str) -> int:
+    return MINOR_EXPONENT.get(currency.upper(), 2)
+
+
 def currency_is_iso(code: object) -> bool:
     return isinstance(code, str) and code in ISO_4217
 

@@ -8,10 +8,10 @@ message", its first error."""
 
 from __future__ import annotations
 
-from datetime import UTC, timedelta
+from datetime import timedelta
 
 from django import forms
-from django.utils import timezone
+from django.core.exceptions import ValidationError
 
 from billing.choices import (
     INVOICE_TARGET_STATUSES,
@@ -19,11 +19,14 @@ from billing.choices import (
     SlaAdjustmentAction,
     SloMetric,
 )
-from billing.errors import BillingInputError
+from billing.costs.runs import allocation_period
 from billing.money import minor_parse
+from core.errors import InputError
 from core.forms import UtcDayField
+from core.plain_decimal import PlainDecimalField
 
 CREDIT_NOTE = "credit_note"
+RUN_FIELDS = {"start": "first_day", "end": "last_day"}  # a run's fields, as the form names them
 
 
 def form_error(form: forms.Form) -> str:
@@ -34,8 +37,9 @@ def form_error(form: forms.Form) -> str:
 
 class AllocationRunForm(forms.Form):
     """Whole UTC days to allocate: cleaned to `start` (the first day 00:00)
-    and `end` (the day after the last day 00:00, cut at the current hour:
-    hours still to come have nothing to allocate yet)."""
+    and `end` (the day after the last day 00:00), cut as every run is
+    (billing.costs.runs.allocation_period: at the current hour, hours
+    still to come having nothing to allocate yet)."""
 
     first_day = UtcDayField()
     last_day = UtcDayField()
@@ -45,16 +49,18 @@ class AllocationRunForm(forms.Form):
         start, last_day = cleaned.get("first_day"), cleaned.get("last_day")
         if start is None or last_day is None:
             return cleaned
-        now_hour = timezone.now().astimezone(UTC).replace(minute=0, second=0, microsecond=0)
         if last_day < start:
             self.add_error("last_day", "must be on or after first_day")
-        elif start >= now_hour:
-            self.add_error("first_day", "must be before the current hour")
-        else:
-            # min(last_day + a day, now_hour), cut before adding the day:
-            # 9999-12-31 has no day after it.
-            end = min(last_day, now_hour - timedelta(days=1)) + timedelta(days=1)
-            cleaned["start"], cleaned["end"] = start, end
+            return cleaned
+        try:
+            # The days are in the supported span (UtcDayField), so the day
+            # after the last one exists.
+            cleaned["start"], cleaned["end"] = allocation_period(
+                start=start, end=last_day + timedelta(days=1)
+            )
+        except ValidationError as error:
+            for field, problems in error.message_dict.items():
+                self.add_error(RUN_FIELDS.get(field, field), problems[0])
         return cleaned
 
 
@@ -94,7 +100,7 @@ class InvoiceActionForm(forms.Form):
             return None
         try:
             return minor_parse(self.cleaned_data["amount"], self.currency, field="amount")
-        except BillingInputError as error:
+        except InputError as error:
             raise forms.ValidationError(error.message) from None
 
 
@@ -105,7 +111,7 @@ class SlaCreditForm(forms.Form):
 
     metric = forms.ChoiceField(choices=SloMetric.choices)
     action = forms.ChoiceField(choices=SlaAdjustmentAction.choices)
-    credit_percent = forms.DecimalField(required=False, max_digits=5, decimal_places=2)
+    credit_percent = PlainDecimalField(required=False, max_digits=5, decimal_places=2, min_value=0)
     reason = forms.CharField(required=False, strip=False)
 
 

@@ -18,7 +18,7 @@ from billing.invoicing.finalizing import finalize_early_request
 from billing.invoicing.runs import invoice_run_create
 from billing.tasks import allocation_run_enqueue, invoice_run_enqueue
 from dashboard.costs import costs_page
-from dashboard.forms import AllocationRunForm, InvoiceRunForm, form_error
+from dashboard.forms import RUN_FIELDS, AllocationRunForm, InvoiceRunForm, form_error
 from dashboard.invoices import invoices_page
 from tenants.access import finance_staff_required
 
@@ -38,7 +38,7 @@ def allocation_run_start(request):
         return costs_page(request, error=f"{error.field}: {error.message}", http_status=400)
     except ValidationError as error:
         field, problems = next(iter(error.message_dict.items()))
-        field = {"start": "first_day", "end": "last_day"}.get(field, field)
+        field = RUN_FIELDS.get(field, field)
         return costs_page(request, error=f"{field}: {problems[0]}", http_status=400)
     messages.success(
         request,

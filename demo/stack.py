@@ -192,10 +192,12 @@ def pipeline_run() -> dict:
     grace = timedelta(seconds=settings.METERING["ATTRIBUTION_GRACE_SECONDS"])
     metered = timed("attribution", lambda: metering_run(now=now + grace + timedelta(hours=1)))
     next_hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    today = day_start(now)
+    # Today's hours so far (a run stops at the current hour); just after
+    # midnight, yesterday's.
+    first = day_start(now - timedelta(hours=1))
     allocation = timed(
         "allocation",
-        lambda: allocation_run_execute(run_id=allocation_run_create(start=today, end=next_hour).pk),
+        lambda: allocation_run_execute(run_id=allocation_run_create(start=first, end=next_hour).pk),
     )
     drafts = timed(
         "invoices",

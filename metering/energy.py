@@ -24,3 +24,9 @@ def energy_day_replace(
             f"COPY {table} ({', '.join(COLUMNS)}) FROM STDIN WITH (FORMAT csv)"
         ) as copy:
             copy.write(csv)
+
+
+def energy_hours_clear(*, after: datetime) -> None:
+    """Delete the energy hours at and after `after` (hours that had not
+    happened when they were written), in the caller's transaction."""
+    EnergyHour.objects.filter(hour__gte=after).delete()

@@ -15,6 +15,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api_decimal import PlainDecimalField
 from core.api_download import document_response
 from core.api_errors import validated
 from core.api_time import SupportedDateTimeField
@@ -103,7 +104,7 @@ class GpusIn(serializers.Serializer):
 class PriceChangeIn(serializers.Serializer):
     tier = serializers.ChoiceField(choices=Tier.choices)
     model = serializers.CharField()
-    percent = serializers.DecimalField(
+    percent = PlainDecimalField(
         max_digits=6, decimal_places=2, min_value=Decimal("-99.99"), max_value=1000
     )
 
@@ -145,7 +146,7 @@ class PlanRunIn(serializers.Serializer):
         default="95",
         help_text="The demand GPUs are sized for: a band's top or the point.",
     )
-    headroom_percent = serializers.DecimalField(
+    headroom_percent = PlainDecimalField(
         max_digits=5,
         decimal_places=2,
         min_value=0,
@@ -153,7 +154,7 @@ class PlanRunIn(serializers.Serializer):
         default=20,
         help_text="Added to the demand a pool is sized for.",
     )
-    target_margin_percent = serializers.DecimalField(
+    target_margin_percent = PlainDecimalField(
         max_digits=5,
         decimal_places=2,
         min_value=-100,

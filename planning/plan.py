@@ -322,7 +322,7 @@ def _today_prices(
     """Today's list prices of a tier's model (volume tiers aside), changed
     by `percent` (a what-if), and its book's reservation and dedicated
     fees, in `currency`; None without one."""
-    books = price_books(tier=tier, start=moment, end=moment + timedelta(hours=1))
+    books = price_books(tier=tier, currency=currency, start=moment, end=moment + timedelta(hours=1))
     book = books.at(moment)
     price = books.price(book, model_id) if book else None
     if price is None:

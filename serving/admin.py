@@ -5,6 +5,7 @@ from django.forms.models import BaseInlineFormSet
 from django.utils import timezone
 
 from core.errors import InputError
+from core.plain_decimal import PLAIN_DECIMALS
 from serving.gpu_shares import Share
 from serving.models import (
     Gpu,
@@ -24,6 +25,7 @@ from serving.services import replica_gpu_shares_checked, replica_gpu_shares_set
 
 @admin.register(GpuSku)
 class GpuSkuAdmin(admin.ModelAdmin):
+    formfield_overrides = PLAIN_DECIMALS
     list_display = [
         "name",
         "memory_gb",
@@ -45,12 +47,14 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(GridIntensity)
 class GridIntensityAdmin(admin.ModelAdmin):
+    formfield_overrides = PLAIN_DECIMALS
     list_display = ["site", "period", "start", "g_per_kwh", "source"]
     list_filter = ["site", "period"]
 
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
+    formfield_overrides = PLAIN_DECIMALS
     list_display = [
         "serial",
         "sku",
@@ -73,6 +77,7 @@ class PoolAdmin(admin.ModelAdmin):
 
 @admin.register(ServedModel)
 class ServedModelAdmin(admin.ModelAdmin):
+    formfield_overrides = PLAIN_DECIMALS
     list_display = ["name", "task", "chars_per_token", "max_context_tokens"]
     list_filter = ["task"]
     search_fields = ["name"]

@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from core.currencies import currency_validate
+from core.fields import SupportedDateField, SupportedDateTimeField
 from serving.choices import (
     Concurrency,
     Engine,
@@ -94,7 +95,7 @@ class Gpu(models.Model):
     serial = models.CharField(max_length=100, unique=True)
     sku = models.ForeignKey(GpuSku, on_delete=models.PROTECT, related_name="gpus")
     node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="gpus")
-    in_service_date = models.DateField()
+    in_service_date = SupportedDateField()
     capex = models.DecimalField(**MONEY, null=True, blank=True)
     useful_life_months = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(240)]
@@ -368,8 +369,8 @@ class Reservation(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="reservations")
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="reservations")
     gpu_count = models.PositiveIntegerField()
-    start = models.DateTimeField()
-    end = models.DateTimeField()
+    start = SupportedDateTimeField()
+    end = SupportedDateTimeField()
 
     class Meta:
         ordering = ["-start"]

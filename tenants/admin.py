@@ -1,14 +1,37 @@
 """Admin for tenants. API key secrets and hashes are never shown; keys are
 created where the secret can be shown once (API, portal, seed_demo)."""
 
+from django import forms
 from django.contrib import admin, messages
 from django.utils import timezone
 
+from core.errors import InputError
+from core.plain_decimal import PLAIN_DECIMALS
 from tenants.models import ApiKey, Membership, ServiceKey, Tenant, TenantPolicy
+
+
+class TenantPolicyForm(forms.ModelForm):
+    """A policy as the admin edits it: its budget typed as a plain decimal
+    (PLAIN_DECIMALS) in the tenant's billing currency, checked as the
+    API's (tenants.services.budget_parse): 1.5 JPY is refused."""
+
+    def clean(self):
+        from tenants.services import budget_parse
+
+        cleaned = super().clean()
+        tenant, budget = cleaned.get("tenant"), cleaned.get("monthly_budget")
+        if isinstance(tenant, Tenant) and budget is not None:
+            try:
+                cleaned["monthly_budget"] = budget_parse(budget, currency=tenant.billing_currency)
+            except InputError as error:
+                self.add_error("monthly_budget", error.message)
+        return cleaned
 
 
 class TenantPolicyInline(admin.StackedInline):
     model = TenantPolicy
+    form = TenantPolicyForm
+    formfield_overrides = PLAIN_DECIMALS
     can_delete = False
 
 
@@ -89,6 +112,8 @@ class TenantPolicyAdmin(admin.ModelAdmin):
     ]
     list_filter = ["priority_class"]
     search_fields = ["tenant__name", "tenant__slug"]
+    form = TenantPolicyForm
+    formfield_overrides = PLAIN_DECIMALS
 
 
 @admin.register(ServiceKey)

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length
 
+from core.fields import CurrencyField, SupportedDateTimeField
 from tenants.choices import PriorityClass, Role, Scope, ServiceScope, TenantStatus, Tier
 from tenants.keys import KEY_PREFIX, SERVICE_KEY_PREFIX
 
@@ -27,7 +28,7 @@ class Tenant(models.Model):
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=63, unique=True)
     tier = models.CharField(max_length=16, choices=Tier.choices, default=Tier.SHARED)
-    billing_currency = models.CharField(max_length=3, default="USD", help_text="ISO 4217 code")
+    billing_currency = CurrencyField(default="USD", help_text="ISO 4217 code")
     status = models.CharField(
         max_length=16, choices=TenantStatus.choices, default=TenantStatus.ACTIVE
     )
@@ -112,7 +113,7 @@ class ApiKey(HashedKey):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     scopes = ArrayField(models.CharField(max_length=32, choices=Scope.choices))
-    expires_at = models.DateTimeField(null=True, blank=True)
+    expires_at = SupportedDateTimeField(null=True, blank=True)
     revoked_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -16,6 +16,7 @@ from django.utils.text import slugify
 from core.calendar import OUT_OF_RANGE, moment_supported
 from core.changes import terms_changed
 from core.errors import InputError
+from core.plain_decimal import plain_decimal
 from tenants.choices import FINANCE_GROUP, Role, Scope, ServiceScope, TenantStatus, Tier
 from tenants.errors import AuthenticationError, LastOwnerError, TenantSuspendedError
 from tenants.keys import (
@@ -323,6 +324,21 @@ def policy_budget_unblock(*, tenant: Tenant) -> bool:
     return changed
 
 
+def budget_parse(value: str | Decimal, *, currency: str) -> Decimal:
+    """A monthly budget as typed or read (API, admin), in the tenant's
+    billing currency: a plain decimal of no more places than the
+    currency's minor units (1.5 JPY is refused), 0 or more, or an
+    InputError naming monthly_budget."""
+    stored = TenantPolicy._meta.get_field("monthly_budget")
+    return plain_decimal(
+        value,
+        field="monthly_budget",
+        places=stored.decimal_places,
+        max_digits=stored.max_digits,
+        currency=currency,
+    )
+
+
 def policy_budget_set(
     *,
     tenant: Tenant,
@@ -335,9 +351,7 @@ def policy_budget_set(
     (gateway.terms_signals tells it as this commits)."""
     policy = tenant.policy
     if monthly_budget is not None:
-        monthly_budget = Decimal(monthly_budget)
-        if not monthly_budget.is_finite() or monthly_budget < 0:
-            raise InputError("monthly_budget", f"a budget cannot be {monthly_budget}")
+        monthly_budget = budget_parse(monthly_budget, currency=tenant.billing_currency)
     soft = policy.budget_soft_percent if soft_percent is None else soft_percent
     hard = policy.budget_hard_percent if hard_percent is None else hard_percent
     if not 0 < soft <= 1000:

@@ -12,6 +12,7 @@ from billing.choices import CostComponent, RateBasis
 from billing.costs.scenarios import COMPARE_BY
 from billing.costs.selectors import GROUP_KEYS
 from billing.models import AllocationRun, CostPeriodReopening, CostRate, CostScenario
+from core.api_decimal import PlainDecimalField
 from core.api_query import QueryIn, range_help, range_validated
 from core.api_time import SupportedDateTimeField
 from serving.choices import IdleCostPolicy
@@ -58,7 +59,7 @@ class CostRateQueryIn(QueryIn):
 class CostRateIn(serializers.Serializer):
     component = serializers.ChoiceField(choices=CostComponent.choices)
     basis = serializers.ChoiceField(choices=RateBasis.choices)
-    amount = serializers.DecimalField(max_digits=24, decimal_places=9, min_value=0)
+    amount = PlainDecimalField(max_digits=24, decimal_places=9, min_value=0)
     currency = serializers.CharField(max_length=3, default="USD")
     pool = serializers.PrimaryKeyRelatedField(
         queryset=Pool.objects.all(),
@@ -77,7 +78,7 @@ class CostRateIn(serializers.Serializer):
 
 class CostRateUpdateIn(serializers.Serializer):
     basis = serializers.ChoiceField(choices=RateBasis.choices, required=False)
-    amount = serializers.DecimalField(max_digits=24, decimal_places=9, min_value=0, required=False)
+    amount = PlainDecimalField(max_digits=24, decimal_places=9, min_value=0, required=False)
     hour_from = serializers.IntegerField(min_value=0, max_value=23, required=False)
     hour_to = serializers.IntegerField(min_value=1, max_value=24, required=False)
     effective_from = SupportedDateTimeField(input_formats=DATE_OR_TIME, required=False)

@@ -18,6 +18,8 @@ from billing.reports.fx_rates import (
     fx_rate_parse,
     fx_rates_save,
 )
+from core.api_decimal import PlainDecimalField
+from core.api_errors import validated
 from core.api_query import QueryIn
 from core.api_time import SupportedDateField
 from tenants.api.permissions import IsFinanceStaff
@@ -37,7 +39,7 @@ class FxRateIn(serializers.Serializer):
     base = serializers.CharField(help_text="ISO 4217 code: 1 base = rate quote.")
     quote = serializers.CharField(help_text="ISO 4217 code.")
     date = SupportedDateField(help_text="The day the rate is for (UTC).")
-    rate = serializers.DecimalField(**FX_RATE, help_text="Units of quote per one base.")
+    rate = PlainDecimalField(**FX_RATE, help_text="Units of quote per one base.")
     source = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
 
     def _check(self, call, value, field):
@@ -133,9 +135,7 @@ class FxRateListView(APIView):
         tags=TAGS,
     )
     def post(self, request):
-        data = FxRateIn(data=request.data)
-        data.is_valid(raise_exception=True)
-        item = data.validated_data
+        item = validated(FxRateIn, request.data)
         existing = FxRate.objects.filter(base=item["base"], quote=item["quote"], date=item["date"])
         if existing.exists():
             raise BillingInputError(
@@ -156,12 +156,11 @@ class FxRateBulkView(APIView):
         tags=TAGS,
     )
     def post(self, request):
-        data = FxRateBulkIn(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated(FxRateBulkIn, request.data)
         try:
             result = fx_rates_save(
-                rows=_rows(data.validated_data["rates"]),
-                replace=data.validated_data["replace"],
+                rows=_rows(data["rates"]),
+                replace=data["replace"],
                 user=request.user,
             )
         except FxRowError as exc:

@@ -14,7 +14,7 @@ from billing.models import MarginReport
 from billing.reports.margin_reports import margin_report_request
 from billing.tasks import margin_report_enqueue
 from core.api_download import document_response
-from core.api_errors import Conflict
+from core.api_errors import Conflict, validated
 from core.api_time import SupportedDateTimeField
 from tenants.api.permissions import IsFinanceStaff
 
@@ -82,11 +82,8 @@ class MarginReportListView(APIView):
         tags=TAGS,
     )
     def post(self, request):
-        params = MarginReportIn(data=request.data)
-        params.is_valid(raise_exception=True)
-        report = margin_report_request(
-            kind=ReportKind.ADHOC, requested_by=request.user, **params.validated_data
-        )
+        params = validated(MarginReportIn, request.data)
+        report = margin_report_request(kind=ReportKind.ADHOC, requested_by=request.user, **params)
         margin_report_enqueue(report.pk)
         return Response(MarginReportOut(report).data, status=status.HTTP_202_ACCEPTED)
 

@@ -21,6 +21,8 @@ from billing.invoicing.sla_adjustments import sla_credit_adjust
 from billing.invoicing.sla_credits import sla_decisions
 from billing.models import SlaCreditAdjustment
 from billing.sla.selectors import MAX_DAYS, slo_compliance
+from core.api_decimal import PlainDecimalField
+from core.api_errors import validated
 from core.api_query import QueryIn, range_help, range_validated
 from core.api_time import SupportedDateTimeField
 from tenants.api.permissions import IsFinanceStaff, scope_required, tenant_scope
@@ -121,7 +123,7 @@ class SlaCreditAdjustIn(serializers.Serializer):
         choices=SlaAdjustmentAction.choices,
         help_text="waive: no credit; adjust: credit_percent of the usage charges instead.",
     )
-    credit_percent = serializers.DecimalField(
+    credit_percent = PlainDecimalField(
         max_digits=5,
         decimal_places=2,
         min_value=0,
@@ -179,11 +181,8 @@ class InvoiceSlaCreditView(APIView):
         tags=TAGS,
     )
     def post(self, request, pk: int):
-        data = SlaCreditAdjustIn(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = validated(SlaCreditAdjustIn, request.data)
         invoice = invoice_get(tenant=None, pk=pk)
-        adjustment = sla_credit_adjust(
-            invoice_id=invoice.pk, by=request.user, **data.validated_data
-        )
+        adjustment = sla_credit_adjust(invoice_id=invoice.pk, by=request.user, **data)
         out = {"adjustment": adjustment, "invoice": invoice_get(tenant=None, pk=pk)}
         return Response(SlaCreditAdjustedOut(out).data, status=status.HTTP_201_CREATED)

@@ -60,6 +60,10 @@ class TaxProfileIn(serializers.Serializer):
     tax_id = serializers.CharField(required=False, allow_blank=True, default="")
     exempt = serializers.BooleanField(required=False, default=False)
     exempt_reason = serializers.CharField(required=False, allow_blank=True, default="")
+    # The profile as read may be sent back: these are read back, not set
+    # (read-only: no unknown fields, and no part of the request's schema).
+    tenant = serializers.CharField(read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
 
 
 class TaxRateListView(APIView):

@@ -12,12 +12,14 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from billing.costs.cost_model import HOUR
 from billing.costs.period import allocation_book, allocation_stretch
 from billing.costs.store import (
     allocation_day_replace,
     allocation_days,
+    allocation_hours_clear,
     allocation_hours_held,
     allocation_table,
     energy_table,
@@ -25,7 +27,7 @@ from billing.costs.store import (
 )
 from billing.models import AllocationRun, CostScenario
 from billing.runs import run_executing, run_finish, run_progress, run_start, runs_abandoned_fail
-from core.calendar import OUT_OF_RANGE, moment_supported
+from core.calendar import OUT_OF_RANGE, hour_start, moment_supported
 from core.locks import advisory_lock
 from metering.selectors.totals import usage_device_frame
 
@@ -36,22 +38,37 @@ STRETCH_HOURS = 7 * 24  # computed at once; a multiple of 24 (days are written w
 Progress = Callable[[int, int], None]
 
 
-def allocation_run_create(
-    *, start: datetime, end: datetime, scenario: CostScenario | None = None, user=None
-) -> AllocationRun:
-    """A queued run of [start, end), whole UTC hours, within the supported
-    span (core.calendar)."""
+def allocation_period(*, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The period a run of [start, end) books: whole UTC hours within the
+    supported span (core.calendar), stopping at the current hour (hours
+    still to come have no usage yet: booking them books idle cost that no
+    later run would correct). The one rule of the API, the page's form and
+    the commands; ValidationError naming `start` or `end`."""
     for name, moment in (("start", start), ("end", end)):
         if moment.tzinfo is None:
             raise ValidationError({name: "must carry a timezone"})
-        if not moment_supported(moment):
-            raise ValidationError({name: OUT_OF_RANGE})
-        if moment.astimezone(UTC) != _hour_floor(moment):
+        if moment.astimezone(UTC) != hour_start(moment):
             raise ValidationError({name: "must be a whole hour (UTC)"})
+    if not moment_supported(start):
+        raise ValidationError({"start": OUT_OF_RANGE})
     if end <= start:
         raise ValidationError({"end": "must be after start"})
+    now_hour = hour_start(timezone.now())
+    if start >= now_hour:
+        raise ValidationError({"start": "must be before the current hour"})
+    end = min(end.astimezone(UTC), now_hour)
+    if not moment_supported(end):
+        raise ValidationError({"end": OUT_OF_RANGE})
     if end - start > MAX_PERIOD:
         raise ValidationError({"end": "a run covers at most 366 days"})
+    return start, end
+
+
+def allocation_run_create(
+    *, start: datetime, end: datetime, scenario: CostScenario | None = None, user=None
+) -> AllocationRun:
+    """A queued run of [start, end), cut by allocation_period."""
+    start, end = allocation_period(start=start, end=end)
     hours = int((end - start) / timedelta(hours=1))
     return AllocationRun.objects.create(
         start=start, end=end, scenario=scenario, requested_by=user, hours_total=hours
@@ -90,6 +107,10 @@ def _execute(run: AllocationRun, *, progress: Progress | None) -> list[str]:
     # Days the book already holds rows for (a re-run): only they are deleted
     # before being written (the book's lock keeps other writers out).
     held = allocation_hours_held(scenario_id=run.scenario_id, start=run.start, end=run.end)
+    # No hour from the current one on is booked: rows a run wrote for hours
+    # that had not happened (before runs stopped at the current hour) go,
+    # whichever days they fall on, so that a later, shorter run leaves none.
+    allocation_hours_clear(scenario_id=run.scenario_id, after=hour_start(timezone.now()))
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="allocation") as worker:
 
         def prepare(first: int, stop: int):
@@ -131,7 +152,3 @@ def _days(book, first: int, stop: int, rollups, scenario_id):
 
 def _at(epoch) -> datetime:
     return datetime.fromtimestamp(int(epoch), UTC)
-
-
-def _hour_floor(moment: datetime) -> datetime:
-    return moment.astimezone(UTC).replace(minute=0, second=0, microsecond=0)

@@ -16,7 +16,7 @@ import pyarrow.csv as pa_csv
 from django.db import connection, transaction
 
 from billing.models import CostAllocation, PoolHourCost
-from metering.energy import energy_day_replace
+from metering.energy import energy_day_replace, energy_hours_clear
 
 HOUR = 3600
 POOL_HOUR_MONEY = ("capital", "energy", "other_opex", "total", "allocated", "unallocated")
@@ -144,6 +144,18 @@ def allocation_hours_held(*, scenario_id: int | None, start: datetime, end: date
     for model in (PoolHourCost, CostAllocation):
         held.update(model.objects.filter(**book).values_list("hour", flat=True).distinct())
     return {int(hour.timestamp()) for hour in held}
+
+
+def allocation_hours_clear(*, scenario_id: int | None, after: datetime) -> None:
+    """Delete the book's rows (the booked book's energy hours too) at and
+    after `after`, all or nothing: hours that had not happened when a run
+    booked them."""
+    book = {"scenario_id": scenario_id, "hour__gte": after}
+    with transaction.atomic():
+        PoolHourCost.objects.filter(**book).delete()
+        CostAllocation.objects.filter(**book).delete()
+        if scenario_id is None:
+            energy_hours_clear(after=after)
 
 
 def allocation_day_replace(

@@ -26,10 +26,12 @@ from django.db.models.functions import Coalesce
 
 from billing.choices import InvoiceStatus, LineKind
 from billing.models import CreditNote, Invoice, InvoiceLine, InvoiceRun
+from core.calendar import day_start
 from tenants.models import Tenant
 
-# Receivables by days past the due date (an invoice is overdue from the
-# instant after its due_at; a part of a day counts as a day).
+# Receivables by calendar days (UTC) past the due date: an invoice is
+# payable through the whole of its due date, so it is overdue from the
+# midnight after it (due 10-31: 1 day overdue on 11-01, 31 on 12-01).
 AGE_BUCKETS = [
     ("current", "Current (not yet due)"),
     ("1-30", "1-30 days overdue"),
@@ -108,12 +110,15 @@ class Receivables:
 
 
 def _age_bucket(as_of: datetime) -> Case:
-    days = timedelta(days=1)
+    """The bucket of days_overdue, in SQL: due on or after today's UTC
+    midnight is current; due on or after the midnight N days before, at
+    most N days overdue."""
+    days, today = timedelta(days=1), day_start(as_of)
     return Case(
-        When(due_at__gte=as_of, then=Value("current")),
-        When(due_at__gte=as_of - 30 * days, then=Value("1-30")),
-        When(due_at__gte=as_of - 60 * days, then=Value("31-60")),
-        When(due_at__gte=as_of - 90 * days, then=Value("61-90")),
+        When(due_at__gte=today, then=Value("current")),
+        When(due_at__gte=today - 30 * days, then=Value("1-30")),
+        When(due_at__gte=today - 60 * days, then=Value("31-60")),
+        When(due_at__gte=today - 90 * days, then=Value("61-90")),
         default=Value("90+"),
         output_field=CharField(),
     )
@@ -164,11 +169,9 @@ def sla_credits_by_tenant(*, start: datetime, end: datetime) -> dict[int, int]:
 
 
 def days_overdue(*, due_at: datetime, as_of: datetime) -> int:
-    """Whole days past due, a started day counting as one; 0 when not due."""
-    if as_of <= due_at:
-        return 0
-    late = as_of - due_at
-    return late.days + (1 if late % timedelta(days=1) else 0)
+    """Calendar days (UTC) from the due date to `as_of`'s date; 0 when due
+    today or later (the due date itself is not overdue)."""
+    return max(0, (day_start(as_of) - day_start(due_at)).days)
 
 
 def _keys() -> list[str]:

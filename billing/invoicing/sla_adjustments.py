@@ -8,7 +8,7 @@ transaction, so its lines show the decision."""
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django.db import transaction
 
@@ -16,6 +16,8 @@ from billing.choices import InvoiceStatus, LineKind, SlaAdjustmentAction, SloMet
 from billing.errors import BillingInputError, InvoiceStateError
 from billing.invoicing.invoices import invoice_draft_build
 from billing.models import Invoice, SlaCreditAdjustment
+from core.errors import InputError
+from core.plain_decimal import plain_decimal
 from tenants.models import Tenant
 
 REASON_MAX = 300
@@ -85,12 +87,12 @@ def _checked(metric, action, reason, credit_percent) -> tuple[str, str, str, Dec
         if credit_percent not in (None, ""):
             raise BillingInputError("credit_percent", "a waiver takes no percent")
         return metric, action, reason, None
-    try:
-        percent = Decimal(str(credit_percent).strip())
-    except InvalidOperation:
-        raise BillingInputError("credit_percent", "a percent from 0 to 100") from None
-    if not percent.is_finite() or not 0 <= percent <= 100:
+    if credit_percent is None:
         raise BillingInputError("credit_percent", "a percent from 0 to 100")
-    if percent != percent.quantize(Decimal("0.01")):
-        raise BillingInputError("credit_percent", "at most 2 decimal places")
+    try:
+        percent = plain_decimal(credit_percent, field="credit_percent", places=2, max_digits=5)
+    except InputError as error:
+        raise BillingInputError(error.field, error.message) from None
+    if not 0 <= percent <= 100:
+        raise BillingInputError("credit_percent", "a percent from 0 to 100")
     return metric, action, reason, percent

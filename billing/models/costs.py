@@ -15,6 +15,7 @@ from billing.choices import CostComponent, RateBasis, RunStatus
 from billing.models.runs import RunLifecycle
 from billing.money import COST
 from core.currencies import currency_validate
+from core.fields import SupportedDateTimeField
 from serving.choices import IdleCostPolicy, PoolKind
 from serving.models import Pool, ServedModel
 from tenants.models import Tenant
@@ -33,8 +34,8 @@ class CostScenario(models.Model):
 
     name = models.CharField(max_length=100, unique=True)
     description = models.CharField(max_length=500, blank=True, default="")
-    start = models.DateTimeField()
-    end = models.DateTimeField()
+    start = SupportedDateTimeField()
+    end = SupportedDateTimeField()
     idle_cost_policy = models.CharField(
         max_length=16, choices=IdleCostPolicy.choices, blank=True, default=""
     )
@@ -69,8 +70,8 @@ class CostRate(models.Model):
     )
     hour_from = models.PositiveSmallIntegerField(default=0, validators=[MaxValueValidator(23)])
     hour_to = models.PositiveSmallIntegerField(default=24, validators=[MaxValueValidator(24)])
-    effective_from = models.DateTimeField()
-    effective_to = models.DateTimeField(null=True, blank=True)
+    effective_from = SupportedDateTimeField()
+    effective_to = SupportedDateTimeField(null=True, blank=True)
     scenario = models.ForeignKey(
         CostScenario, null=True, blank=True, on_delete=models.CASCADE, related_name="rates"
     )
@@ -121,8 +122,8 @@ class CostPeriodReopening(models.Model):
     invoiced: billing.costs.closing), so dated cost rates may be entered
     there; who did, when and why stay on record."""
 
-    start = models.DateTimeField()
-    end = models.DateTimeField()
+    start = SupportedDateTimeField()
+    end = SupportedDateTimeField()
     reason = models.CharField(max_length=500)
     reopened_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

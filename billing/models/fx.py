@@ -10,6 +10,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from core.fields import CurrencyField, SupportedDateField
+
 # At least 10 places: a rate is multiplied into nano-unit amounts.
 FX_RATE = {"max_digits": 24, "decimal_places": 12}
 
@@ -19,9 +21,9 @@ class FxRate(models.Model):
     1.08 means one euro buys 1.08 dollars). One row per pair and day; the
     reverse pair and crosses are derived where needed (billing.reports.fx)."""
 
-    base = models.CharField(max_length=3)
-    quote = models.CharField(max_length=3)
-    date = models.DateField()
+    base = CurrencyField()
+    quote = CurrencyField()
+    date = SupportedDateField()
     rate = models.DecimalField(**FX_RATE)
     source = models.CharField(max_length=100, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)

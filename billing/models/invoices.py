@@ -185,6 +185,22 @@ class Invoice(models.Model):
     def finalized_early(self) -> bool:
         return bool(self.finalized_early_reason)
 
+    @property
+    def credited_in_full(self) -> bool:
+        """Settled by credit notes, not paid: notes issued while it was
+        open (a note on a paid invoice refunds to the wallet instead) cover
+        the whole total, which moved it to paid (credit_note_create)."""
+        credited = sum(
+            note.amount_minor for note in self.credit_notes.all() if note.wallet_grant_id is None
+        )
+        return self.status == InvoiceStatus.PAID and 0 < self.total_minor <= credited
+
+    @property
+    def status_label(self) -> str:
+        """The status as people read it: "Credited", not "Paid", for one
+        settled by credit notes."""
+        return "Credited" if self.credited_in_full else self.get_status_display()
+
 
 class InvoiceLine(models.Model):
     """One line: `quantity` at `unit_price`, exactly `amount`, billed as

@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from billing.choices import TokenKind
+from core.fields import CurrencyField, SupportedDateTimeField
 from serving.models import ServedModel
 from tenants.choices import Tier
 from tenants.models import Tenant
@@ -27,9 +28,9 @@ class PriceBook(models.Model):
     name = models.CharField(max_length=100)
     version = models.PositiveIntegerField(default=1)
     tier = models.CharField(max_length=16, choices=Tier.choices, blank=True, default="")
-    currency = models.CharField(max_length=3, default="USD")
-    effective_from = models.DateTimeField()
-    effective_to = models.DateTimeField(null=True, blank=True)
+    currency = CurrencyField(default="USD")
+    effective_from = SupportedDateTimeField()
+    effective_to = SupportedDateTimeField(null=True, blank=True)
     reservation_per_gpu_hour = models.DecimalField(**PRICE, default=0)
     dedicated_per_gpu_month = models.DecimalField(**PRICE, default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -102,7 +103,7 @@ class Plan(models.Model):
     covers a request's worst case."""
 
     name = models.CharField(max_length=100, unique=True)
-    currency = models.CharField(max_length=3, default="USD")
+    currency = CurrencyField(default="USD")
     minimum_commit = models.DecimalField(**AMOUNT, default=0)
     discount_percent = models.DecimalField(
         max_digits=5,
@@ -137,8 +138,8 @@ class Subscription(models.Model):
     anchor_day = models.PositiveSmallIntegerField(
         default=1, validators=[MinValueValidator(1), MaxValueValidator(28)]
     )
-    start = models.DateTimeField()
-    end = models.DateTimeField(null=True, blank=True)
+    start = SupportedDateTimeField()
+    end = SupportedDateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["tenant", "-start"]
@@ -158,9 +159,9 @@ class CreditGrant(models.Model):
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="credit_grants")
     amount = models.DecimalField(**AMOUNT)
-    currency = models.CharField(max_length=3, default="USD")
-    granted_at = models.DateTimeField()
-    expires_at = models.DateTimeField(null=True, blank=True)
+    currency = CurrencyField(default="USD")
+    granted_at = SupportedDateTimeField()
+    expires_at = SupportedDateTimeField(null=True, blank=True)
     priority = models.PositiveSmallIntegerField(default=0)
     note = models.CharField(max_length=300, blank=True, default="")
 

@@ -10,6 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from core.fields import SupportedDateField
 from tenants.models import Tenant
 
 
@@ -52,7 +53,7 @@ class TaxRate(models.Model):
         decimal_places=4,
         validators=[MinValueValidator(0), MaxValueValidator(100)],
     )
-    valid_from = models.DateField()
+    valid_from = SupportedDateField()
     stripe_tax_rate_id = models.CharField(max_length=255, blank=True, default="", editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 

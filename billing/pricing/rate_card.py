@@ -47,6 +47,14 @@ class RateCard:
             steps[kind] = own or ((0, price.per_mtok(kind)),)
         return cls(steps=steps, per_gpu_second=price.per_gpu_second)
 
+    def scaled(self, rate: Decimal) -> RateCard:
+        """The same card with every price times `rate` (prices in another
+        currency, converted at a dated rate: billing.pricing.rating)."""
+        return RateCard(
+            steps={k: tuple((t, p * rate) for t, p in s) for k, s in self.steps.items()},
+            per_gpu_second=None if self.per_gpu_second is None else self.per_gpu_second * rate,
+        )
+
     @cached_property
     def flat(self) -> tuple[Decimal, ...] | None:
         """Per-million prices by TOKEN_KINDS when no kind has tiers (the

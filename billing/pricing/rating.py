@@ -6,6 +6,14 @@ lines in exact Decimal, unrounded (an invoice rounds each line once).
 Graduated tiers count the period's volume from its start, whichever book
 priced the earlier tokens, so a price change mid-month keeps the volume.
 
+Currency (invariant 8). A tenant is rated in its billing currency: from a
+book in that currency where its tier has one in force, else from the
+book's prices converted at the period's average dated rate (the rate
+margin reports convert revenue at, billing.reports.fx), each such line
+naming the rate. A plan's commitment is converted the same way. No rate
+for the pair and a day of the period: FxRateMissingError, naming them;
+never 1:1.
+
 A model's prices in a book reduce to a `RateCard` (billing.pricing.rate_card:
 plain data, no ORM), and its `card_pieces` is the one place tokens meet
 prices: rating a period walks it line by line, and `usage_amount` prices
@@ -19,15 +27,18 @@ from collections import defaultdict
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from itertools import pairwise
 
 from django.db.models import Q, Sum
+from django.utils import timezone
 
 from billing.models import ModelPrice, PriceBook, Subscription
+from billing.money import amount_format, price_format
 from billing.pricing.periods import subscriptions_at
 from billing.pricing.rate_card import MILLION, RateCard, card_pieces, usage_counts
+from billing.reports.fx import FxConversion, fx_period_rate
 from core.calendar import month_hours, month_start, months_add
 from metering.selectors.rating import usage_by_stretch
 from serving.choices import PoolKind
@@ -113,7 +124,7 @@ def charges_compute(
 ) -> list[Charge]:
     """Rating itself, from loaded inputs (no database reads beyond the
     cached price books)."""
-    books = price_books(tier=tenant.tier, start=start, end=end)
+    books = price_books(tier=tenant.tier, currency=tenant.billing_currency, start=start, end=end)
     unpriced: dict[str, int] = defaultdict(int)
     usage = _charges_usage(inputs.usage, books=books, unpriced=unpriced)
     if warnings is not None:
@@ -123,7 +134,7 @@ def charges_compute(
         )
     fees = _charges_reservations(inputs.reservations, start=start, end=end, books=books)
     fees += _charges_dedicated(inputs.dedicated_gpus, start=start, end=end, books=books)
-    return usage + fees + _charges_plan(inputs.subscription, usage=usage, fees=fees)
+    return usage + fees + _charges_plan(inputs.subscription, usage=usage, fees=fees, books=books)
 
 
 def rating_inputs(
@@ -137,8 +148,8 @@ def rating_inputs(
     edges = sorted(
         set().union(
             *(
-                price_books(tier=t, start=start, end=end).edges(start, end)
-                for t in {x.tier for x in tenants}
+                price_books(tier=t, currency=c, start=start, end=end).edges(start, end)
+                for t, c in {(x.tier, x.billing_currency) for x in tenants}
             )
         )
         or {start}
@@ -171,12 +182,51 @@ def rating_inputs(
 
 
 class Books:
-    """The price book in force in each hour for one tenant's tier."""
+    """The price book in force in each hour for one tenant's tier, and its
+    prices in the tenant's billing `currency` (converted, where the book is
+    in another, at the average rate of [start, end) up to now)."""
 
-    def __init__(self, books: list[PriceBook], prices: dict[tuple[int, int], ModelPrice]):
+    def __init__(
+        self,
+        books: list[PriceBook],
+        prices: dict[tuple[int, int], ModelPrice],
+        *,
+        currency: str,
+        start: datetime,
+        end: datetime,
+    ):
         self.books = books
         self.prices = prices
+        self.currency = currency
+        self.start, self.end = start, end
         self._cards: dict[tuple[int, int], RateCard] = {}
+        self._rates: dict[str, FxConversion] = {}
+
+    def rate(self, currency: str) -> FxConversion | None:
+        """What one unit of `currency` is in the tenant's over the period
+        (None: the same currency). The period's days up to now: a rate is
+        published for days that have happened."""
+        if currency == self.currency:
+            return None
+        if currency not in self._rates:
+            end = max(min(self.end, timezone.now()), self.start + timedelta(hours=1))
+            self._rates[currency] = fx_period_rate(
+                base=currency, quote=self.currency, start=self.start, end=end
+            )
+        return self._rates[currency]
+
+    def convert(self, amount: Decimal, currency: str) -> Decimal:
+        """An amount (a price, a fee, a commitment) in `currency`, in the tenant's."""
+        rate = self.rate(currency)
+        return amount if rate is None else amount * rate.rate
+
+    def note(self, book: PriceBook) -> str:
+        """What a line priced from `book` says of its currency: nothing when
+        it is the tenant's, else the rate it was converted at."""
+        rate = self.rate(book.currency)
+        if rate is None:
+            return ""
+        return f" ({book.currency} prices at {rate.rate.normalize():f} {rate.base}/{rate.quote})"
 
     def at(self, moment: datetime) -> PriceBook | None:
         live = [
@@ -184,10 +234,14 @@ class Books:
             for b in self.books
             if b.effective_from <= moment and (b.effective_to is None or moment < b.effective_to)
         ]
-        # A tier's own book over an all-tiers one; then the one in force
-        # since the latest moment (a new list replaces the one before it, even
-        # when that one was left open); then the newest version.
-        live.sort(key=lambda b: (b.tier != "", b.effective_from, b.version), reverse=True)
+        # A tier's own book over an all-tiers one; then one in the tenant's
+        # currency over one to convert; then the one in force since the
+        # latest moment (a new list replaces the one before it, even when
+        # that one was left open); then the newest version.
+        live.sort(
+            key=lambda b: (b.tier != "", b.currency == self.currency, b.effective_from, b.version),
+            reverse=True,
+        )
         return live[0] if live else None
 
     def price(self, book: PriceBook, model_id: int) -> ModelPrice | None:
@@ -199,14 +253,19 @@ class Books:
             return None
         key = (book.pk, model_id)
         if key not in self._cards:
-            self._cards[key] = RateCard.of(price)
+            card = RateCard.of(price)
+            rate = self.rate(book.currency)
+            self._cards[key] = card if rate is None else card.scaled(rate.rate)
         return self._cards[key]
 
     def priced_models(self, book: PriceBook | None) -> set[int]:
         return {model_id for book_id, model_id in self.prices if book and book_id == book.pk}
 
+    def book(self, book_id: int) -> PriceBook:
+        return next(b for b in self.books if b.pk == book_id)
+
     def label(self, book_id: int) -> str:
-        book = next(b for b in self.books if b.pk == book_id)
+        book = self.book(book_id)
         return f"{book.name} v{book.version}"
 
     def edges(self, start: datetime, end: datetime) -> set[datetime]:
@@ -236,18 +295,19 @@ def rating_session():
         _books_cache.reset(token)
 
 
-def price_books(*, tier: str, start: datetime, end: datetime) -> Books:
-    """The books that may price a tier's usage in [start, end)."""
+def price_books(*, tier: str, currency: str, start: datetime, end: datetime) -> Books:
+    """The books that may price a tier's usage in [start, end), for a
+    tenant billed in `currency`."""
     cache = _books_cache.get()
     if cache is None:
-        return _books_load(tier=tier, start=start, end=end)
-    key = (tier, start, end)
+        return _books_load(tier=tier, currency=currency, start=start, end=end)
+    key = (tier, currency, start, end)
     if key not in cache:
-        cache[key] = _books_load(tier=tier, start=start, end=end)
+        cache[key] = _books_load(tier=tier, currency=currency, start=start, end=end)
     return cache[key]
 
 
-def _books_load(*, tier: str, start: datetime, end: datetime) -> Books:
+def _books_load(*, tier: str, currency: str, start: datetime, end: datetime) -> Books:
     books = list(
         PriceBook.objects.filter(Q(tier=tier) | Q(tier=""), effective_from__lt=end)
         .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
@@ -259,7 +319,7 @@ def _books_load(*, tier: str, start: datetime, end: datetime) -> Books:
         .select_related("served_model")
         .prefetch_related("tiers")
     }
-    return Books(books, prices)
+    return Books(books, prices, currency=currency, start=start, end=end)
 
 
 def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]) -> list[Charge]:
@@ -300,7 +360,8 @@ def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]
         charges.append(
             Charge(
                 kind=kind,
-                description=_usage_description(model, token_kind, tiers.get(key, {})),
+                description=_usage_description(model, token_kind, tiers.get(key, {}))
+                + books.note(books.book(book_id)),
                 quantity=quantity,
                 unit_price=unit,
                 amount=amount,
@@ -330,11 +391,24 @@ def _charges_reservations(reservations, *, start, end, books: Books) -> list[Cha
             if book is None or not book.reservation_per_gpu_hour:
                 continue
             gpu_hours = hours * gpu_count
-            line = lines[(book.pk, book.reservation_per_gpu_hour)]
+            unit = books.convert(book.reservation_per_gpu_hour, book.currency)
+            line = lines[(book.pk, unit)]
             line[0] += gpu_hours
-            line[1] += gpu_hours * book.reservation_per_gpu_hour
+            line[1] += gpu_hours * unit
+    return _fee_charges("reservation", "Reserved GPUs", lines, books)
+
+
+def _fee_charges(kind: str, description: str, lines: dict, books: Books) -> list[Charge]:
+    """A fee's lines, one per (book, unit price): (quantity, amount) each."""
     return [
-        Charge("reservation", "Reserved GPUs", q, unit, amount, book=books.label(book_id))
+        Charge(
+            kind,
+            description + books.note(books.book(book_id)),
+            q,
+            unit,
+            amount,
+            book=books.label(book_id),
+        )
         for (book_id, unit), (q, amount) in lines.items()
     ]
 
@@ -347,27 +421,25 @@ def _charges_dedicated(gpus: Decimal, *, start, end, books: Books) -> list[Charg
     for since, used in _stretches(start, end, books):
         book = books.at(since)
         if book is not None and book.dedicated_per_gpu_month:
-            hours[(book.pk, book.dedicated_per_gpu_month, month_hours(since))] += used
+            unit = books.convert(book.dedicated_per_gpu_month, book.currency)
+            hours[(book.pk, unit, month_hours(since))] += used
     lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
     for (book_id, unit, hours_in_month), used in hours.items():
         line = lines[(book_id, unit)]
         line[0] += used * gpus / hours_in_month
         line[1] += used * gpus * unit / hours_in_month
-    return [
-        Charge(
-            "dedicated", "Dedicated GPUs (GPU-months)", q, unit, amount, book=books.label(book_id)
-        )
-        for (book_id, unit), (q, amount) in lines.items()
-    ]
+    return _fee_charges("dedicated", "Dedicated GPUs (GPU-months)", lines, books)
 
 
-def _charges_plan(subscription, *, usage: list[Charge], fees: list[Charge]) -> list[Charge]:
+def _charges_plan(
+    subscription, *, usage: list[Charge], fees: list[Charge], books: Books
+) -> list[Charge]:
     if subscription is None:
         return []
     plan = subscription.plan
     out = []
     used = sum((c.amount for c in usage), Decimal(0))
-    if plan.discount_percent:
+    if plan.discount_percent and used:  # no usage: no 0.00 discount line
         discount = -used * plan.discount_percent / 100
         out.append(
             Charge(
@@ -379,14 +451,23 @@ def _charges_plan(subscription, *, usage: list[Charge], fees: list[Charge]) -> l
             )
         )
     total = used + sum((c.amount for c in fees + out), Decimal(0))
-    if total < plan.minimum_commit:
+    commit = books.convert(plan.minimum_commit, plan.currency)
+    if total < commit:
+        rate = books.rate(plan.currency)
+        converted = (
+            ""
+            if rate is None
+            else f" ({price_format(plan.minimum_commit, plan.currency)} at "
+            f"{rate.rate.normalize():f} {rate.base}/{rate.quote})"
+        )
         out.append(
             Charge(
                 "commit_true_up",
-                f"{plan.name}: minimum commitment {plan.minimum_commit}",
+                f"{plan.name}: minimum commitment {amount_format(commit, books.currency)}"
+                + converted,
                 Decimal(1),
                 None,
-                plan.minimum_commit - total,
+                commit - total,
             )
         )
     return out

@@ -185,7 +185,7 @@ def invoice_rows(invoice: Invoice) -> Iterator[dict]:
         net = note.amount_minor - note.tax_minor
         yield {
             **billing.columns(),
-            **_unpriced(focus_amount(-from_minor(net, invoice.currency))),
+            **_unpriced(focus_amount(-from_minor(net, invoice.currency), invoice.currency)),
             "ChargeCategory": "Credit",
             "ChargeClass": "Correction",
             "ChargeDescription": f"Credit note {note.number} on {invoice.number}: {note.reason}",
@@ -212,7 +212,7 @@ def line_rows(lines: Iterable, *, billing: Billing) -> Iterator[dict]:
     lines = list(lines)
     for line in lines:
         kind = KINDS[line.kind]
-        billed = focus_amount(from_minor(line.amount_minor, billing.currency))
+        billed = focus_amount(from_minor(line.amount_minor, billing.currency), billing.currency)
         row = {
             **billing.columns(),
             "ChargeCategory": kind.category,
@@ -229,7 +229,7 @@ def line_rows(lines: Iterable, *, billing: Billing) -> Iterator[dict]:
         if kind.pricing_unit is None or line.unit_price is None:
             row |= _unpriced(billed)
         else:
-            row |= _priced(line, kind, billed=billed)
+            row |= _priced(line, kind, billed=billed, currency=billing.currency)
         yield row
     yield from _tax_rows(lines, billing=billing)
 
@@ -246,7 +246,7 @@ def _tax_row(billing: Billing, *, minor: int, description: str, **columns) -> di
     """Tax as FOCUS has it: its own charge category, one amount."""
     return {
         **billing.columns(),
-        **_unpriced(focus_amount(from_minor(minor, billing.currency))),
+        **_unpriced(focus_amount(from_minor(minor, billing.currency), billing.currency)),
         "ChargeCategory": "Tax",
         "ChargeClass": None,
         "ChargeDescription": description,
@@ -258,10 +258,10 @@ def _tax_row(billing: Billing, *, minor: int, description: str, **columns) -> di
     }
 
 
-def _priced(line, kind: Kind, *, billed: Decimal) -> dict:
+def _priced(line, kind: Kind, *, billed: Decimal, currency: str) -> dict:
     quantity = focus_decimal(Decimal(line.quantity) / kind.per)
-    unit = focus_decimal(line.unit_price)
-    cost = focus_decimal(unit * quantity)
+    unit = focus_decimal(line.unit_price, currency)
+    cost = focus_decimal(unit * quantity, currency)
     sku = f"{line.model}/{line.token_kind}" if line.token_kind else (line.model or line.kind)
     usage = kind.category == "Usage"
     return {

@@ -13,6 +13,8 @@ import json
 from datetime import datetime
 from decimal import Decimal
 
+from core.currencies import minor_exponent
+
 FOCUS_COLUMNS = (
     "BilledCost",
     "BillingAccountId",
@@ -98,13 +100,19 @@ def focus_tags(tags: dict) -> str:
     return json.dumps({k: str(v) for k, v in tags.items()}, sort_keys=True)
 
 
-def focus_decimal(value: Decimal | None) -> Decimal | None:
+def focus_decimal(value: Decimal | None, currency: str | None = None) -> Decimal | None:
     """A decimal without trailing zeros, but with a decimal place: "6.0",
     not "6", which a reader inferring a CSV column's type takes for an
-    integer where FOCUS requires a decimal."""
-    return None if value is None else focus_amount(Decimal(value).normalize())
+    integer where FOCUS requires a decimal; money in a currency without
+    minor units stays whole (see focus_amount)."""
+    return None if value is None else focus_amount(Decimal(value).normalize(), currency)
 
 
-def focus_amount(value: Decimal) -> Decimal:
-    """An amount with its places (a billed "6.00" stays so), and at least one."""
-    return value.quantize(ONE_PLACE) if value.as_tuple().exponent >= 0 else value
+def focus_amount(value: Decimal, currency: str | None = None) -> Decimal:
+    """An amount with its places (a billed "6.00" stays so), and at least
+    one; but a whole amount of a `currency` without minor units (JPY) is
+    written as its invoice has it: "500", not "500.0"."""
+    if value.as_tuple().exponent < 0:
+        return value
+    whole = currency is not None and minor_exponent(currency) == 0
+    return value.quantize(Decimal(1) if whole else ONE_PLACE)

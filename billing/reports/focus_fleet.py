@@ -111,14 +111,14 @@ def _rows(gpu_day: GpuDay, *, currency: str, operator: str, pools: dict) -> Iter
         cost = gpu_day.costs[component]
         if not cost:
             continue
-        unit = focus_decimal((cost / hours).quantize(UNIT_PLACES))
+        unit = focus_decimal((cost / hours).quantize(UNIT_PLACES), currency)
         sku = f"gpu-{component.replace('_', '-')}"
         yield {
             **shared,
-            "BilledCost": focus_decimal(cost),
-            "EffectiveCost": focus_decimal(cost),
-            "ListCost": focus_decimal(cost),
-            "ContractedCost": focus_decimal(cost),
+            "BilledCost": focus_decimal(cost, currency),
+            "EffectiveCost": focus_decimal(cost, currency),
+            "ListCost": focus_decimal(cost, currency),
+            "ContractedCost": focus_decimal(cost, currency),
             "ListUnitPrice": unit,
             "ContractedUnitPrice": unit,
             "ChargeDescription": f"{meter}, GPU {gpu_day.serial}",

@@ -19,12 +19,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django.db import transaction
 
 from billing.models import FxRate
 from billing.models.fx import FX_RATE
+from core.errors import InputError
+from core.plain_decimal import plain_decimal
 
 CODE = re.compile(r"^[A-Z]{3}$")
 ECB_BASE = "EUR"
@@ -69,16 +71,16 @@ def fx_code_parse(text: str, *, where: int, field: str) -> str:
 
 def fx_rate_parse(text: str, *, where: int, field: str) -> Decimal:
     try:
-        rate = Decimal(str(text).strip())
-    except InvalidOperation:
-        raise FxRowError(where, field, f"{text!r} is not a number") from None
-    if not rate.is_finite() or rate <= 0:
+        rate = plain_decimal(
+            text if isinstance(text, str | int | Decimal) else str(text),
+            field=field,
+            places=FX_RATE["decimal_places"],
+            max_digits=FX_RATE["max_digits"],
+        )
+    except InputError as error:
+        raise FxRowError(where, field, error.message) from None
+    if rate <= 0:
         raise FxRowError(where, field, "must be a positive number")
-    places = FX_RATE["decimal_places"]
-    if rate != rate.quantize(Decimal(1).scaleb(-places)) or rate.adjusted() >= (
-        FX_RATE["max_digits"] - places
-    ):
-        raise FxRowError(where, field, f"at most {places} decimal places and 12 digits before")
     return rate
 
 

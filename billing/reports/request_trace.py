@@ -93,7 +93,9 @@ def request_charge(
         currency=customer.billing_currency, period_start=start, period_end=end, tokens=counts
     )
     with rating_session():
-        books = price_books(tier=customer.tier, start=start, end=end)
+        books = price_books(
+            tier=customer.tier, currency=customer.billing_currency, start=start, end=end
+        )
         book = books.at(_hour(event.received_at))
         card = books.card(book, event.served_model_id) if book else None
         if card is None:

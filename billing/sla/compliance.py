@@ -6,7 +6,8 @@ The figures (the ledger fields each comes from are in metering.selectors.slo):
 - availability: of the requests counted (all but those refused for the
   tenant's own cause: its rate limits and budgets, bad requests), the
   share that did not fail for a platform cause (5xx, 503 no replica, 429
-  from the platform's queue), in percent, floored to 0.0001;
+  from the platform's queue), in percent, floored to 0.0001 (shown to the
+  nearest 0.01, see figure_text);
 - TTFT p95: what completed requests waited for their first token, from
   the gateway receiving them;
 - inter-token latency p95: per completed request of two tokens or more,
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 
 from billing.choices import SloMetric
 from billing.models import SlaCreditRule, SloPolicy
@@ -53,13 +54,23 @@ def misses(metric: str, measured: Decimal, threshold: Decimal) -> bool:
     return measured > threshold
 
 
-def figure_text(metric: str, value: Decimal, *, measured: bool = False) -> str:
-    """'98.70%' or '812.5 ms'. A measured figure is rounded away from its
-    target's side (availability down, latency up), so a miss never reads
-    as equal to the figure it missed."""
+def figure_text(
+    metric: str, value: Decimal, *, measured: bool = False, against: Decimal | None = None
+) -> str:
+    """'98.70%' or '812.5 ms'. A measured availability is rounded to the
+    nearest 0.01 (47 of 48: 97.92%), unless that would hide a miss of the
+    threshold `against`: then it keeps its places (97.9166% < 97.92%). A
+    measured latency is rounded up, so a miss never reads as equal to the
+    figure it missed."""
     if metric == SloMetric.AVAILABILITY:
         if measured:
-            value = value.quantize(Decimal("0.01"), rounding=ROUND_FLOOR)
+            nearest = value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+            hidden = (
+                against is not None
+                and misses(metric, value, against)
+                and not misses(metric, nearest, against)
+            )
+            value = value.normalize() if hidden else nearest  # hidden: 3+ places
         elif value == value.quantize(Decimal("0.01")):
             value = value.quantize(Decimal("0.01"))
         return f"{_plain(value)}%"
@@ -95,7 +106,7 @@ class MetricResult:
     def measured_text(self) -> str:
         if self.measured is None:
             return "—"
-        return figure_text(self.metric, self.measured, measured=True)
+        return figure_text(self.metric, self.measured, measured=True, against=self.target)
 
     @property
     def target_text(self) -> str:
@@ -196,7 +207,7 @@ class SlaCredit:
         """'availability 98.70% < 99.90% target', or with a step that is not
         the target: 'availability 98.70% < 99.00% (target 99.90%)'."""
         sign = "<" if self.metric == SloMetric.AVAILABILITY else ">"
-        measured = figure_text(self.metric, self.measured, measured=True)
+        measured = figure_text(self.metric, self.measured, measured=True, against=self.threshold)
         threshold = figure_text(self.metric, self.threshold)
         head = f"{LABELS[SloMetric(self.metric)]} {measured} {sign} {threshold}"
         if self.target is None or self.target == self.threshold:

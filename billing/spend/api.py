@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from billing.spend.balances import spend_standing
 from billing.spend.budgets import budget_check
 from billing.spend.wallet import credit_grant_create
+from core.api_decimal import PlainDecimalField
 from core.api_errors import validated
 from core.api_query import QueryIn
 from core.api_time import SupportedDateTimeField
@@ -35,7 +36,7 @@ MONEY = {"max_digits": 20, "decimal_places": 4}
 
 class CreditGrantIn(serializers.Serializer):
     tenant = serializers.SlugField()
-    amount = serializers.DecimalField(**MONEY, min_value=Decimal("0.0001"))
+    amount = PlainDecimalField(**MONEY, min_value=Decimal("0.0001"))
     currency = serializers.RegexField(
         r"^[A-Za-z]{3}$",
         required=False,
@@ -58,7 +59,7 @@ class CreditGrantOut(serializers.Serializer):
 
 
 class BudgetIn(serializers.Serializer):
-    monthly_budget = serializers.DecimalField(
+    monthly_budget = PlainDecimalField(
         **MONEY, min_value=Decimal(0), allow_null=True, help_text="null removes the budget."
     )
     budget_soft_percent = serializers.IntegerField(min_value=1, max_value=1000, required=False)

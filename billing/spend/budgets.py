@@ -29,6 +29,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.models import BudgetState
+from billing.money import amount_format, from_minor, to_minor
 from billing.pricing.periods import tenant_period, tenants_by_period
 from billing.pricing.rating import (
     Charge,
@@ -72,6 +73,14 @@ def spend_charges(
         inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
     charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs)
     return [c for c in charges if c.kind in SPEND_KINDS]
+
+
+def budget_used_percent(*, spend: Decimal, budget: Decimal | None) -> Decimal | None:
+    """How much of the budget `spend` is, in percent to 0.1 (None: no
+    budget, or a budget of 0)."""
+    if not budget:
+        return None
+    return (spend / budget * 100).quantize(Decimal("0.1"))
 
 
 def _budget_policies() -> dict[int, TenantPolicy]:
@@ -138,8 +147,9 @@ def _check(tenant, policy, period, now, inputs: TenantInputs | None) -> BudgetCh
         elif not over:
             state.hard_reached_at = None  # raised, or a new period: may alert again
         state.save()
-        amount = f"{spend.quantize(Decimal('0.01'))} {currency}"
+        amount = amount_format(spend, currency)
         limit = f"{budget.normalize():f} {currency}"
+        used = budget_used_percent(spend=spend, budget=budget)
         if over:
             message = (
                 f"monthly budget of {limit} reached ({amount} spent since {start:%Y-%m-%d}): "
@@ -153,16 +163,23 @@ def _check(tenant, policy, period, now, inputs: TenantInputs | None) -> BudgetCh
             "period_start": start.isoformat(),
             "period_end": end.isoformat(),
             "currency": currency,
-            "spend": str(spend.quantize(Decimal("0.01"))),
+            "spend": str(from_minor(to_minor(spend, currency), currency)),
             "budget": str(budget),
+            "used_percent": None if used is None else str(used),
         }
         if notify_soft:
             event_emit(
                 type=EventType.BUDGET_THRESHOLD_CROSSED,
                 tenant=tenant,
                 key=f"budget.threshold_crossed:{tenant.pk}:{start.isoformat()}:soft:{budget}",
-                summary=f"{tenant.name}: {policy.budget_soft_percent}% of the monthly budget used",
-                detail=f"Usage this period is {amount} of a {limit} monthly budget.",
+                summary=(
+                    f"{tenant.name}: {used}% of the monthly budget used "
+                    f"(past the {policy.budget_soft_percent}% alert threshold)"
+                ),
+                detail=(
+                    f"Usage this period is {amount} of a {limit} monthly budget ({used}%), "
+                    f"past the {policy.budget_soft_percent}% alert threshold."
+                ),
                 data={**data, "threshold": "soft", "percent": policy.budget_soft_percent},
             )
         if newly_over:
@@ -198,9 +215,7 @@ class BudgetStatus:
 
     @property
     def used_percent(self) -> Decimal | None:
-        if not self.budget:
-            return None
-        return (self.spend / self.budget * 100).quantize(Decimal("0.1"))
+        return budget_used_percent(spend=self.spend, budget=self.budget)
 
     @property
     def level(self) -> str:

@@ -20,6 +20,8 @@ from billing.choices import InvoiceStatus
 from billing.errors import BillingInputError
 from billing.models import CreditApplication, CreditGrant
 from billing.money import to_minor
+from core.errors import InputError
+from core.plain_decimal import plain_decimal
 from tenants.models import Tenant
 
 
@@ -79,7 +81,13 @@ def credit_grant_create(
     unless told). The gateway hears of it as the grant commits
     (gateway.terms_signals): a prepaid tenant refused for want of credit is
     served again on its next request."""
-    amount = Decimal(amount)
+    stored = CreditGrant._meta.get_field("amount")
+    try:
+        amount = plain_decimal(
+            amount, field="amount", places=stored.decimal_places, max_digits=stored.max_digits
+        )
+    except InputError as error:
+        raise BillingInputError(error.field, error.message) from None
     currency = (currency or tenant.billing_currency).upper()
     if currency != tenant.billing_currency:
         # Credit pays invoices (and holds prepaid spend) in their own

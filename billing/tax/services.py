@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, datetime
-from decimal import Decimal, InvalidOperation
 
 from django.db import IntegrityError, transaction
 
@@ -22,6 +21,9 @@ from billing.tax.rules import (
     tax_decide,
     tax_id_clean,
 )
+from core.calendar import OUT_OF_RANGE, moment_supported
+from core.errors import InputError
+from core.plain_decimal import plain_decimal
 from tenants.models import Tenant
 
 NAME_MAX = TaxRate._meta.get_field("name").max_length
@@ -95,13 +97,13 @@ def tax_rate_checked(*, country: str | None, name: str | None, percent, valid_fr
             "name", f'what invoices call the tax ("VAT"), 1 to {NAME_MAX} characters'
         )
     try:
-        percent = Decimal(str(percent).strip())
-    except (InvalidOperation, TypeError):
-        raise BillingInputError("percent", f"{percent!r} is not a number") from None
-    if not percent.is_finite() or not 0 <= percent <= 100:
+        percent = plain_decimal(
+            "" if percent is None else percent, field="percent", places=4, max_digits=7
+        )
+    except InputError as error:
+        raise BillingInputError(error.field, error.message) from None
+    if not 0 <= percent <= 100:
         raise BillingInputError("percent", "a percent from 0 to 100")
-    if percent != percent.quantize(Decimal("0.0001")):
-        raise BillingInputError("percent", "at most 4 decimal places")
     if isinstance(valid_from, datetime):
         valid_from = valid_from.date()
     if not isinstance(valid_from, date):
@@ -111,6 +113,8 @@ def tax_rate_checked(*, country: str | None, name: str | None, percent, valid_fr
             raise BillingInputError(
                 "valid_from", f"{valid_from!r} is not a day (YYYY-MM-DD)"
             ) from None
+    if not moment_supported(valid_from):
+        raise BillingInputError("valid_from", OUT_OF_RANGE)
     if TaxRate.objects.filter(country=country, valid_from=valid_from).exists():
         raise BillingInputError("valid_from", _TAKEN.format(country=country, day=valid_from))
     return {"country": country, "name": name, "percent": percent, "valid_from": valid_from}

@@ -5,6 +5,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api_errors import validated
 from tenants.api.permissions import (
     IsFinanceStaff,
     IsTenantKeyManager,
@@ -70,11 +71,8 @@ class ApiKeyListCreateView(APIView):
     )
     def post(self, request):
         principal = require_tenant(request)
-        data = ApiKeyCreateIn(data=request.data)
-        data.is_valid(raise_exception=True)
-        key, secret = api_key_create(
-            tenant=principal.tenant, created_by=principal.user, **data.validated_data
-        )
+        data = validated(ApiKeyCreateIn, request.data)
+        key, secret = api_key_create(tenant=principal.tenant, created_by=principal.user, **data)
         key.secret = secret
         return Response(ApiKeyCreatedOut(key).data, status=status.HTTP_201_CREATED)
 

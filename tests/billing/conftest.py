@@ -78,13 +78,17 @@ class World:
         kw.setdefault("effective_from", datetime(2026, 1, 1, tzinfo=UTC))
         return cost_rate_create(component=component, basis=basis, amount=Decimal(amount), **kw)
 
-    def price(self, *, version=1, since=OCT, until=None, tier="", **prices) -> ModelPrice:
+    def price(
+        self, *, version=1, since=OCT, until=None, tier="", currency="USD", **prices
+    ) -> ModelPrice:
         """A price book version pricing the world's model ($1 / $0.25 / $4
-        per million input / cached / output tokens unless told)."""
+        per million input / cached / output tokens unless told; the same
+        figures in another `currency` make the book "list-eur", say)."""
         book = PriceBook.objects.create(
-            name="list",
+            name="list" if currency == "USD" else f"list-{currency.lower()}",
             version=version,
             tier=tier,
+            currency=currency,
             effective_from=since,
             effective_to=until,
             reservation_per_gpu_hour=prices.pop("reservation", 0),

@@ -108,22 +108,35 @@ def test_an_allocation_of_year_one_is_refused_by_page_and_api(world, finance, se
     assert not AllocationRun.objects.exists() and sent == []
 
 
-def test_an_allocation_to_the_last_day_python_has_is_cut_at_the_current_hour(
+def test_an_allocation_to_the_last_supported_day_is_cut_at_the_current_hour(
     world, finance, sent, django_capture_on_commit_callbacks
 ):
-    """The form used to add a day to the last day: 9999-12-31 overflowed (500)."""
+    """The form used to add a day to the last day: 9999-12-31 overflowed (500).
+    The last day the API takes is the last one the form takes, and the
+    run stops at the current hour, as the API's do."""
     page, _ = finance
     now_hour = timezone.now().astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     yesterday = now_hour.replace(hour=0) - timedelta(days=1)
 
     with django_capture_on_commit_callbacks(execute=True):
         response = page.post(
-            "/costs/runs", {"first_day": f"{yesterday:%Y-%m-%d}", "last_day": "9999-12-31"}
+            "/costs/runs", {"first_day": f"{yesterday:%Y-%m-%d}", "last_day": "2100-01-01"}
         )
 
     assert response.status_code == 302
     run = AllocationRun.objects.get()
     assert (run.start, run.end) == (yesterday, now_hour) and sent == [run.pk]
+
+
+def test_an_allocation_to_the_last_day_python_has_is_refused_as_the_api_refuses_it(
+    world, finance, sent
+):
+    page, _ = finance
+    response = page.post("/costs/runs", {"first_day": "2026-11-01", "last_day": "9999-12-31"})
+
+    assert response.status_code == 400
+    assert _page_error(response, "run-error") == f"last_day: {OUT_OF_RANGE}"
+    assert not AllocationRun.objects.exists() and sent == []
 
 
 @pytest.fixture
@@ -134,6 +147,7 @@ def two_currencies(world):
     Tenant.objects.filter(pk=world.b.pk).update(billing_currency="EUR")
     world.b.refresh_from_db()
     world.price()
+    world.price(currency="EUR")  # Bravo's book
     issued = {}
     for tenant in (world.a, world.b):
         world.tokens(tenant, hour=OCT + timedelta(hours=1), completion=1_000_000)

@@ -10,6 +10,7 @@ import pytest
 from django.http import QueryDict
 from django.utils import timezone
 
+from core.calendar import OUT_OF_RANGE
 from dashboard.forms import (
     AllocationRunForm,
     InvoiceActionForm,
@@ -39,8 +40,16 @@ def _data(**fields) -> QueryDict:
             "last_day: must be on or after first_day",
         ),
         (
-            {"first_day": "2999-01-01", "last_day": "2999-01-02"},
+            {"first_day": "2099-01-01", "last_day": "2099-01-02"},
             "first_day: must be before the current hour",
+        ),
+        (
+            {"first_day": "2999-01-01", "last_day": "2999-01-02"},
+            f"first_day: {OUT_OF_RANGE}",
+        ),
+        (
+            {"first_day": "2026-11-01", "last_day": "9999-12-31"},
+            f"last_day: {OUT_OF_RANGE}",
         ),
     ],
 )
@@ -94,9 +103,16 @@ def test_an_invoice_run_form_reads_its_day_and_checkboxes():
     [
         ({"action": "refund"}, "action: unknown action 'refund'"),
         ({}, "action: unknown action ''"),
-        ({"action": "credit_note", "amount": " abc"}, "amount: ' abc' is not an amount"),
-        ({"action": "credit_note", "amount": "-1"}, "amount: must be a positive amount"),
-        ({"action": "credit_note", "amount": "1.234"}, "amount: EUR has 2 decimal places"),
+        (
+            {"action": "credit_note", "amount": " abc"},
+            "amount: 'abc' is not a number (plain digits, e.g. 1450.00)",
+        ),
+        ({"action": "credit_note", "amount": "-1"}, "amount: must not be negative (no minus here)"),
+        ({"action": "credit_note", "amount": "0"}, "amount: must be a positive amount"),
+        (
+            {"action": "credit_note", "amount": "1.234"},
+            "amount: EUR has 2 decimal places: 1.234 has 3",
+        ),
     ],
 )
 def test_a_refused_invoice_action_names_its_first_error(fields, error):

@@ -42,8 +42,9 @@ def test_bad_amounts_name_the_field_and_write_nothing(client, world, issued):
     client.force_login(make_finance_user())
     alpha = issued[world.a.slug]
     for amount, message in (
-        ("abc", "amount: &#x27;abc&#x27; is not an amount"),
-        ("-1", "amount: must be a positive amount"),
+        ("abc", "amount: &#x27;abc&#x27; is not a number"),
+        ("-1", "amount: must not be negative"),
+        ("0", "amount: must be a positive amount"),
         ("1.005", "amount: USD has 2 decimal places"),
         ("4.01", "amount_minor: at most 400 minor units are left to credit"),
     ):

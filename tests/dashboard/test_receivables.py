@@ -17,7 +17,7 @@ from billing.choices import InvoiceStatus
 from billing.invoicing.credit_notes import credit_note_create
 from billing.invoicing.invoices import invoice_draft_build, invoice_finalize, invoice_transition
 from billing.invoicing.selectors import receivables_aging
-from billing.models import Invoice
+from billing.models import Invoice, ModelPrice, PriceBook
 from billing.payments.sync import invoice_stripe_sync
 from billing.spend.budgets import budgets_check
 from tenants.models import Tenant, TenantPolicy
@@ -46,6 +46,7 @@ def owed(world, settings):
     Tenant.objects.filter(pk=world.b.pk).update(billing_currency="EUR")
     world.b.refresh_from_db()
     world.price(since=MONTH[5])
+    world.price(since=MONTH[5], currency="EUR")  # Bravo's book
     a = {
         m: _issue(world, world.a, m, tokens)
         for m, tokens in ((5, 250_000), (7, 500_000), (8, 1_000_000), (9, 2_000_000))
@@ -77,11 +78,66 @@ def test_receivables_are_aged_and_totalled_per_currency(world, owed):
     assert (owed["a"][10].number, 0, 400) in listed
     not_open = {owed["a"][8].number, owed["b"][6].number, owed["b"][9].number}
     assert not not_open & {i.number for i in aging.invoices}
-    # A boundary: due at the very instant is still current; a second later, 1 day overdue.
+    # A boundary: due (Dec 1, 00:00) is current all through its due date;
+    # from the next midnight, 1 day overdue.
     due = owed["a"][10].due_at
-    assert receivables_aging(as_of=due).totals["USD"]["current"] == 400
-    later = receivables_aging(as_of=due + timedelta(seconds=1)).totals["USD"]
+    for moment in (due, due + timedelta(hours=23, minutes=59, seconds=59)):
+        assert receivables_aging(as_of=moment).totals["USD"]["current"] == 400
+    later = receivables_aging(as_of=due + timedelta(days=1)).totals["USD"]
     assert (later["current"], later["1-30"], later["31-60"]) == (0, 400, 700)
+
+
+def _jpy_book(world, since: datetime) -> None:
+    """A yen price book for the world's model (600 JPY per million output tokens)."""
+    book = PriceBook.objects.create(name="list-jpy", currency="JPY", effective_from=since)
+    ModelPrice.objects.create(
+        book=book,
+        served_model=world.model,
+        input_per_mtok=Decimal("150"),
+        cached_input_per_mtok=Decimal("40"),
+        output_per_mtok=Decimal("600"),
+    )
+
+
+def test_days_overdue_count_calendar_days_from_the_due_date(client, world, settings, pinned_clock):
+    """Due 10-31 is 31 days overdue on 12-01, whatever the hour; due today is
+    not overdue at all. On finance's receivables page and a tenant's own."""
+    settings.BILLING = {**settings.BILLING, "NET_DAYS": 30}
+    Tenant.objects.filter(pk=world.b.pk).update(billing_currency="JPY")
+    world.b.refresh_from_db()
+    world.price(since=MONTH[9])
+    world.price(since=MONTH[9], currency="EUR")  # Bravo's book
+    _jpy_book(world, since=MONTH[9])
+    issued = {}
+    for tenant, month, finalized in (
+        (world.a, 9, datetime(2026, 10, 1, 10, tzinfo=UTC)),  # due 2026-10-31 10:00
+        (world.b, 10, datetime(2026, 11, 1, 8, tzinfo=UTC)),  # due 2026-12-01 08:00
+    ):
+        start, end = MONTH[month], MONTH[month + 1]
+        world.tokens(tenant, hour=start + timedelta(hours=2), completion=1_000_000)
+        draft, _ = invoice_draft_build(tenant=tenant, period_start=start, period_end=end)
+        issued[tenant.slug] = invoice_finalize(invoice_id=draft.pk, now=finalized)
+    alpha, bravo = issued[world.a.slug], issued[world.b.slug]
+    assert (alpha.currency, bravo.currency) == ("USD", "JPY")
+    pinned_clock.move_to(datetime(2026, 12, 1, 11, tzinfo=UTC))
+    client.force_login(make_finance_user())
+
+    html = client.get("/finance/receivables/").content.decode()
+
+    row = html.split(f">{alpha.number}</a>")[1].split("</tr>")[0]
+    assert "2026-10-31" in row and '<td class="num">31</td>' in row and "4.00 USD" in row
+    row = html.split(f">{bravo.number}</a>")[1].split("</tr>")[0]
+    assert "2026-12-01" in row and '<td class="num">—</td>' in row and "600 JPY" in row
+    assert 'data-testid="aging-JPY-current">600 JPY' in html
+    assert 'data-testid="aging-USD-31-60">4.00 USD' in html
+
+    client.force_login(make_member(world.a).user)
+    balance = client.get("/usage/").content.decode().split('data-testid="balance">')[1]
+    assert "31 days overdue" in balance.split("</section>")[0]
+    client.force_login(make_member(world.b).user)
+    balance = client.get("/usage/").content.decode().split('data-testid="balance">')[1]
+    balance = balance.split("</section>")[0]
+    assert bravo.number in balance and "overdue" not in balance
 
 
 def test_finance_sees_receivables_and_budgets_on_one_page(client, world, owed):
@@ -150,6 +206,7 @@ def test_a_tenant_sees_what_it_owes_and_this_periods_estimate_and_nobody_elses(c
 
 def test_a_synced_invoice_is_paid_through_stripes_hosted_page(client, world, stripe_fake):
     world.price(since=MONTH[5])
+    world.price(since=MONTH[5], currency="EUR")  # Bravo's book
     alpha = _issue(world, world.a, 10, 1_000_000)
     bravo = _issue(world, world.b, 10, 2_000_000)
     invoice_stripe_sync(invoice_id=alpha.pk)  # what the worker does after finalizing

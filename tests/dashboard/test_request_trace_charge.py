@@ -62,6 +62,13 @@ def billed(ledger):
         cached_input_per_mtok=Decimal("1"),
         output_per_mtok=Decimal("9"),
     )
+    # Bravo's book: the same figures in euros (a tenant is rated in its own currency).
+    euro = PriceBook.objects.create(
+        name="list-eur", currency="EUR", effective_from=book.effective_from
+    )
+    for each in ModelPrice.objects.filter(book=book):
+        each.pk, each.book = None, euro
+        each.save()
     usage_record_batch(
         events=[
             ledger.event("a1", **TOKENS),

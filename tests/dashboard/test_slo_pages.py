@@ -81,6 +81,37 @@ def test_a_tenant_sees_its_own_figures_only(client, recent, world_a, world_b):
     assert drill["period"].requests == 24
 
 
+def test_availability_is_rounded_to_the_nearest_hundredth_and_charted_up_to_100(
+    client, ledger, world_a
+):
+    """47 of 48 requests served: 97.92% (not 97.91%), on the tenant's page
+    and finance's; a figure that misses its target never rounds up to it
+    (97.9166% < 97.92%). The tenant's chart's percent axis stops at 100."""
+    policy = slo_policy()
+    at = timezone.now().replace(microsecond=0) - timedelta(minutes=3)
+    events = [
+        ledger.event(f"r-{n}", tenant=world_a.tenant, at=at + timedelta(seconds=n))
+        for n in range(47)
+    ]
+    events.append(ledger.event("r-503", tenant=world_a.tenant, at=at, status="error",
+                               http_status=503, first_token_at=None))  # fmt: skip
+    usage_record_batch(events=events, source=EventSource.API)
+
+    client.force_login(world_a.viewer.user)
+    html = client.get("/usage/").content.decode()
+    period = html.split('data-testid="slo-period"')[1].split("</table>")[0]
+    assert "97.92% <span" in period and "97.91%" not in period
+    options = html.split('data-testid="slo-chart"')[1].split("</script>")[1]
+    assert 'y: { position: "left", max: 100,' in options
+    client.force_login(make_finance_user())
+    html = client.get("/finance/slo/", {"days": "7"}).content.decode()
+    assert "97.92% <span" in html and "97.91%" not in html
+
+    type(policy).objects.filter(pk=policy.pk).update(availability_percent=Decimal("97.92"))
+    html = client.get("/finance/slo/", {"days": "7"}).content.decode()
+    assert '97.9166% <span class="muted">/ 97.92%</span> ✗' in html
+
+
 def test_the_waiver_button_on_a_draft(client, world, ledger, world_a):
     slo_policy()
     slo_day(ledger, world_a.tenant, T0)

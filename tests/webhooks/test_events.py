@@ -200,7 +200,8 @@ def test_a_budget_threshold_is_an_event_and_an_email_unless_opted_out(
     assert event.data["spend"] == "60.00" and event.data["currency"] == "USD"
     [email] = mail.outbox
     assert email.to == ["admin@alpha.test"]  # the owner opted out
-    assert "50% of the monthly budget used" in email.subject
+    assert "60.0% of the monthly budget used (past the 50% alert threshold)" in email.subject
+    assert event.data["used_percent"] == "60.0" and event.data["percent"] == 50
 
 
 def test_replica_down_is_told_to_the_operator_only(api, world, people):

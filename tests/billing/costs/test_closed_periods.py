@@ -32,6 +32,7 @@ BACKDATED = {
 def invoiced(world):
     """October invoiced for a USD and a EUR tenant."""
     world.price()
+    world.price(currency="EUR")  # Euro Co's book
     euro = make_tenant(name="Euro Co", billing_currency="EUR")
     for tenant in (world.a, euro):
         world.tokens(tenant, hour=OCT + timedelta(hours=2), completion=1_000_000)

@@ -52,6 +52,7 @@ def test_a_euro_gpu_and_euro_staff_cost_are_converted_hour_by_hour(
     Margin 5.446865220 - 2.387330000 = 3.059535220 USD
       Euro Co: 1.446865220 - 0.299832500 = 1.147032720"""
     world.price()
+    world.price(currency="EUR")  # Euro Co's book
     euro = make_tenant(name="Euro Co", billing_currency="EUR")
     for day, rate in ((date(2026, 10, 5), "1.0800"), (date(2026, 10, 6), "1.0903")):
         FxRate.objects.create(base="EUR", quote="USD", date=day, rate=D(rate), source="test")

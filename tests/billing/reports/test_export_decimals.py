@@ -32,6 +32,7 @@ def test_margin_report_csv_and_totals_write_zero_and_tiny_amounts_in_fixed_point
     world.b.save(update_fields=["billing_currency"])
     FxRate.objects.create(base="EUR", quote="USD", date=H0.date(), rate=Decimal("1.2"))
     world.price(output_per_mtok=Decimal("0.15"))
+    world.price(output_per_mtok=Decimal("0.15"), currency="EUR")  # Bravo's book
     pool = world.pool("shared", policy="platform")
     replica = world.replica("r1", pool, [world.gpu("g1")])
     for tenant, seconds in ((world.a, "1800"), (world.b, "0.000001")):

@@ -46,6 +46,7 @@ def billed(world, settings):
     world.b.billing_currency = "EUR"
     world.b.save(update_fields=["billing_currency"])
     world.price(reservation=Decimal("0.5"))
+    world.price(reservation=Decimal("0.5"), currency="EUR")  # Bravo's book
     plan = Plan.objects.create(
         name="growth", discount_percent=Decimal(10), minimum_commit=Decimal(500)
     )

@@ -35,9 +35,10 @@ def _rate(base, quote, day, rate):
 @pytest.fixture
 def two_currencies(world):
     """Alpha bills in USD, Euro Co in EUR; both on one $1/h GPU whose idle
-    time stays platform cost; $4 per million output tokens (a price book's
-    figures are charged in each tenant's billing currency)."""
+    time stays platform cost; 4 per million output tokens, Alpha from the
+    USD book and Euro Co from the EUR one."""
     world.price()
+    world.price(currency="EUR")  # Euro Co's book: the same figures in euros
     euro = make_tenant(name="Euro Co", billing_currency="EUR")
     pool = world.pool("shared", policy="platform")
     replica = world.replica("r1", pool, [world.gpu("g1")])

@@ -65,8 +65,14 @@ def test_a_plans_policy_wins_over_its_tiers(ledger):
 
 def test_no_requests_no_breach_and_figures_never_round_up_to_a_target():
     assert availability_percent(requests=0, failed=0) is None
-    # 99,899 of 100,000 is 99.899 %: shown 99.89 %, never 99.90 % (the target it missed).
+    # 99,899 of 100,000 is 99.899 %: 99.90 % to the nearest hundredth, but
+    # against the 99.90 % target it missed, 99.899 %, never 99.90 %.
     assert availability_percent(requests=100_000, failed=101) == D("99.8990")
-    assert figure_text("availability", D("99.8990"), measured=True) == "99.89%"
+    assert figure_text("availability", D("99.8990"), measured=True) == "99.90%"
+    assert figure_text("availability", D("99.8990"), measured=True, against=D("99.9")) == "99.899%"
+    assert figure_text("availability", D("99.8990"), measured=True, against=D("99.8")) == "99.90%"
+    # 47 of 48: 97.9166...: 97.92 %, rounded to the nearest, not truncated.
+    assert figure_text("availability", availability_percent(requests=48, failed=1),
+                       measured=True, against=D("99.9")) == "97.92%"  # fmt: skip
     assert figure_text("ttft_p95", D("150.001"), measured=True) == "150.1 ms"
     assert figure_text("availability", D("99.9")) == "99.90%"

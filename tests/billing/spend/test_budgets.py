@@ -11,13 +11,14 @@ from decimal import Decimal
 import pytest
 from django.core import mail
 
-from billing.models import BudgetState
+from billing.models import BudgetState, ModelPrice, PriceBook
 from billing.spend.budgets import budget_check, budgets_check
 from gateway.callers import CallerRefused, caller_load
 from tenants.choices import Role
-from tenants.models import TenantPolicy
+from tenants.models import Tenant, TenantPolicy
 from tests.billing.conftest import NOV, OCT
 from tests.factories import make_key, make_member
+from webhooks.models import Event
 
 NOW = OCT + timedelta(days=20)
 
@@ -67,10 +68,45 @@ def test_the_soft_threshold_emails_owners_and_admins_once(priced, check):
     ]
     assert len(mail.outbox) == 1
     assert sorted(mail.outbox[0].to) == ["admin@alpha.test", "owner@alpha.test"]
-    assert "50% of the monthly budget" in mail.outbox[0].subject
+    assert "60.0% of the monthly budget used (past the 50% alert threshold)" in (
+        mail.outbox[0].subject
+    )
     assert "60.00 USD of a 100 USD" in mail.outbox[0].body
     state = BudgetState.objects.get(tenant=world.a)
     assert state.spend == 60 and state.period_start == OCT and state.period_end == NOV
+
+
+def test_the_alert_says_the_share_used_and_the_threshold_crossed(priced, check):
+    """50% used past a 10% threshold reads "50.0% ... used (past the 10%
+    ...)", never "10% used": in the email and in the webhook event, for a
+    USD tenant and a JPY one (no minor units: 5,000 JPY, not 5000.00)."""
+    world = priced
+    Tenant.objects.filter(pk=world.b.pk).update(billing_currency="JPY")
+    world.b.refresh_from_db()
+    book = PriceBook.objects.create(name="list-jpy", currency="JPY", effective_from=OCT)
+    prices = {f"{k}_per_mtok": Decimal(400) for k in ("input", "cached_input", "output")}
+    ModelPrice.objects.create(book=book, served_model=world.model, **prices)
+    make_member(world.b, Role.OWNER, email="owner@bravo.test")
+    _budget(world.a, 100, soft=10)
+    _budget(world.b, 10_000, soft=10)
+    _spend(world, world.a, 50)  # 50 USD at $4 per million
+    world.tokens(world.b, hour=OCT + timedelta(days=3), completion=12_500_000)  # 5,000 JPY
+
+    check(budgets_check, now=NOW)
+
+    sent = {to: m for m in mail.outbox for to in m.to}
+    for to, amount, limit, tenant in (
+        ("owner@alpha.test", "50.00 USD", "100 USD", world.a),
+        ("owner@bravo.test", "5,000 JPY", "10000 JPY", world.b),
+    ):
+        summary = f"{tenant.name}: 50.0% of the monthly budget used (past the 10% alert threshold)"
+        assert sent[to].subject == summary
+        assert f"{amount} of a {limit} monthly budget (50.0%)" in sent[to].body
+        event = Event.objects.get(tenant=tenant, type="budget.threshold_crossed")
+        assert event.summary == summary and "10% of the monthly budget used" not in summary
+        assert (event.data["used_percent"], event.data["percent"]) == ("50.0", 10)
+    assert Event.objects.get(tenant=world.b).data["spend"] == "5000"
+    assert Event.objects.get(tenant=world.a).data["spend"] == "50.00"
 
 
 def test_the_hard_threshold_blocks_until_the_budget_is_raised(priced, check, monkeypatch):
