@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from billing import tasks
@@ -26,14 +25,6 @@ OUTSIDE = ["0001-01-01", "9999-12-31"]
 @pytest.fixture
 def finance(db):
     return client_for_user(make_finance_user())
-
-
-@pytest.fixture
-def admin_client(db) -> Client:
-    user = get_user_model().objects.create_superuser("root", "root@example.test", "pw")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _error(response) -> tuple[str, str]:

@@ -10,19 +10,9 @@ from decimal import Decimal as D
 from html.parser import HTMLParser
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.test import Client
 
 from tenants.models import TenantPolicy
 from tests.factories import make_tenant
-
-
-@pytest.fixture
-def admin_client(db) -> Client:
-    user = get_user_model().objects.create_superuser("root", "root@example.test", "pw")
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 class _Form(HTMLParser):
