@@ -63,9 +63,20 @@ TRACKED = (
     Tracked("serving_node"),
     Tracked("serving_gpu"),
     Tracked("serving_pool", tenant="owner_id"),
+    # A replica's health and the N the gateway finds for it (adaptive
+    # concurrency, every few seconds) are operations, not changes a person
+    # made: the fleet page shows them; a person's change of the replica's
+    # settings (max_inflight, the concurrency mode) is an entry as ever.
     Tracked(
         "serving_replica",
-        ignored=("status", "status_since", "last_seen_at", "last_error", "concurrency_limit_at"),
+        ignored=(
+            "status",
+            "status_since",
+            "last_seen_at",
+            "last_error",
+            "concurrency_limit",
+            "concurrency_limit_at",
+        ),
     ),
     Tracked("serving_replica_gpus"),
     Tracked("serving_servedmodel"),

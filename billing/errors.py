@@ -69,3 +69,74 @@ class CostCurrencyError(FxError):
     """Cost entered in a currency other than the reporting currency."""
 
     code = "cost_currency"
+
+
+class PriceVersionInForceError(ConflictError):
+    """A price book version (or its prices) in force or past, asked to
+    change (409): history is priced by it, so a change is a new version
+    from a date."""
+
+    code = "price_version_in_force"
+
+    def __init__(self, book) -> None:
+        self.book = book
+        super().__init__(
+            f"{book.name} v{book.version} is in force since "
+            f"{book.effective_from:%Y-%m-%d %H:%M} UTC and is never edited: "
+            f"create a new version from a date"
+        )
+
+
+class PlanInUseError(ConflictError):
+    """A plan a started subscription uses, asked to change (409): its terms
+    priced those months, so new terms are a new plan, and subscriptions
+    move to it from a date."""
+
+    code = "plan_in_use"
+
+    def __init__(self, plan) -> None:
+        self.plan = plan
+        super().__init__(
+            f"plan {plan.name} has subscriptions already started and is never edited: "
+            f"create a new plan and move the subscriptions to it from a date"
+        )
+
+
+class SubscriptionStartedError(ConflictError):
+    """A subscription already started, asked to change other than ending
+    from now on (409): a move to another plan ends it and starts another."""
+
+    code = "subscription_started"
+
+    def __init__(self, subscription) -> None:
+        self.subscription = subscription
+        super().__init__(
+            f"{subscription.tenant.slug}'s subscription to {subscription.plan.name} started "
+            f"{subscription.start:%Y-%m-%d %H:%M} UTC and is never edited: move the tenant "
+            f"to a plan from a date"
+        )
+
+
+class TermsDatedError(ConflictError):
+    """A dated change of prices, plans or subscriptions that would reprice
+    what already happened (409): taking effect in a closed (invoiced)
+    period not reopened (`closed_until` set), or before the current hour.
+    The message names the field."""
+
+    code = "terms_backdated"
+
+    def __init__(self, *, field: str, moment, closed_until=None, hour=None) -> None:
+        self.field, self.moment, self.closed_until = field, moment, closed_until
+        if closed_until is not None:
+            self.code = "price_period_closed"
+            why = (
+                f"is inside the closed period (invoiced up to {closed_until:%Y-%m-%d %H:%M} UTC), "
+                f"whose re-rating must reproduce its finalized invoices; finance reopens it, "
+                f"with a reason, before a change can take effect there"
+            )
+        else:
+            why = (
+                f"is before the current hour ({hour:%Y-%m-%d %H:%M} UTC): usage until now was "
+                f"rated under the terms in force; a change takes effect from the current hour on"
+            )
+        super().__init__(f"{field}: {moment:%Y-%m-%d %H:%M} UTC {why}")

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from billing.costs.checks import allocation_conservation_check
 from billing.costs.runs import allocation_run_create, allocation_run_execute
+from billing.invoicing.reproduction import reproduction_check
 from billing.invoicing.runs import invoice_run_create, invoice_run_execute
 from billing.models import AllocationRun, InvoiceRun, MarginReport
 from billing.notices import slo_breaches_emit
@@ -66,6 +67,15 @@ def slo_breaches_task() -> int:
 def allocation_check_task() -> int:
     """Daily, after the allocation: pool-hours whose rows do not add up."""
     return len(allocation_conservation_check())
+
+
+@shared_task(
+    name="billing.reproduction_check", time_limit=1800, soft_time_limit=1740, ignore_result=True
+)
+def reproduction_check_task() -> int:
+    """Daily, after the invoices: closed periods whose re-rating differs
+    from what was billed for them (expected: none)."""
+    return len(reproduction_check().differences)
 
 
 @shared_task(

@@ -15,6 +15,11 @@ BEAT_SCHEDULE = {
         "task": "billing.allocation_daily",
         "schedule": crontab(hour=0, minute=30),
     },
+    # After the day's invoices: closed periods re-rated reproduce what was billed.
+    "billing-reproduction-check": {
+        "task": "billing.reproduction_check",
+        "schedule": crontab(hour=4, minute=0),
+    },
     # Monthly per tenant: each day invoices the tenants whose period ended.
     "billing-invoice-daily": {
         "task": "billing.invoice_daily",

@@ -28,10 +28,19 @@ class QueryIn(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+# `end`'s description where only the order is a rule: JSON Schema cannot
+# state a rule across two fields, so it is said where a client's author
+# reads it (an `end` equal to `start` is an empty period: a 400 naming `end`).
+END_AFTER_START = "Exclusive; must be after `start` (equal to it: a 400 naming `end`)."
+
+
 def range_help(longest: str) -> str:
     """`end`'s description: the rule JSON Schema cannot state across two
     parameters, said where a client's author reads it."""
-    return f"Exclusive; must be after `start`, and at most {longest} after it."
+    return (
+        f"Exclusive; must be after `start` (equal to it: a 400 naming `end`), "
+        f"and at most {longest} after it."
+    )
 
 
 def range_validated(attrs: dict, *, longest: timedelta, why: str = "") -> dict:

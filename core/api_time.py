@@ -12,6 +12,8 @@ page's form says what the API says."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from rest_framework import serializers
 
 from core.calendar import OUT_OF_RANGE, moment_supported
@@ -40,3 +42,11 @@ class SupportedDateField(serializers.DateField):
         if not moment_supported(day):
             self.fail("out_of_range")
         return day
+
+
+def utc_iso(moment: datetime) -> str:
+    """`moment` as the API writes every timestamp, in JSON and CSV alike:
+    ISO 8601 in UTC with a "Z" (2026-11-21T10:00:00Z), as DRF's
+    DateTimeField writes it."""
+    text = moment.astimezone(UTC).isoformat()
+    return text.removesuffix("+00:00") + "Z"

@@ -98,6 +98,19 @@ def day_ceil(moment: datetime) -> datetime:
     return start if start == _in_utc(moment) else start + _DAY
 
 
+def period_text(start: datetime, end: datetime) -> str:
+    """[start, end) as a person reads it, in UTC, end excluded: days alone
+    when both ends are midnights ("2026-11-01 to 2026-11-24"), else with
+    the times ("2026-12-01 00:00 to 20:00", the day once when both fall on
+    it), so that 20 hours of a day never read as an empty day."""
+    start, end = _in_utc(start), _in_utc(end)
+    if start == day_start(start) and end == day_start(end):
+        return f"{start:%Y-%m-%d} to {end:%Y-%m-%d}"
+    if start.date() == end.date():
+        return f"{start:%Y-%m-%d %H:%M} to {end:%H:%M}"
+    return f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M}"
+
+
 def month_start(moment: date | datetime) -> datetime:
     """The first instant (00:00 UTC on the 1st) of the UTC month of `moment`."""
     if not isinstance(moment, datetime):

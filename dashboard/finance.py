@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from billing.choices import ReportKind
 from billing.costs.selectors import margin_report_failed_after, margin_report_latest
+from billing.invoicing.reproduction import reproduction_latest
 from billing.pricing.unbilled import unpriced_usage
 from billing.reports.margin_reports import GATEWAY_QUEUE
 from billing.spend.corrections import spend_drift_latest
@@ -112,6 +113,7 @@ def finance_overview(request):
         "chart": chart,
         "gateway_queue": _gateway_queue(report),
         "queue_depth_chart": queue_depth_chart(now=timezone.now()),
+        "reproduction": reproduction_latest(),
     }
     return render(request, "dashboard/finance.html", context)
 

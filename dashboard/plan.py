@@ -22,6 +22,7 @@ from dashboard.portal import energy_rows
 from metering.selectors.usage import energy_totals
 from planning.api import PlanRunIn, WhatIfIn, what_if_create
 from planning.floors import KINDS
+from planning.provisioning import sized_peak
 from planning.runs import plan_run_create
 from planning.selectors import (
     capacity_list,
@@ -216,15 +217,16 @@ def plan_page(request):
     series = []
     if latest is not None:
         for forecast in forecast_list(run=latest, metric="tokens"):
-            peak = max(range(len(forecast.point)), key=forecast.point.__getitem__, default=None)
+            # The peak the plan sized GPUs for (the run's band), the one source.
+            sized, hour = sized_peak(forecast.point, forecast.bands, latest.band)
             series.append(
                 {
                     "forecast": forecast,
                     "error": forecast.mase.get(forecast.method),
                     "total": sum(forecast.point),
-                    "peak": forecast.point[peak] if peak is not None else 0,
-                    "peak_high": forecast.bands["95"][1][peak] if peak is not None else 0,
-                    "peak_at": forecast.start + timedelta(hours=peak or 0),
+                    "peak_point": max(forecast.point, default=0),
+                    "peak": sized,
+                    "peak_at": forecast.start + timedelta(hours=hour or 0),
                     "chart": forecast_chart(forecast),
                     "name": f"forecast-{forecast.pk}",
                 }

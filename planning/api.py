@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from core.api_decimal import PlainDecimalField
 from core.api_download import document_response
 from core.api_errors import validated
+from core.api_query import QueryIn
 from core.api_time import SupportedDateTimeField
 from planning.models import (
     BANDS,
@@ -184,7 +185,7 @@ class ForecastOut(serializers.ModelSerializer):
         return forecast.mase.get(forecast.method)
 
 
-class RunQueryIn(serializers.Serializer):
+class RunQueryIn(QueryIn):  # `run=` or `pool=` sent empty: a 400 naming it
     run = serializers.IntegerField(
         required=False, help_text="A done plan run (default: the latest)."
     )

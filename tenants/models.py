@@ -8,6 +8,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length
+from django.utils import timezone
 
 from core.fields import CurrencyField, SupportedDateTimeField
 from tenants.choices import PriorityClass, Role, Scope, ServiceScope, TenantStatus, Tier
@@ -51,9 +52,44 @@ class Tenant(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args, **kwargs) -> None:
+        """A move to another tier, by any path (admin, API, command), is
+        kept as a TierChange from now: the hours before it stay priced under
+        the tier they were served in (invariant 9)."""
+        fields = kwargs.get("update_fields")
+        before = None
+        if self.pk is not None and (fields is None or "tier" in fields):
+            before = Tenant.objects.filter(pk=self.pk).values_list("tier", flat=True).first()
+        super().save(*args, **kwargs)
+        if before is not None and before != self.tier:
+            TierChange.objects.create(
+                tenant=self, from_tier=before, tier=self.tier, effective_from=timezone.now()
+            )
+
     @property
     def is_active(self) -> bool:
         return self.status == TenantStatus.ACTIVE
+
+
+class TierChange(models.Model):
+    """A tenant's move between tiers: `tier` from `effective_from` on,
+    `from_tier` before it. Rating prices each hour under the tier in force
+    then (billing.pricing.rating); a tenant with none was always in its
+    `tier`."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tier_changes")
+    from_tier = models.CharField(max_length=16, choices=Tier.choices)
+    tier = models.CharField(max_length=16, choices=Tier.choices)
+    effective_from = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant", "effective_from", "pk"]
+        indexes = [models.Index(fields=["tenant", "effective_from"])]
+
+    def __str__(self) -> str:
+        since = f"{self.effective_from:%Y-%m-%d %H:%M}"
+        return f"{self.tenant}: {self.from_tier} to {self.tier} from {since}"
 
 
 class Membership(models.Model):

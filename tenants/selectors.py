@@ -8,7 +8,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
 from tenants.choices import FINANCE_PERMISSION
-from tenants.models import ApiKey, Membership, Tenant, TenantPolicy
+from tenants.models import ApiKey, Membership, Tenant, TenantPolicy, TierChange
 
 
 def api_key_list(*, tenant: Tenant) -> QuerySet[ApiKey]:
@@ -51,3 +51,15 @@ def tenant_list_by_slugs(*, slugs: Iterable[str]) -> list[Tenant]:
     """The tenants with these slugs. Only for single sign-on, which maps an
     identity provider's claims to tenants before anyone is signed in."""
     return list(Tenant.objects.filter(slug__in=list(slugs)).order_by("slug"))
+
+
+def tier_timelines(tenant_ids) -> dict[int, tuple[tuple, ...]]:
+    """Each tenant's tiers as ((since, tier), ...), the first since None:
+    only tenants that ever moved (the rest were always in their tier)."""
+    out: dict[int, list[tuple]] = {}
+    for change in TierChange.objects.filter(tenant_id__in=list(tenant_ids)).order_by(
+        "tenant_id", "effective_from", "pk"
+    ):
+        line = out.setdefault(change.tenant_id, [(None, change.from_tier)])
+        line.append((change.effective_from, change.tier))
+    return {k: tuple(v) for k, v in out.items()}

@@ -21,6 +21,8 @@ FINANCE_PAGES = [
     "/finance/receivables/",
     "/finance/slo/",
     "/finance/tax/",
+    "/finance/prices/",
+    "/finance/tenants/{slug}/terms/",
     "/finance/plan/",
     "/finance/archives/",
     "/jobs/",

@@ -15,16 +15,31 @@ from rest_framework.views import APIView
 
 from audit.forms import AuditFilterForm, audit_query_parse
 from audit.selectors import CSV_COLUMNS, audit_csv_rows, audit_entry_list, entry_record
+from audit.tracked import TRACKED
 from core.api_errors import validated
+from core.api_query import EMPTY
 from core.csv_stream import csv_response
 from tenants.api.permissions import scope_required, tenant_scope
 
 TAGS = ["audit"]
+
+
+def _filter_values(name: str, field) -> list[str] | None:
+    """The values a filter takes, as the schema enumerates them (the form
+    refuses any other with a 400): the audited tables, the actions, the
+    ways in; None for a free one."""
+    if name == "table":
+        return sorted(t.table for t in TRACKED)
+    choices = getattr(field, "choices", None)
+    return [value for value, _label in choices if value] if choices else None
+
+
 FILTERS = [
     OpenApiParameter(
         name,
         OpenApiTypes.DATE if name in {"since", "until"} else OpenApiTypes.STR,
-        description=str(field.help_text or ""),
+        description=" ".join(filter(None, [str(field.help_text or ""), "Sent empty: a 400."])),
+        enum=_filter_values(name, field),
     )
     for name, field in AuditFilterForm.base_fields.items()
 ]
@@ -58,7 +73,18 @@ class AuditPageOut(serializers.Serializer):
 
 
 def _entries(request):
-    query = audit_query_parse(request.query_params)
+    # The page's form sends every filter, "" meaning any; through the API a
+    # filter sent empty is a 400 naming it, as for every query parameter
+    # (core.api_query), rather than read as not given.
+    params = request.query_params
+    empty = {
+        name: [EMPTY]
+        for name in AuditFilterForm.base_fields
+        if name in params and "" in params.getlist(name)
+    }
+    if empty:
+        raise serializers.ValidationError(empty)
+    query = audit_query_parse(params)
     tenant = tenant_scope(request, query.tenant_slug or None)
     return audit_entry_list(tenant=tenant, query=replace(query, tenant_slug=""))
 

@@ -13,7 +13,7 @@ from billing.costs.scenarios import COMPARE_BY
 from billing.costs.selectors import GROUP_KEYS
 from billing.models import AllocationRun, CostPeriodReopening, CostRate, CostScenario
 from core.api_decimal import PlainDecimalField
-from core.api_query import QueryIn, range_help, range_validated
+from core.api_query import END_AFTER_START, QueryIn, range_help, range_validated
 from core.api_time import SupportedDateTimeField
 from serving.choices import IdleCostPolicy
 from serving.models import Pool
@@ -96,7 +96,7 @@ class CostRateOut(serializers.ModelSerializer):
 
 class CostReopeningIn(serializers.Serializer):
     start = SupportedDateTimeField(input_formats=DATE_OR_TIME)
-    end = SupportedDateTimeField(input_formats=DATE_OR_TIME)
+    end = SupportedDateTimeField(input_formats=DATE_OR_TIME, help_text=END_AFTER_START)
     reason = serializers.CharField(max_length=500, help_text="Why; kept with who and when.")
 
 
@@ -110,7 +110,9 @@ class CostReopeningOut(serializers.ModelSerializer):
 
 class AllocationRunIn(serializers.Serializer):
     start = SupportedDateTimeField(input_formats=DATE_OR_TIME)
-    end = SupportedDateTimeField(input_formats=DATE_OR_TIME)
+    end = SupportedDateTimeField(
+        input_formats=DATE_OR_TIME, help_text="A whole UTC hour; " + END_AFTER_START
+    )
     scenario = serializers.PrimaryKeyRelatedField(
         queryset=CostScenario.objects.all(), required=False, allow_null=True
     )
@@ -142,7 +144,7 @@ class ScenarioIn(serializers.Serializer):
     name = serializers.CharField(max_length=100)
     description = serializers.CharField(max_length=500, required=False, default="")
     start = SupportedDateTimeField(input_formats=DATE_OR_TIME)
-    end = SupportedDateTimeField(input_formats=DATE_OR_TIME)
+    end = SupportedDateTimeField(input_formats=DATE_OR_TIME, help_text=END_AFTER_START)
     idle_cost_policy = serializers.ChoiceField(
         choices=IdleCostPolicy.choices,
         required=False,

@@ -15,6 +15,7 @@ from billing.reports.margin_reports import margin_report_request
 from billing.tasks import margin_report_enqueue
 from core.api_download import document_response
 from core.api_errors import Conflict, validated
+from core.api_query import END_AFTER_START
 from core.api_time import SupportedDateTimeField
 from tenants.api.permissions import IsFinanceStaff
 
@@ -55,7 +56,7 @@ class MarginReportOut(serializers.ModelSerializer):
 
 class MarginReportIn(serializers.Serializer):
     start = SupportedDateTimeField()
-    end = SupportedDateTimeField()
+    end = SupportedDateTimeField(help_text=END_AFTER_START)
 
     def validate(self, data):
         if data["end"] <= data["start"]:

@@ -1,12 +1,27 @@
 from django.urls import path, re_path
 
-from billing.api import costs, focus, fx, invoices, margins, slo, tax
+from billing.api import costs, focus, fx, invoices, margins, prices, slo, tax
 from billing.spend import api as spend
 
 urlpatterns = [
     path("costs/rates", costs.CostRateListView.as_view(), name="cost-rates"),
     path("costs/rates/<int:pk>", costs.CostRateDetailView.as_view(), name="cost-rate"),
     path("costs/reopenings", costs.CostReopeningListView.as_view(), name="cost-reopenings"),
+    path("price-books", prices.PriceBookListView.as_view(), name="api-price-books"),
+    path("price-books/<int:pk>", prices.PriceBookDetailView.as_view(), name="api-price-book"),
+    path("plans", prices.PlanListView.as_view(), name="api-plans"),
+    path("plans/<int:pk>", prices.PlanDetailView.as_view(), name="api-plan"),
+    path(
+        "tenants/<slug:slug>/subscriptions",
+        prices.SubscriptionListView.as_view(),
+        name="api-tenant-subscriptions",
+    ),
+    path(
+        "tenants/<slug:slug>/subscriptions/<int:pk>",
+        prices.SubscriptionDetailView.as_view(),
+        name="api-tenant-subscription",
+    ),
+    path("tenants/<slug:slug>/policy", prices.PolicyView.as_view(), name="api-tenant-policy"),
     path("costs/runs", costs.AllocationRunListView.as_view(), name="cost-runs"),
     path("costs/runs/<int:pk>", costs.AllocationRunDetailView.as_view(), name="cost-run"),
     path("costs/allocations", costs.AllocationSummaryView.as_view(), name="cost-allocations"),

@@ -54,7 +54,7 @@ def earlier_periods(*, tenants: list[Tenant], before: datetime) -> EarlierPeriod
             inputs[(tenant_id, start)] = read
     known: dict[tuple[int, str], Fingerprint] = {}
     billed = (
-        _billing_invoices(tenant_ids=list(invoices), building=before)
+        invoices_billing(tenant_ids=list(invoices), building=before)
         .order_by(F("rated_at").asc(nulls_first=True))
         .values_list("tenant_id", "usage_fingerprint")
     )
@@ -88,8 +88,8 @@ def late_usage_lines(
             line.key: line
             for line in lines_from_charges(charges, currency=currency, start=start, end=end)
         }
-        others = _billing_invoices(tenant_ids=[tenant.pk], building=before)
-        billed = _billed(others, start=start, end=end)
+        others = invoices_billing(tenant_ids=[tenant.pk], building=before)
+        billed = period_billed(others, start=start, end=end)
         for key in sorted(rated.keys() | billed.keys(), key=_sortable):
             line = line_difference(rated=rated.get(key), billed=billed.get(key))
             if line is not None:
@@ -97,7 +97,7 @@ def late_usage_lines(
     return lines, fingerprints
 
 
-def _billing_invoices(*, tenant_ids: list[int], building: datetime):
+def invoices_billing(*, tenant_ids: list[int], building: datetime):
     """The tenants' invoices that count as billed: not void, and not the
     one being built now (the period starting at `building`)."""
     return (
@@ -124,7 +124,7 @@ def earlier_invoices(*, tenant_ids: list[int], before: datetime) -> dict[int, li
     return out
 
 
-def _billed(invoices, *, start: datetime, end: datetime) -> dict[LineKey, LineDraft]:
+def period_billed(invoices, *, start: datetime, end: datetime) -> dict[LineKey, LineDraft]:
     """What was billed for the period, by line key: its own invoice's lines
     and every late-usage line for it since (credit applied, prepaid or an
     SLA credit, is not usage)."""

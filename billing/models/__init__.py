@@ -21,6 +21,7 @@ from billing.models.invoices import (  # noqa: F401
     InvoiceLine,
     InvoiceRun,
     Issuer,
+    ReproductionCheck,
     StripeEvent,
 )
 from billing.models.payments import StripeCustomer  # noqa: F401

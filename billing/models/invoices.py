@@ -316,3 +316,21 @@ class StripeEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} {self.event_id}"
+
+
+class ReproductionCheck(models.Model):
+    """One run of the standing check that re-rating closed periods gives
+    what was billed for them (billing.invoicing.reproduction): how many
+    finalized invoices it re-rated, how many wait on late usage not yet
+    billed, and each difference found (expected: none)."""
+
+    checked_at = models.DateTimeField(auto_now_add=True)
+    invoices = models.PositiveIntegerField(default=0)
+    pending_late_usage = models.PositiveIntegerField(default=0)
+    differences = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-checked_at"]
+
+    def __str__(self) -> str:
+        return f"{self.checked_at:%Y-%m-%d %H:%M}: {len(self.differences)} differences"

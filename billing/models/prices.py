@@ -2,19 +2,39 @@
 tier; each prices models per million tokens (optionally graduated by the
 month's volume) and per GPU-second, and sets the reservation and dedicated
 fees. A plan adds a monthly commitment and a discount; a subscription ties
-a tenant to a plan; credit grants are prepaid money with an expiry."""
+a tenant to a plan; credit grants are prepaid money with an expiry.
+
+History reproduces (invariant 9): whatever path saves them (the services
+in billing.pricing.catalog and .plans, the admin, a shell), a version in
+force and its prices, a plan a started subscription uses and a started
+subscription are never changed, except an end moved from now on (a new
+version or a move supersedes them). Bulk updates bypass these guards."""
 
 from __future__ import annotations
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
+from django.utils import timezone
 
 from billing.choices import TokenKind
+from billing.errors import PlanInUseError, PriceVersionInForceError, SubscriptionStartedError
 from core.fields import CurrencyField, SupportedDateTimeField
 from serving.models import ServedModel
 from tenants.choices import Tier
 from tenants.models import Tenant
+
+
+def _hour_now():
+    return timezone.now().replace(minute=0, second=0, microsecond=0)
+
+
+def _ends_from_now_on(old_end, new_end) -> bool:
+    """Whether moving an end from `old_end` to `new_end` leaves the past as
+    it was: the old end not yet reached, the new one from the current hour."""
+    hour = _hour_now()
+    return (old_end is None or old_end > hour) and (new_end is None or new_end >= hour)
+
 
 PRICE = {"max_digits": 24, "decimal_places": 9, "validators": [MinValueValidator(0)]}
 AMOUNT = {"max_digits": 20, "decimal_places": 4, "validators": [MinValueValidator(0)]}
@@ -48,6 +68,30 @@ class PriceBook(models.Model):
     def __str__(self) -> str:
         return f"{self.name} v{self.version} ({self.tier or 'all tiers'})"
 
+    def save(self, *args, **kwargs):
+        # The one guard every path passes (services, the admin, a shell): a
+        # version in force changes only its end, from now on.
+        stored = _stored(self, kwargs)
+        if stored is not None and stored.in_force_or_past():
+            changed = {
+                f.attname
+                for f in self._meta.concrete_fields
+                if getattr(stored, f.attname) != getattr(self, f.attname)
+            } - {"effective_to"}
+            if changed or not _ends_from_now_on(stored.effective_to, self.effective_to):
+                raise PriceVersionInForceError(stored)
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if self.pk is not None and self.in_force_or_past():
+            raise PriceVersionInForceError(self)
+        return super().delete(*args, **kwargs)
+
+    def in_force_or_past(self, now=None) -> bool:
+        """Whether it has taken effect: then it prices history, and only its
+        end may still move (from now on, when a new version supersedes it)."""
+        return self.effective_from <= (now or timezone.now())
+
 
 class ModelPrice(models.Model):
     """A model's prices in a book: per million input, cached-input and
@@ -67,6 +111,18 @@ class ModelPrice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.book}: {self.served_model}"
+
+    def save(self, *args, **kwargs):
+        # A new model's price in a book already in force is left to the
+        # services (and seeds); changing one that priced history is not.
+        stored = _stored(self, kwargs)
+        if stored is not None:
+            _book_not_in_force(stored.book_id, self.book_id)
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        _book_not_in_force(self.book_id)
+        return super().delete(*args, **kwargs)
 
     def per_mtok(self, kind: str):
         return getattr(self, f"{kind}_per_mtok")
@@ -94,6 +150,22 @@ class VolumeTier(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} from {self.from_tokens:,}: {self.per_mtok}/M"
 
+    def save(self, *args, **kwargs):
+        stored = _stored(self, kwargs)
+        if stored is not None:
+            _book_not_in_force(
+                *ModelPrice.objects.filter(
+                    pk__in=[stored.model_price_id, self.model_price_id]
+                ).values_list("book_id", flat=True)
+            )
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        _book_not_in_force(
+            *ModelPrice.objects.filter(pk=self.model_price_id).values_list("book_id", flat=True)
+        )
+        return super().delete(*args, **kwargs)
+
 
 class Plan(models.Model):
     """Commercial terms: a monthly minimum commitment (a true-up line tops
@@ -119,6 +191,21 @@ class Plan(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs):
+        stored = _stored(self, kwargs)
+        if stored is not None and stored.started_subscriptions().exists():
+            raise PlanInUseError(stored)
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if self.pk is not None and self.started_subscriptions().exists():
+            raise PlanInUseError(self)
+        return super().delete(*args, **kwargs)
+
+    def started_subscriptions(self):
+        """Its subscriptions already started: what its terms have priced."""
+        return self.subscriptions.filter(start__lte=timezone.now())
 
 
 class Subscription(models.Model):
@@ -152,6 +239,24 @@ class Subscription(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant} on {self.plan}"
 
+    def save(self, *args, **kwargs):
+        # Started: only its end moves, from now on (a move to another plan).
+        stored = _stored(self, kwargs)
+        if stored is not None and stored.start <= timezone.now():
+            changed = {
+                f.attname
+                for f in self._meta.concrete_fields
+                if getattr(stored, f.attname) != getattr(self, f.attname)
+            } - {"end"}
+            if changed or not _ends_from_now_on(stored.end, self.end):
+                raise SubscriptionStartedError(stored)
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        if self.pk is not None and self.start <= timezone.now():
+            raise SubscriptionStartedError(self)
+        return super().delete(*args, **kwargs)
+
 
 class CreditGrant(models.Model):
     """Prepaid money in a tenant's wallet; applied to invoices soonest
@@ -173,3 +278,21 @@ class CreditGrant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant}: {self.amount} {self.currency}"
+
+
+def _stored(row: models.Model, save_kwargs: dict):
+    """The row as stored, when a save would update it (None: an insert)."""
+    if row.pk is None or save_kwargs.get("force_insert"):
+        return None
+    return type(row).objects.filter(pk=row.pk).first()
+
+
+def _book_not_in_force(*book_ids) -> None:
+    """Raise PriceVersionInForceError when any of the books has taken effect."""
+    book = (
+        PriceBook.objects.filter(pk__in=[b for b in book_ids if b is not None])
+        .filter(effective_from__lte=timezone.now())
+        .first()
+    )
+    if book is not None:
+        raise PriceVersionInForceError(book)

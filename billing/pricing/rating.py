@@ -45,6 +45,7 @@ from serving.choices import PoolKind
 from serving.gpu_shares import GPU_UNITS
 from serving.models import ReplicaGpu, Reservation, ServedModel
 from tenants.models import Tenant
+from tenants.selectors import tier_timelines
 
 
 def tier_label(steps: tuple[tuple[int, Decimal], ...], index: int) -> str:
@@ -97,6 +98,7 @@ class TenantInputs:
     reservations: list[tuple[datetime, datetime, int]] = field(default_factory=list)
     dedicated_gpus: Decimal = Decimal(0)  # GPU units / GPU_UNITS
     subscription: Subscription | None = None
+    tiers: tuple = ()  # ((since, tier), ...) for a tenant that moved tiers
 
     def fingerprint(self) -> dict[str, int | str]:
         """Totals of the rated usage: the same usage rates the same."""
@@ -124,7 +126,12 @@ def charges_compute(
 ) -> list[Charge]:
     """Rating itself, from loaded inputs (no database reads beyond the
     cached price books)."""
-    books = price_books(tier=tenant.tier, currency=tenant.billing_currency, start=start, end=end)
+    books = price_books(
+        tiers=inputs.tiers or ((None, tenant.tier),),
+        currency=tenant.billing_currency,
+        start=start,
+        end=end,
+    )
     unpriced: dict[str, int] = defaultdict(int)
     usage = _charges_usage(inputs.usage, books=books, unpriced=unpriced)
     if warnings is not None:
@@ -145,11 +152,16 @@ def rating_inputs(
     unchanging prices (never per hour in Python)."""
     out = {t.pk: TenantInputs() for t in tenants}
     ids = list(out)
+    moved = tier_timelines(ids)
+    for tenant_id, tiers in moved.items():
+        out[tenant_id].tiers = tiers
     edges = sorted(
         set().union(
             *(
-                price_books(tier=t, currency=c, start=start, end=end).edges(start, end)
-                for t, c in {(x.tier, x.billing_currency) for x in tenants}
+                price_books(tiers=tiers, currency=c, start=start, end=end).edges(start, end)
+                for tiers, c in {
+                    (moved.get(x.pk, ((None, x.tier),)), x.billing_currency) for x in tenants
+                }
             )
         )
         or {start}
@@ -182,7 +194,8 @@ def rating_inputs(
 
 
 class Books:
-    """The price book in force in each hour for one tenant's tier, and its
+    """The price book in force in each hour for the tier a tenant was in
+    then (`tiers`: ((since, tier), ...), the first since None), and its
     prices in the tenant's billing `currency` (converted, where the book is
     in another, at the average rate of [start, end) up to now)."""
 
@@ -191,11 +204,13 @@ class Books:
         books: list[PriceBook],
         prices: dict[tuple[int, int], ModelPrice],
         *,
+        tiers: tuple,
         currency: str,
         start: datetime,
         end: datetime,
     ):
         self.books = books
+        self.tiers = tiers
         self.prices = prices
         self.currency = currency
         self.start, self.end = start, end
@@ -228,11 +243,32 @@ class Books:
             return ""
         return f" ({book.currency} prices at {rate.rate.normalize():f} {rate.base}/{rate.quote})"
 
+    def moved(self) -> bool:
+        """Whether the tenant changed tiers inside [start, end)."""
+        return any(self.start < since < self.end for since, _ in self.tiers[1:])
+
+    def tier_note(self, book: PriceBook) -> str:
+        """What a line says of the tier it was served in: only for a tenant
+        that moved in the period, and a tier's own book (an all-tiers book
+        priced both sides alike)."""
+        return f", {book.tier} tier" if book.tier and self.moved() else ""
+
+    def tier_at(self, moment: datetime) -> str:
+        """The tier the tenant was in at `moment`."""
+        tier = self.tiers[0][1]
+        for since, later in self.tiers[1:]:
+            if since <= moment:
+                tier = later
+        return tier
+
     def at(self, moment: datetime) -> PriceBook | None:
+        tier = self.tier_at(moment)
         live = [
             b
             for b in self.books
-            if b.effective_from <= moment and (b.effective_to is None or moment < b.effective_to)
+            if b.tier in ("", tier)
+            and b.effective_from <= moment
+            and (b.effective_to is None or moment < b.effective_to)
         ]
         # A tier's own book over an all-tiers one; then one in the tenant's
         # currency over one to convert; then the one in force since the
@@ -271,10 +307,11 @@ class Books:
     def edges(self, start: datetime, end: datetime) -> set[datetime]:
         """The starts of the stretches of [start, end) over which neither
         the book in force (it changes only where a book begins or ends) nor
-        the calendar month changes."""
+        the calendar month nor the tenant's tier changes."""
         edges = {start}
         for b in self.books:
             edges.update(t for t in (b.effective_from, b.effective_to) if t and start < t < end)
+        edges.update(since for since, _ in self.tiers[1:] if start < since < end)
         month = month_start(start)
         while (month := months_add(month, 1)) < end:
             edges.add(month)
@@ -295,21 +332,31 @@ def rating_session():
         _books_cache.reset(token)
 
 
-def price_books(*, tier: str, currency: str, start: datetime, end: datetime) -> Books:
-    """The books that may price a tier's usage in [start, end), for a
-    tenant billed in `currency`."""
+def price_books(
+    *,
+    tier: str | None = None,
+    tiers: tuple | None = None,
+    currency: str,
+    start: datetime,
+    end: datetime,
+) -> Books:
+    """The books that may price usage in [start, end) of a tenant billed
+    in `currency`, in one `tier` throughout or moving through `tiers`
+    (((since, tier), ...), the first since None)."""
+    tiers = tiers or ((None, tier),)
     cache = _books_cache.get()
     if cache is None:
-        return _books_load(tier=tier, currency=currency, start=start, end=end)
-    key = (tier, currency, start, end)
+        return _books_load(tiers=tiers, currency=currency, start=start, end=end)
+    key = (tiers, currency, start, end)
     if key not in cache:
-        cache[key] = _books_load(tier=tier, currency=currency, start=start, end=end)
+        cache[key] = _books_load(tiers=tiers, currency=currency, start=start, end=end)
     return cache[key]
 
 
-def _books_load(*, tier: str, currency: str, start: datetime, end: datetime) -> Books:
+def _books_load(*, tiers: tuple, currency: str, start: datetime, end: datetime) -> Books:
+    names = {tier for _, tier in tiers}
     books = list(
-        PriceBook.objects.filter(Q(tier=tier) | Q(tier=""), effective_from__lt=end)
+        PriceBook.objects.filter(Q(tier__in=names) | Q(tier=""), effective_from__lt=end)
         .filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
         .order_by("effective_from")
     )
@@ -319,7 +366,7 @@ def _books_load(*, tier: str, currency: str, start: datetime, end: datetime) -> 
         .select_related("served_model")
         .prefetch_related("tiers")
     }
-    return Books(books, prices, currency=currency, start=start, end=end)
+    return Books(books, prices, tiers=tiers, currency=currency, start=start, end=end)
 
 
 def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]) -> list[Charge]:
@@ -361,6 +408,7 @@ def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]
             Charge(
                 kind=kind,
                 description=_usage_description(model, token_kind, tiers.get(key, {}))
+                + books.tier_note(books.book(book_id))
                 + books.note(books.book(book_id)),
                 quantity=quantity,
                 unit_price=unit,

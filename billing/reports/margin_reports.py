@@ -7,9 +7,13 @@ month to date against the same days of the month before (Nov 1-23 against
 Oct 1-23; Mar 1-30 against all of Feb, clamped at its end); any other
 period against as long a stretch just before it. A month-to-date report
 also carries a run-rate forecast of the whole month: each figure so far
-divided by the elapsed fraction of the month (hours elapsed / hours in the
-month), rounded half-even to a nano-unit; margin forecast = revenue
-forecast - cost forecast.
+divided by the elapsed fraction of the month (time elapsed / the month's),
+rounded half-even to a nano-unit; margin forecast = revenue forecast - cost
+forecast. A report reaching into the current hour (the demo's, built up to
+the next hour) has revenue up to the moment it was built and cost up to
+the current hour's start (allocation books no hour before it is over), so
+revenue is divided by the time elapsed (the current hour by its elapsed
+part) and cost by the whole hours booked.
 
 Amounts are in the reporting currency (billing.reports.fx, billing.reports.margins). A
 rate that is missing fails the report with a message naming the currency
@@ -25,6 +29,7 @@ from decimal import ROUND_HALF_EVEN, Decimal
 import numpy as np
 import pandas as pd
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from billing.choices import ReportKind, RunStatus
 from billing.errors import FxError
@@ -47,7 +52,7 @@ from billing.reports.platforms import (
     platform_table,
 )
 from billing.runs import run_executing, run_finish, run_start, runs_abandoned_fail
-from core.calendar import day_start, month_containing, month_start, months_add
+from core.calendar import day_start, hour_start, month_containing, month_start, months_add
 from core.fixed_point import fixed_point
 from core.nanos import from_nano
 from metering.selectors.queue import gateway_queue_by_tier
@@ -94,17 +99,38 @@ def month_run_rate(*, start: datetime, end: datetime) -> tuple[datetime, datetim
     return None
 
 
+def run_rate_elapsed(*, start: datetime, end: datetime, now: datetime) -> tuple[datetime, datetime]:
+    """How far the figures of a report of [start, end) built at `now`
+    reach: revenue to `now` (the current hour by its elapsed part), cost to
+    the current hour's start (allocation books none of it); both at most
+    `end`. A report of hours all past reaches `end` with both."""
+    revenue_to = min(end, now)
+    cost_to = min(end, hour_start(now))
+    return max(revenue_to, start), max(cost_to, start)
+
+
 def run_rate_forecast(
-    so_far: dict[str, int], *, start: datetime, end: datetime, month_end: datetime
+    so_far: dict[str, int],
+    *,
+    start: datetime,
+    end: datetime,
+    month_end: datetime,
+    cost_end: datetime | None = None,
 ) -> dict[str, int]:
-    """Revenue and cost so far over the elapsed fraction of the month,
-    rounded half-even to a nano-unit; margin = revenue - cost."""
-    scale = Decimal((month_end - start).total_seconds()) / Decimal((end - start).total_seconds())
+    """Revenue so far over the month's fraction [start, end) is, cost so
+    far over [start, cost_end) (default `end`), each rounded half-even to a
+    nano-unit; margin = revenue - cost."""
+    month = Decimal((month_end - start).total_seconds())
 
-    def project(nano: int) -> int:
-        return int((Decimal(nano) * scale).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+    def project(nano: int, reached: datetime) -> int:
+        elapsed = Decimal((reached - start).total_seconds())
+        if elapsed <= 0:
+            return nano  # nothing booked yet (the month's first hour): nothing to scale
+        scaled = Decimal(nano) * month / elapsed
+        return int(scaled.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
 
-    revenue, cost = project(so_far["revenue"]), project(so_far["cost"])
+    revenue = project(so_far["revenue"], end)
+    cost = project(so_far["cost"], cost_end or end)
     return {"revenue": revenue, "cost": cost, "margin": revenue - cost}
 
 
@@ -197,18 +223,27 @@ def _forecast(report: MarginReport, totals: dict[str, int], tiers: pd.DataFrame)
     month = month_run_rate(start=report.period_start, end=report.period_end)
     if month is None:
         return {}
-    start, end, month_end = report.period_start, report.period_end, month[1]
+    start, month_end = report.period_start, month[1]
+    # A report reaching into the current hour (or past it) has figures up
+    # to now only: the hour is counted by its elapsed part, not whole.
+    end, cost_end = run_rate_elapsed(start=start, end=report.period_end, now=timezone.now())
 
     def project(figures: dict) -> dict[str, str]:
         so_far = {k: int(figures[k]) for k in ("revenue", "cost")}
-        forecast = run_rate_forecast(so_far, start=start, end=end, month_end=month_end)
+        forecast = run_rate_forecast(
+            so_far, start=start, end=end, month_end=month_end, cost_end=cost_end
+        )
         return {k: fixed_point(from_nano(v)) for k, v in forecast.items()}
+
+    def days(moment: datetime) -> str:
+        return fixed_point(Decimal((moment - start).total_seconds()) / 86400)
 
     return {
         "month_start": month[0].isoformat(),
         "month_end": month_end.isoformat(),
-        "elapsed_days": fixed_point(Decimal((end - start).total_seconds()) / 86400),
-        "month_days": fixed_point(Decimal((month_end - start).total_seconds()) / 86400),
+        "elapsed_days": days(end),
+        "cost_elapsed_days": days(cost_end),
+        "month_days": days(month_end),
         "totals": project(totals),
         "tiers": {row["tier"]: project(row) for row in tiers.to_dict("records")},
     }

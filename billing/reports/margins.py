@@ -15,7 +15,8 @@ lost, at every level.
 Levels: tier, the kind of pool it ran in (shared, reserved, dedicated:
 where it ran), tenant_tier, the tier the tenant bought (what was sold: a
 reserved-tier tenant with no reservation runs in the shared pool), pool,
-tenant, model, and model by pool and by tenant (a model's drill-down);
+tenant, model, and model by pool and by tenant (a model's drill-down;
+what names no model is two rows there, FEES and IDLE);
 unabsorbed idle and spare GPUs are rows of their own in both tier views, so
 each sums to the total; each row
 with margin %, tokens, cost per million tokens and, where capacity is
@@ -65,6 +66,17 @@ LEVELS = {
     "model_tenant": ["model", "tenant"],  # and who used it
 }
 UNABSORBED, SPARE = "(unabsorbed)", "(spare)"
+# By model, what no model earned or cost is two rows, not one: fees
+# (reservation, dedicated and commitment fees, discounts and credits with
+# no usage to follow) and idle capacity (reserved and dedicated GPUs'
+# idle hours their holder carries, and unabsorbed idle cost).
+FEES, IDLE = "(fees, no model)", "(idle capacity, no model)"
+# Margin % is not meaningful ("n/m") where revenue is not positive or is
+# below 1% of cost (a margin under -9,900%): a few cents of revenue against
+# a day of idle GPUs reads -423,553%, which says nothing the amounts do
+# not. A share of cost rather than a fixed amount, so that it holds in
+# every reporting currency (one yen and one dollar are not the same floor).
+MARGIN_PCT_FLOOR = 0.01
 
 ORIGINAL = "revenue_in_"  # + ISO code: revenue as billed, in that currency
 LOST = "sla_credit"  # revenue given back for missed service levels (not a cost)
@@ -127,16 +139,19 @@ def margin_table(data: MarginData, level: str, previous: MarginData | None = Non
     keys = LEVELS[level]
     originals = original_columns(data.detail)
     sums = [*MONEY, LOST, "tokens", "device_seconds", *originals]
-    table = data.detail.groupby(keys, as_index=False)[sums].sum()
+    detail = _no_model_split(data.detail) if "model" in keys else data.detail
+    table = detail.groupby(keys, as_index=False)[sums].sum()
     table["cost"] = table[MONEY[1:]].sum(axis=1)
     table["margin"] = table["revenue"] - table["cost"]
+    revenue, cost = table["revenue"].astype(np.float64), table["cost"].astype(np.float64)
+    meaningful = (revenue > 0) & (revenue >= cost * MARGIN_PCT_FLOOR)
     with np.errstate(divide="ignore", invalid="ignore"):
-        table["margin_pct"] = np.where(
-            table["revenue"] != 0, table["margin"] / table["revenue"] * 100, np.nan
-        )
+        table["margin_pct"] = np.where(meaningful, table["margin"] / table["revenue"] * 100, np.nan)
         table["cost_per_mtok"] = np.where(
             table["tokens"] > 0, table["cost"] / table["tokens"] * 1e6 / NANO, np.nan
         )
+    # A row with revenue or cost whose margin % is not meaningful: "n/m".
+    table["margin_pct_nm"] = ~meaningful & ((table["revenue"] != 0) | (table["cost"] != 0))
     if set(keys) <= {"tier", "pool"}:
         capacity = data.capacity.groupby(keys, as_index=False)[
             ["capacity_seconds", "busy_seconds"]
@@ -171,6 +186,8 @@ def margin_table(data: MarginData, level: str, previous: MarginData | None = Non
         ):
             table[column] = table[column].fillna(0).astype(np.int64)
         table["device_seconds"] = table["device_seconds"].fillna(0.0)
+        table["margin_pct_nm"] = table["margin_pct_nm"].astype("boolean").fillna(False)
+        table["margin_pct_nm"] = table["margin_pct_nm"].astype(bool)
         with np.errstate(divide="ignore", invalid="ignore"):
             table["revenue_change_pct"] = np.where(
                 table["prev_revenue"] != 0,
@@ -178,6 +195,23 @@ def margin_table(data: MarginData, level: str, previous: MarginData | None = Non
                 np.nan,
             )
     return table.sort_values(keys).reset_index(drop=True)
+
+
+def _no_model_split(detail: pd.DataFrame) -> pd.DataFrame:
+    """The detail with each row naming no model split in two: its revenue
+    (and SLA credits, and revenue as billed) under FEES, its cost, tokens
+    and device-seconds under IDLE; rows left with nothing are dropped."""
+    none = detail["model"] == ""
+    if not none.any():
+        return detail
+    rows = detail[none]
+    earned = ["revenue", LOST, *original_columns(detail)]
+    costs = [c for c in detail.columns if c in (*MONEY[1:], "tokens", "device_seconds")]
+    fees = rows.assign(model=FEES, **{c: 0 for c in costs})
+    idle = rows.assign(model=IDLE, **{c: 0 for c in earned})
+    fees = fees[(fees[earned] != 0).any(axis=1)]
+    idle = idle[(idle[costs] != 0).any(axis=1)]
+    return pd.concat([detail[~none], fees, idle], ignore_index=True)
 
 
 def margin_totals(data: MarginData) -> dict[str, int]:

@@ -33,6 +33,7 @@ from billing.pricing.rating import price_books, rating_inputs, rating_session
 from core.nanos import NANO_PLACES
 from metering.selectors.requests import request_billed_tokens
 from tenants.models import Tenant
+from tenants.selectors import tier_timelines
 
 if TYPE_CHECKING:  # a row the metering selectors hand over; billing queries no ledger table
     from metering.models import UsageEvent
@@ -93,13 +94,19 @@ def request_charge(
         currency=customer.billing_currency, period_start=start, period_end=end, tokens=counts
     )
     with rating_session():
+        tiers = tier_timelines([customer.pk]).get(customer.pk)
         books = price_books(
-            tier=customer.tier, currency=customer.billing_currency, start=start, end=end
+            tier=customer.tier,
+            tiers=tiers,
+            currency=customer.billing_currency,
+            start=start,
+            end=end,
         )
         book = books.at(_hour(event.received_at))
         card = books.card(book, event.served_model_id) if book else None
         if card is None:
-            why = f"no price book in force for tier {customer.tier} prices {event.model} then"
+            tier = books.tier_at(_hour(event.received_at))
+            why = f"no price book in force for tier {tier} prices {event.model} then"
             return replace(base, unpriced=why)
         graduated = card.flat is None
         done = {kind: 0 for kind in counts}

@@ -99,7 +99,13 @@ def spend_terms(*, tenant: Tenant, now: datetime) -> SpendTerms | None:
 def _terms(tenant: Tenant, policy, subscription, now: datetime, *, prepaid: bool) -> SpendTerms:
     start, end = tenant_period(tenant=tenant, moment=now)
     inputs = rating_inputs(tenants=[tenant], start=start, end=end)[tenant.pk]
-    books = price_books(tier=tenant.tier, currency=tenant.billing_currency, start=start, end=end)
+    books = price_books(
+        tier=tenant.tier,
+        tiers=inputs.tiers or None,
+        currency=tenant.billing_currency,
+        start=start,
+        end=end,
+    )
     book = books.at(now)
     cards = {}
     if book is not None:

@@ -127,9 +127,12 @@ class UsageQueryIn(QueryIn):
 
 
 class UsageRowOut(serializers.Serializer):
-    period_start = serializers.DateTimeField()
+    period_start = serializers.DateTimeField(help_text="ISO 8601 in UTC, in JSON and CSV alike.")
     tenant = serializers.CharField()
-    model = serializers.CharField()
+    model = serializers.CharField(
+        help_text='"(unknown)" for requests that named no model served here (refused '
+        "before reaching a replica: a malformed body, a missing or unknown model)."
+    )
     prompt_tokens = serializers.IntegerField()
     cached_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api_download import DownloadView
+from core.api_time import utc_iso
 from core.csv_stream import csv_response
 from metering.api.cursors import usage_page
 from metering.api.serializers import (
@@ -176,13 +177,25 @@ def _usage_request(request, parameters) -> tuple[dict, Tenant | None, UsageQuery
     return params, tenant_scope(request, params.get("tenant")), query
 
 
+# Requests that named no model the platform serves (a malformed body, a
+# model missing or unknown: refused before reaching a replica) are kept, a
+# row of their own under this name: a tenant sees what it sent and what
+# was refused, rather than a row with a blank model.
+UNKNOWN_MODEL = "(unknown)"
+# How often the metering job refreshes the hourly rollups the export reads
+# (config/schedule.py, "metering-run"): a completed request shows here
+# within this long (half of it on average), as the description says.
+ROLLUP_REFRESH_SECONDS = 60
+
+
 def _usage_row(row: dict, energy: dict) -> dict:
     requests = sum(row[f"requests_{s}"] for s in ("ok", "aborted", "error", "rejected"))
     kwh, co2e = energy.get((row["period"], row["tenant_id"], row["model_key"]), (None, None))
     return {
-        "period_start": row["period"],
+        # One format in JSON and CSV: ISO 8601 in UTC with a "Z".
+        "period_start": utc_iso(row["period"]),
         "tenant": row["tenant_slug"],
-        "model": row["model_name"],
+        "model": row["model_name"] or UNKNOWN_MODEL,
         "requests": requests,
         **{name: row[name] for name in SUMS},
         "gateway_queue_ms_mean": gateway_queue_ms_mean(
@@ -212,7 +225,20 @@ class UsageExportView(DownloadView):
         description=(
             "A tenant's credential (an API key with `usage:read`, or a member's session) "
             "reads its own usage; finance staff read every tenant's, or one with `tenant`. "
-            "JSON pages follow `next_cursor`; `format=csv` streams the whole range."
+            "JSON pages follow `next_cursor`; `format=csv` streams the whole range, the "
+            "same columns with the same values: `period_start` is ISO 8601 in UTC "
+            "(`2026-11-21T10:00:00Z`) in both.\n\n"
+            f"Requests that named no model served here (a malformed body, a missing or "
+            f"unknown model: refused with a 4xx before reaching a replica) are a row of "
+            f"their own with model `{UNKNOWN_MODEL}`, counted in `requests_rejected` or "
+            f"`requests_error`.\n\n"
+            f"Freshness: rows come from the hourly rollups, which the metering job "
+            f"refreshes every {ROLLUP_REFRESH_SECONDS} seconds, so a completed request "
+            f"appears here within about {ROLLUP_REFRESH_SECONDS} seconds of the SDK call "
+            f"returning ({ROLLUP_REFRESH_SECONDS // 2} s on average; the gateway writes it "
+            f"to the ledger within a fraction of a second). Its device-seconds and energy "
+            f"follow once its attribution window has closed and the grace for late records "
+            f"(METERING_ATTRIBUTION_GRACE_SECONDS, 120 s by default) has passed."
         ),
         parameters=[UsageQueryIn],
         responses={

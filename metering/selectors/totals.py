@@ -9,7 +9,7 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from django.db.models import F, QuerySet, Sum
+from django.db.models import F, Q, QuerySet, Sum
 
 from core.db_frames import query_frame
 from metering.models import UsageRollup
@@ -134,6 +134,19 @@ def demand_frame(*, start: datetime, end: datetime) -> pd.DataFrame:
             "requests": np.int64,
         },
     )
+
+
+def usage_synthetic_share(*, start: datetime, end: datetime) -> float:
+    """The share (0 to 1) of the tokens in [start, end)'s rollups that the
+    history generator made (metering.history), 0 with none: how much of
+    what a forecast read is demo history rather than traffic."""
+    sums = UsageRollup.objects.filter(hour__gte=start, hour__lt=end).aggregate(
+        total=Sum(F("prompt_tokens") + F("completion_tokens")),
+        synthetic=Sum(F("prompt_tokens") + F("completion_tokens"), filter=Q(synthetic=True)),
+    )
+    if not sums["total"]:
+        return 0.0
+    return (sums["synthetic"] or 0) / sums["total"]
 
 
 def replica_load_frame(*, start: datetime, end: datetime) -> pd.DataFrame:

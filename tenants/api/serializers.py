@@ -28,7 +28,11 @@ class PolicyOut(serializers.ModelSerializer):
 
 
 class TenantOut(serializers.ModelSerializer):
-    policy = PolicyOut(read_only=True)
+    policy = PolicyOut(
+        read_only=True,
+        allow_null=True,
+        help_text="Null for a tenant that has no policy set.",
+    )
     stripe_linked = serializers.SerializerMethodField()
 
     class Meta:

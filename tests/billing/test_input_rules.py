@@ -122,8 +122,9 @@ def test_a_price_books_effective_date_outside_the_span_is_refused_by_the_admin(
     assert refused.status_code == 200
     assert OUT_OF_RANGE in _field_error(refused, "effective_from")
     assert not PriceBook.objects.exists()
+    # A version takes effect from the current hour on (billing.pricing.catalog).
     done = _admin_add(
-        admin_client, "/admin/billing/pricebook/add/", {**book, "effective_from_0": "2026-11-01"}
+        admin_client, "/admin/billing/pricebook/add/", {**book, "effective_from_0": "2026-12-01"}
     )
     assert done.status_code == 302 and PriceBook.objects.count() == 1
 
