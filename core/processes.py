@@ -257,3 +257,62 @@ def database_url_for_subprocess(*, name: str | None = None) -> str:
     if host.startswith("/"):  # a Unix socket directory travels in the path (django-environ)
         return f"postgres://{user}{password}@/{quote(host, safe='')}/{name or s['NAME']}"
     return f"postgres://{user}{password}@{host}:{s['PORT']}/{name or s['NAME']}"
+
+
+# A child that exits is started again after this wait, doubling while it
+# keeps exiting soon after each start, up to the cap; one that ran for
+# RESTART_STEADY_SECONDS before exiting starts again after the first wait.
+RESTART_FIRST_SECONDS = 1.0
+RESTART_MAX_SECONDS = 30.0
+RESTART_STEADY_SECONDS = 60.0
+
+
+@dataclass
+class _Watch:
+    started_at: float
+    quick_exits: int = 0
+    restart_at: float | None = None  # monotonic; set while it waits to start again
+
+
+class Supervisor:
+    """Keeps the main job's children running: a child that exits is named
+    (its exit report: code, log and last lines) and started again, with
+    backoff while it keeps exiting; the stack is not stopped for it. One
+    `poll` does one round; the caller loops."""
+
+    def __init__(self, processes: list[ManagedProcess], *, say) -> None:
+        self.processes = processes
+        self.say = say  # one message per exit and per restart
+        now = time.monotonic()
+        self._watch = {id(p): _Watch(started_at=now) for p in processes}
+        self.restarts = 0
+
+    def poll(self) -> None:
+        now = time.monotonic()
+        for process in self.processes:
+            watch = self._watch.setdefault(id(process), _Watch(started_at=now))
+            if watch.restart_at is None:
+                if process.returncode is None:
+                    continue
+                ran = now - watch.started_at
+                watch.quick_exits = 0 if ran >= RESTART_STEADY_SECONDS else watch.quick_exits + 1
+                wait = min(
+                    RESTART_MAX_SECONDS, RESTART_FIRST_SECONDS * 2 ** max(0, watch.quick_exits - 1)
+                )
+                watch.restart_at = now + wait
+                self.say(f"{process.exit_report(lines=5)}\nstarting it again in {wait:g} s")
+            elif now >= watch.restart_at:
+                process.start()
+                watch.started_at, watch.restart_at = now, None
+                self.restarts += 1
+                self.say(f"{process.name} started again (pid {process.pid})")
+
+
+def processes_stop(processes: list[ManagedProcess], *, say) -> None:
+    """Stop every process, last started first, whatever stopping one of
+    them raises (said, then the next one stopped)."""
+    for process in reversed(processes):
+        try:
+            process.stop()
+        except Exception as exc:  # one that will not stop must not keep the rest running
+            say(f"could not stop {process.name} (pid {process.pid}): {exc}")

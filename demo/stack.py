@@ -171,10 +171,12 @@ def records_flushed(operator_url: str, *, timeout: float = 30) -> None:
 def pipeline_run() -> dict:
     """Attribute and roll up what the workload left, allocate today's cost,
     draft this period's invoices, compute the month-to-date margins and
-    plan (every pool's and model's demand forecast); with the seconds each
-    stage took."""
+    plan (every pool's and model's demand forecast), and re-rate the closed
+    periods' finalized invoices (the reproduction check); with the seconds
+    each stage took."""
     from billing.choices import ReportKind
     from billing.costs.runs import allocation_run_create, allocation_run_execute
+    from billing.invoicing.reproduction import reproduction_check
     from billing.invoicing.runs import invoice_run_create, invoice_run_execute
     from billing.reports.margin_reports import margin_report_build, margin_report_request
     from metering.jobs import metering_run
@@ -214,6 +216,8 @@ def pipeline_run() -> dict:
         ),
     )
     plan = timed("plan", lambda: plan_run_execute(run_id=plan_run_create(as_of=now).pk))
+    # The history's finalized invoices, re-rated: what was billed (invariant 9).
+    reproduced = timed("reproduction", reproduction_check)
     from metering.models import UsageEvent
 
     example = (
@@ -229,5 +233,6 @@ def pipeline_run() -> dict:
         "drafts": drafts.invoices_created,
         "margin": report.totals,
         "plan": plan,
+        "reproduction": reproduced,
         "seconds": seconds,
     }

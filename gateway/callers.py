@@ -21,6 +21,7 @@ from django.db import Error as DatabaseError  # InterfaceError too
 from django.utils import timezone
 
 from billing.spend.terms import SpendTerms, spend_terms
+from core.outages import database_outage_report
 from gateway.errors import Refused
 from gateway.orm import orm
 from tenants.choices import VLLM_PRIORITY, Scope
@@ -228,7 +229,9 @@ class LoadingCache:
             except CallerRefused as refused:
                 result = refused.refused
             except DatabaseError as exc:  # not kept: the next request reads again
-                logger.warning("gateway: the database could not be read: %s", exc)
+                # An outage is one line per episode (core.outages), not one per key.
+                if not database_outage_report(exc, doing="gateway reading a key", log=logger):
+                    logger.warning("gateway: the database could not be read: %s", exc)
                 raise DatabaseUnavailable from None
             future.set_result(result)
         except BaseException as exc:

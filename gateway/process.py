@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from core.heap import CollectorPauses, startup_heap_freeze
+from core.outages import database_outage_report
 from gateway.adaptive import AdaptiveConcurrency
 from gateway.admission import LocalAdmission, RedisAdmission, admission_from_settings
 from gateway.callers import CallerCache, CallerRefused, TermsCache
@@ -246,14 +247,16 @@ class Gateway:
                 failed = False
             except DatabaseError as exc:
                 # Transient (a lost connection, a deadlock against a TRUNCATE or
-                # a migration): the next refresh tries again; a lasting outage
-                # repeats this line every refresh.
-                first_line = str(exc).splitlines()[0] if str(exc) else ""
-                logger.warning(
-                    "fleet refresh failed (%s: %s); keeping the last snapshot",
-                    type(exc).__name__,
-                    first_line,
-                )
+                # a migration): the next refresh tries again; an outage is one
+                # line per episode (core.outages).
+                doing = "gateway refreshing the fleet (keeping the last snapshot)"
+                if not database_outage_report(exc, doing=doing, log=logger):
+                    first_line = str(exc).splitlines()[0] if str(exc) else ""
+                    logger.warning(
+                        "fleet refresh failed (%s: %s); keeping the last snapshot",
+                        type(exc).__name__,
+                        first_line,
+                    )
             except Exception:
                 logger.exception("fleet refresh failed; keeping the last snapshot")
             if self.queue_share is None:

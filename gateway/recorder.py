@@ -32,6 +32,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from core.outages import database_outage_report
 from gateway.orm import orm
 from gateway.spool import Spool, SpoolFull
 from gateway.telemetry import (
@@ -313,8 +314,10 @@ class Recorder:
         try:
             self._sink(batch)
             return []
-        except transient:
-            logger.warning("record sink unavailable; %d records kept for retry", len(batch))
+        except transient as exc:
+            doing = f"gateway writing usage records ({len(batch)} kept for retry)"
+            if not database_outage_report(exc, doing=doing, log=logger):
+                logger.warning("record sink unavailable; %d records kept for retry", len(batch))
             return batch
         except Exception:
             logger.exception("record batch rejected; writing its %d records one by one", len(batch))

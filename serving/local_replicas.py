@@ -100,18 +100,25 @@ def replicas_launch(
 
 
 def replicas_stop(*, names: list[str] | None = None) -> list[tuple[str, bool]]:
-    """Stop local replicas by process id (all, or those named), mark them
-    down, forget them: (name, was running) for each."""
+    """Stop local replicas by process id (all, or those named), forget
+    them, then mark them down: (name, was running) for each. Every one is
+    stopped whatever the database says: with it away, marking them down
+    is one WARNING (the gateway's health checks find them down anyway)."""
     from serving.choices import ReplicaStatus
     from serving.models import Replica
 
     replicas = state_read()
     chosen = [r for r in replicas if names is None or r.name in names]
-    outcome = []
-    for replica in chosen:
-        outcome.append((replica.name, replica_stop(replica.pid)))
-        Replica.objects.filter(name=replica.name).update(status=ReplicaStatus.DOWN)
-    if chosen:
-        fleet_changed()
+    outcome = [(replica.name, replica_stop(replica.pid)) for replica in chosen]
     state_write([r for r in replicas if r not in chosen])
+    if not chosen:
+        return outcome
+    try:
+        Replica.objects.filter(name__in=[r.name for r in chosen]).update(status=ReplicaStatus.DOWN)
+        fleet_changed()
+    except Exception as exc:
+        from core.outages import database_outage_report
+
+        if not database_outage_report(exc, doing="marking the stopped replicas down"):
+            raise
     return outcome

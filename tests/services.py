@@ -110,3 +110,17 @@ def database_session(*, autocommit: bool = False):
         dbname=s["NAME"],
         autocommit=autocommit,
     )
+
+
+def embedded_up_env(tmp_path) -> dict[str, str]:
+    """The environment of `manage.py up` as a new user runs it: no
+    DATABASE_URL or REDIS_URL (the embedded PostgreSQL, a broker in a
+    folder), everything it keeps under `tmp_path`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    return env | {
+        "EMBEDDED_POSTGRES_DIR": str(tmp_path / "pgdata"),
+        "DEMO_KEYS_FILE": str(tmp_path / "keys.json"),
+        "CELERY_BROKER_DIR": str(tmp_path / "broker"),
+        "VAR_DIR": str(tmp_path / "var"),
+        "DJANGO_SETTINGS_MODULE": "config.settings.base",
+    }

@@ -7,9 +7,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import psycopg
 from django.db.backends.postgresql import base
 
-from config.embedded_postgres import embedded_postgres_database_ensure, embedded_postgres_start
+from config.embedded_postgres import (
+    embedded_postgres_database_ensure,
+    embedded_postgres_start,
+    embedded_postgres_status,
+)
 
 _lock = threading.Lock()
 _ensured: set[str] = set()
@@ -17,7 +22,14 @@ _ensured: set[str] = set()
 
 class DatabaseWrapper(base.DatabaseWrapper):
     def get_connection_params(self):
-        data_dir = Path(self.settings_dict["OPTIONS_EMBEDDED"]["data_dir"])
+        options = self.settings_dict["OPTIONS_EMBEDDED"]
+        data_dir = Path(options["data_dir"])
+        if not options.get("start", True) and embedded_postgres_status(data_dir=data_dir) is None:
+            # As libpq says of a server that is not there (an outage, core.outages).
+            raise psycopg.OperationalError(
+                f"the embedded PostgreSQL in {data_dir} is not running "
+                "(start it: manage.py embedded_postgres start)"
+            )
         with _lock:
             socket_dir, port = embedded_postgres_start(data_dir=data_dir)
             name = self.settings_dict["NAME"]

@@ -11,10 +11,12 @@ from typing import NoReturn
 import environ
 
 BASE_DIR = Path(__file__).resolve().parents[2]
-VAR_DIR = BASE_DIR / "var"  # local state: embedded database, broker folder, demo secrets
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+# Local state: embedded database, broker folder, demo secrets, the main job's logs.
+VAR_DIR = Path(env("VAR_DIR", default=str(BASE_DIR / "var")))
 
 
 def configuration_error(problem: str) -> NoReturn:
@@ -76,6 +78,8 @@ MIDDLEWARE = [
     "allauth.account.middleware.AccountMiddleware",
     "audit.middleware.AuditActorMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A view the database's absence failed: a 503, one log line per outage.
+    "core.outages.DatabaseOutageMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -111,7 +115,12 @@ else:
     from config.embedded_postgres import embedded_postgres_settings
 
     DATABASES = {
-        "default": embedded_postgres_settings(data_dir=EMBEDDED_POSTGRES_DIR, name="gpu_ledger")
+        "default": embedded_postgres_settings(
+            data_dir=EMBEDDED_POSTGRES_DIR,
+            name="gpu_ledger",
+            # False in the processes `up` starts: it starts the server (core.outages).
+            start=env.bool("EMBEDDED_POSTGRES_START", default=True),
+        )
     }
 DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("DATABASE_CONN_MAX_AGE", default=60))
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
@@ -155,7 +164,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 30 * 60
 CELERY_TASK_SOFT_TIME_LIMIT = 25 * 60
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's, riding out a database outage (it exited on one).
+CELERY_BEAT_SCHEDULER = "core.beat:OutageTolerantScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Auth ---
@@ -258,7 +268,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # A database outage is one WARNING line per episode, not a traceback per attempt.
+    "filters": {"outages": {"()": "core.outages.OutageLogFilter"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["outages"]}
+    },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
     "loggers": {"embedded_postgres": {"level": "WARNING"}},
 }

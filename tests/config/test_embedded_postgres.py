@@ -49,7 +49,9 @@ def test_up_check_on_embedded_postgres(tmp_path):
     history = out.split("[4/9] synthetic history … ok")[1].split("\n")[0]
     assert "usage rows (marked synthetic)" in history and " 18 invoices" in history, history
     assert "[5/9] vLLM replicas … ok" in out and "skipped (--no-vllm)" in out
-    assert "[9/9] attribution, allocation, draft invoices, margins, plan … ok" in out
+    assert "[9/9] attribution, allocation, draft invoices, margins, plan, reproduction … ok" in out
+    # The history's finalized invoices, re-rated, give what was billed.
+    assert re.search(r"; (\d+) finalized invoices re-rated, 0 differences\n", out), out
     # Money to the cent, grouped: the report's nano precision stays in the report.
     money = r"-?[\d,]+\.\d\d USD"  # in the reporting currency, named
     assert re.search(rf"month-to-date revenue {money}, margin {money}, ", out), out

@@ -13,7 +13,6 @@ import signal
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 
 import openai
 import pytest
@@ -35,66 +34,9 @@ from tests.fleet import (
     wait_for_fleet,
     wait_for_records_written,
 )
+from tests.traffic import MAX_TOKENS, Traffic, ledger_tokens
 
 OUTAGE_SECONDS = 60
-MAX_TOKENS = 4
-
-
-@dataclass
-class Traffic:
-    """Requests one client sends, one after another, until told to stop or
-    its gateway is gone: what it saw succeed, and every other answer."""
-
-    url: str
-    secret: str
-    label: str
-    answered: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> tokens
-    answered_at: list[float] = field(default_factory=list)
-    failed: list[tuple[int, str]] = field(default_factory=list)
-    gone: bool = False
-
-    def run(self, stop: threading.Event) -> threading.Thread:
-        client = openai.OpenAI(
-            base_url=f"{self.url}/v1", api_key=self.secret, max_retries=0, timeout=30
-        )
-
-        def loop():
-            n = 0
-            while not stop.is_set():
-                n += 1
-                try:
-                    raw = client.chat.completions.with_raw_response.create(
-                        model=MODEL_NAME,
-                        messages=[{"role": "user", "content": f"{self.label} says {n}"}],
-                        max_tokens=MAX_TOKENS,
-                        extra_body={"ignore_eos": True},
-                    )
-                except openai.APIStatusError as exc:
-                    self.failed.append((exc.status_code, str(exc.body)[:200]))
-                    continue
-                except openai.APIConnectionError:  # the gateway is gone
-                    self.gone = True
-                    return
-                usage = raw.parse().usage
-                self.answered[raw.headers["x-request-id"]] = (
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                )
-                self.answered_at.append(time.monotonic())
-                time.sleep(0.05)
-
-        thread = threading.Thread(target=loop, name=f"traffic-{self.label}")
-        thread.start()
-        return thread
-
-
-def ledger_tokens(request_ids) -> dict[str, tuple[int, int]]:
-    return {
-        rid: (prompt, completion)
-        for rid, prompt, completion in UsageEvent.objects.filter(
-            request_id__in=list(request_ids)
-        ).values_list("request_id", "prompt_tokens", "completion_tokens")
-    }
 
 
 def spool_of(url) -> dict:

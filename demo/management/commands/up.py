@@ -12,8 +12,12 @@ process id, and the embedded database.
 It fails loudly: a port already taken stops it before anything starts; a
 server counts as ready only when the process it started answers (its
 /healthz echoes the instance token it was given); a workload in which no
-request succeeded fails its step; a child that dies is named, with its exit
-code, its log file and the log's last lines."""
+request succeeded fails its step. Once up, a child that exits is named,
+with its exit code, its log file and the log's last lines, and started
+again (core.processes.Supervisor); the children ride out a database outage
+(core.outages) and do not start the embedded database themselves: a
+stopped one stays stopped until started (`manage.py embedded_postgres
+start`). On the way out everything it started is stopped, whatever fails."""
 
 from __future__ import annotations
 
@@ -33,7 +37,9 @@ from config.embedded_postgres import embedded_postgres_stop
 from core.processes import (
     ManagedProcess,
     ProcessFailed,
+    Supervisor,
     ports_check_free,
+    processes_stop,
     url_answers,
     uvicorn_argv,
 )
@@ -156,6 +162,9 @@ class Command(BaseCommand):
                 connection.ensure_connection()
                 where = "DATABASE_URL" if _uses_database_url() else settings.EMBEDDED_POSTGRES_DIR
                 self.detail = f"PostgreSQL via {where}"
+                # The server is ours to start: a child that finds it stopped
+                # waits for it (core.outages) instead of starting it itself.
+                os.environ["EMBEDDED_POSTGRES_START"] = "0"
             with self.step("migrations"):
                 call_command("migrate", interactive=False, verbosity=0)
             with self.step("demo seed"):
@@ -227,43 +236,60 @@ class Command(BaseCommand):
                         f"{slug} {c.get('ok', 0)} ok {c.get('refused', 0)} refused"
                         for slug, c in summary.per_tenant.items()
                     )
-            with self.step("attribution, allocation, draft invoices, margins, plan"):
+            with self.step("attribution, allocation, draft invoices, margins, plan, reproduction"):
                 done = pipeline_run()
                 self.detail = (
                     f"{done['windows']} windows, allocation {done['allocation']}, "
                     f"{done['drafts']} draft invoices, month-to-date revenue "
                     f"{_cents(done['margin'].get('revenue'))} {settings.REPORTING_CURRENCY}, "
                     f"margin {_cents(done['margin'].get('margin'))} {settings.REPORTING_CURRENCY}, "
-                    f"{plan_summary_text(done['plan'])}"
+                    f"{plan_summary_text(done['plan'])}; "
+                    f"{_reproduction_text(done['reproduction'])}"
                 )
+
             self.banner(base_url, gateway_url, operator_url, example=done["example"])
             if check:
+                if done["reproduction"].differences:  # history must reproduce (invariant 9)
+                    raise CommandError(
+                        "re-rating the closed periods does not give what was billed: "
+                        f"{done['reproduction'].differences[0]} (see the finance overview)"
+                    )
                 if not url_answers(f"{base_url}/login/"):
                     raise SystemExit("the login page did not answer")
                 _raise_if_one_exited(processes)
                 self.stdout.write(self.style.SUCCESS("check passed: everything answered"))
                 return
-            while all(p.returncode is None for p in processes):
+            # Serving until Ctrl-C: a child that exits is started again.
+            supervisor = Supervisor(processes, say=self.stderr.write)
+            while True:
+                supervisor.poll()
                 time.sleep(0.5)
-            dead = next(p for p in processes if p.returncode is not None)
-            self.stderr.write(f"{dead.exit_report()}\nstopping the others…")
-            raise CommandError(
-                f"{dead.name} exited with code {dead.returncode}; see {dead.log_path}"
-            )
         except (ProcessFailed, WorkloadFailed, VenvUnusable) as failed:
             raise CommandError(str(failed)) from None
         except KeyboardInterrupt:
             self.stdout.write("\nstopping…")
         finally:
-            for process in reversed(processes):
-                process.stop()
+            # Everything it started is stopped, whatever one of these raises.
+            processes_stop(processes, say=self.stderr.write)
             if replicas:
-                replicas_stop(names=[r.name for r in replicas])
+                self._cleanup("the vLLM replicas", replicas_stop, names=[r.name for r in replicas])
             if deployment is not None:
-                deployment.stop()
-            connection.close()
+                self._cleanup("NVIDIA Dynamo", deployment.stop)
+            self._cleanup("the database connection", connection.close)
             if not keep_db and not _uses_database_url():
-                embedded_postgres_stop(data_dir=settings.EMBEDDED_POSTGRES_DIR)
+                self._cleanup(
+                    "the embedded PostgreSQL",
+                    embedded_postgres_stop,
+                    data_dir=settings.EMBEDDED_POSTGRES_DIR,
+                )
+
+    def _cleanup(self, what: str, stop, **kwargs) -> None:
+        """One stopping step; one that fails is said in a line and the next
+        step runs."""
+        try:
+            stop(**kwargs)
+        except Exception as exc:
+            self.stderr.write(f"could not stop {what}: {type(exc).__name__}: {exc}")
 
     @contextmanager
     def step(self, name: str):
@@ -372,6 +398,14 @@ class _Discard:
 
     def flush(self) -> None:
         pass
+
+
+def _reproduction_text(check) -> str:
+    """The reproduction check's outcome in the step's line."""
+    text = f"{check.invoices} finalized invoices re-rated, {len(check.differences)} differences"
+    if check.pending_late_usage:
+        text += f", {check.pending_late_usage} awaiting late usage"
+    return text
 
 
 def _cents(amount: str | None) -> str:
