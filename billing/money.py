@@ -17,6 +17,19 @@ COST = {"max_digits": 28, "decimal_places": 9}
 MINOR_DIGITS = 18
 
 
+# A line's unit price as it is kept (InvoiceLine.unit_price): a price
+# converted from another currency (1 / 1.08 EUR) is cut to these places.
+UNIT_PRICE_PLACES = 9
+
+
+def unit_price_kept(price: Decimal | None) -> Decimal | None:
+    """`price` as an invoice line keeps it (UNIT_PRICE_PLACES, half-even):
+    what a line says and what re-rating it compares against (its key)."""
+    if price is None:
+        return None
+    return price.quantize(Decimal(1).scaleb(-UNIT_PRICE_PLACES), rounding=ROUND_HALF_EVEN)
+
+
 # The one rounding of an invoice line (invariant 1): half to even, so that
 # over many lines rounding neither favours the platform nor the tenant.
 LINE_ROUNDING = ROUND_HALF_EVEN

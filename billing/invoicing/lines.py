@@ -17,7 +17,7 @@ from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 
 from billing.choices import LineKind
-from billing.money import from_minor, price_format, to_minor
+from billing.money import from_minor, price_format, to_minor, unit_price_kept
 from billing.pricing.rating import Charge
 
 LineKey = tuple[str, str, str, str, Decimal | None]
@@ -63,7 +63,8 @@ def lines_from_charges(
             kind=c.kind,
             description=c.description,
             quantity=c.quantity,
-            unit_price=c.unit_price,
+            # As the line keeps it, so its key is the same when re-rated.
+            unit_price=unit_price_kept(c.unit_price),
             amount=c.amount,
             amount_minor=to_minor(c.amount, currency),
             service_start=start,

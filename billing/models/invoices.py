@@ -16,6 +16,7 @@ from django.db.models import F, Q
 from billing.choices import InvoiceStatus, LineKind, RunStatus, StripeSync
 from billing.models.prices import CreditGrant
 from billing.models.runs import RunLifecycle
+from billing.money import UNIT_PRICE_PLACES
 from tenants.models import Tenant
 
 EXACT = {"max_digits": 38, "decimal_places": 12}  # unrounded amounts (invariant 1)
@@ -215,7 +216,9 @@ class InvoiceLine(models.Model):
     kind = models.CharField(max_length=16, choices=LineKind.choices)
     description = models.CharField(max_length=300)
     quantity = models.DecimalField(**QUANTITY)
-    unit_price = models.DecimalField(max_digits=24, decimal_places=9, null=True, blank=True)
+    unit_price = models.DecimalField(
+        max_digits=24, decimal_places=UNIT_PRICE_PLACES, null=True, blank=True
+    )
     amount = models.DecimalField(**EXACT)
     amount_minor = models.BigIntegerField()
     model = models.CharField(max_length=200, blank=True, default="")

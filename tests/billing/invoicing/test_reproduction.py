@@ -89,3 +89,33 @@ def _overview_line(client) -> str:
     page = client.get("/finance/").content.decode()
     start = page.index('data-testid="reproduction"')
     return re.sub(r"<[^>]+>", "", page[start : page.index("</p>", start)])
+
+
+def test_a_price_converted_at_a_rate_re_rates_to_the_very_line_billed(world):
+    """A EUR tenant on the USD list at 1.08 USD/EUR: 4 USD/M is
+    3.703703703... EUR/M, kept on the line to 9 places. Re-rating compared
+    the unrounded price with the kept one and found two differences (and a
+    late-usage run would have billed +2.81 and -2.81 EUR)."""
+    from billing.invoicing.reproduction import reproduction_check
+    from billing.models import FxRate
+
+    world.price(since=OCT - timedelta(days=60))
+    day = OCT.date()
+    while day < datetime(2026, 12, 1).date():
+        FxRate.objects.create(base="EUR", quote="USD", date=day, rate=D("1.08"))
+        day += timedelta(days=1)
+    euro = make_tenant(name="Euro GmbH", billing_currency="EUR")
+    world.tokens(euro, hour=datetime(2026, 10, 5, 12, tzinfo=UTC), completion=2_000_000)
+    draft, _ = invoice_draft_build(tenant=euro, period_start=OCT, period_end=NOV)
+    october = invoice_finalize(invoice_id=draft.pk)
+    (line,) = october.lines.all()
+    assert line.unit_price == D("3.703703704") and october.subtotal_minor == 741
+    assert "USD prices at 0.925925925926 USD/EUR" in line.description
+
+    assert reproduction_check().differences == []
+    world.tokens(euro, hour=datetime(2026, 11, 3, 12, tzinfo=UTC), completion=1_000_000)
+    november, why = invoice_draft_build(
+        tenant=euro, period_start=NOV, period_end=datetime(2026, 12, 1, tzinfo=UTC)
+    )
+    assert november is not None, why
+    assert not november.lines.filter(late=True).exists()  # nothing to adjust
