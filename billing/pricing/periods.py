@@ -28,6 +28,29 @@ def subscriptions_at(*, tenant_ids, moment: datetime) -> dict[int, Subscription]
     return out
 
 
+def subscriptions_during(
+    *, tenant_ids, start: datetime, end: datetime
+) -> dict[int, list[tuple[datetime, Subscription]]]:
+    """Each tenant's subscriptions in force in [start, end), as (from, the
+    subscription) in order, the first from `start` (a plan moved mid-period
+    is a second stretch); only tenants whose plan changed inside the
+    period (more than one, or a first one from after `start`), in one query."""
+    found: dict[int, list[tuple[datetime, Subscription]]] = {}
+    subscriptions = (
+        Subscription.objects.filter(tenant_id__in=list(tenant_ids), start__lt=end)
+        .filter(Q(end__isnull=True) | Q(end__gt=start))
+        .select_related("plan")
+        .order_by("tenant_id", "start")
+    )
+    for subscription in subscriptions:
+        stretches = found.setdefault(subscription.tenant_id, [])
+        since = max(start, subscription.start)
+        if stretches and stretches[-1][0] == since:  # the latest started wins
+            stretches.pop()
+        stretches.append((since, subscription))
+    return {t: s for t, s in found.items() if len(s) > 1 or s[0][0] > start}
+
+
 def tenants_by_period(
     *, tenants: list[Tenant], moment: datetime, closed: bool
 ) -> dict[tuple[datetime, datetime], list[Tenant]]:

@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from billing.models import ModelPrice, PriceBook, Subscription
 from billing.money import amount_format, price_format
-from billing.pricing.periods import subscriptions_at
+from billing.pricing.periods import subscriptions_at, subscriptions_during
 from billing.pricing.rate_card import MILLION, RateCard, card_pieces, usage_counts
 from billing.reports.fx import FxConversion, fx_period_rate
 from core.calendar import month_hours, month_start, months_add
@@ -97,7 +97,9 @@ class TenantInputs:
     usage: list[tuple] = field(default_factory=list)  # (from, model id, name, p, c, o, s, n)
     reservations: list[tuple[datetime, datetime, int]] = field(default_factory=list)
     dedicated_gpus: Decimal = Decimal(0)  # GPU units / GPU_UNITS
-    subscription: Subscription | None = None
+    subscription: Subscription | None = None  # in force at the period's start
+    # ((from, subscription), ...) for a tenant whose plan changed inside the period.
+    plans: tuple = ()
     tiers: tuple = ()  # ((since, tier), ...) for a tenant that moved tiers
 
     def fingerprint(self) -> dict[str, int | str]:
@@ -133,7 +135,8 @@ def charges_compute(
         end=end,
     )
     unpriced: dict[str, int] = defaultdict(int)
-    usage = _charges_usage(inputs.usage, books=books, unpriced=unpriced)
+    used_from: dict[datetime, Decimal] = defaultdict(Decimal)  # usage amount by stretch
+    usage = _charges_usage(inputs.usage, books=books, unpriced=unpriced, used_from=used_from)
     if warnings is not None:
         warnings.extend(
             f"usage of {name} has no price: {tokens:,} tokens not billed"
@@ -141,6 +144,14 @@ def charges_compute(
         )
     fees = _charges_reservations(inputs.reservations, start=start, end=end, books=books)
     fees += _charges_dedicated(inputs.dedicated_gpus, start=start, end=end, books=books)
+    if inputs.plans:  # the plan changed inside the period: each its own stretch
+        return (
+            usage
+            + fees
+            + _charges_plans(
+                inputs.plans, used_from=used_from, fees=fees, books=books, start=start, end=end
+            )
+        )
     return usage + fees + _charges_plan(inputs.subscription, usage=usage, fees=fees, books=books)
 
 
@@ -155,6 +166,9 @@ def rating_inputs(
     moved = tier_timelines(ids)
     for tenant_id, tiers in moved.items():
         out[tenant_id].tiers = tiers
+    plans = subscriptions_during(tenant_ids=ids, start=start, end=end)
+    for tenant_id, stretches in plans.items():
+        out[tenant_id].plans = tuple(stretches)
     edges = sorted(
         set().union(
             *(
@@ -162,7 +176,9 @@ def rating_inputs(
                 for tiers, c in {
                     (moved.get(x.pk, ((None, x.tier),)), x.billing_currency) for x in tenants
                 }
-            )
+            ),
+            # Usage is summed apart on each side of a plan change too.
+            {since for stretches in plans.values() for since, _ in stretches},
         )
         or {start}
     )
@@ -369,7 +385,15 @@ def _books_load(*, tiers: tuple, currency: str, start: datetime, end: datetime) 
     return Books(books, prices, tiers=tiers, currency=currency, start=start, end=end)
 
 
-def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]) -> list[Charge]:
+def _charges_usage(
+    usage: list[tuple],
+    *,
+    books: Books,
+    unpriced: dict[str, int],
+    used_from: dict[datetime, Decimal] | None = None,
+) -> list[Charge]:
+    """The usage lines; `used_from` gets each stretch's amount (by the
+    stretch's start: what a plan in force then discounts)."""
     volume: dict[tuple[int, str], int] = defaultdict(int)  # the period's tokens so far
     lines: dict[tuple, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
     tiers: dict[tuple, dict[int, str]] = defaultdict(dict)  # a line's graduated tiers
@@ -391,6 +415,8 @@ def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]
                 line = lines[key]
                 line[0] += quantity
                 line[1] += quantity * per_mtok / MILLION
+                if used_from is not None:
+                    used_from[since] += quantity * per_mtok / MILLION
                 index = bisect_right(starts, position) - 1
                 tiers[key][index] = tier_label(steps, index)
                 position += int(quantity)
@@ -399,6 +425,8 @@ def _charges_usage(usage: list[tuple], *, books: Books, unpriced: dict[str, int]
             line = lines[("gpu_seconds", name, None, book.pk, card.per_gpu_second)]
             line[0] += seconds
             line[1] += seconds * card.per_gpu_second
+            if used_from is not None:
+                used_from[since] += seconds * card.per_gpu_second
     charges = []
     for key, (quantity, amount) in lines.items():
         if not quantity:
@@ -501,23 +529,88 @@ def _charges_plan(
     total = used + sum((c.amount for c in fees + out), Decimal(0))
     commit = books.convert(plan.minimum_commit, plan.currency)
     if total < commit:
-        rate = books.rate(plan.currency)
-        converted = (
-            ""
-            if rate is None
-            else f" ({price_format(plan.minimum_commit, plan.currency)} at "
-            f"{rate.rate.normalize():f} {rate.base}/{rate.quote})"
-        )
         out.append(
             Charge(
                 "commit_true_up",
                 f"{plan.name}: minimum commitment {amount_format(commit, books.currency)}"
-                + converted,
+                + _commit_rate_note(plan, books),
                 Decimal(1),
                 None,
                 commit - total,
             )
         )
+    return out
+
+
+def _commit_rate_note(plan, books: Books) -> str:
+    """What a commitment in another currency than the tenant's says of its
+    conversion: nothing when it is the tenant's, else the rate."""
+    rate = books.rate(plan.currency)
+    if rate is None:
+        return ""
+    return (
+        f" ({price_format(plan.minimum_commit, plan.currency)} at "
+        f"{rate.rate.normalize():f} {rate.base}/{rate.quote})"
+    )
+
+
+def _charges_plans(
+    plans: tuple,
+    *,
+    used_from: dict[datetime, Decimal],
+    fees: list[Charge],
+    books: Books,
+    start: datetime,
+    end: datetime,
+) -> list[Charge]:
+    """A period whose plan changed inside it: each plan's terms for its own
+    stretch (invariant 9: priced under what was in force). Its discount
+    takes off the usage of its stretch; its minimum commitment is prorated
+    to the stretch's share of the period's hours and trued up against the
+    stretch's usage, discount and share of the fees. One plan's stretches
+    (moved away and back) are one line each; lines name their plan."""
+    hours_total = Decimal((end - start) / timedelta(hours=1))
+    fees_total = sum((c.amount for c in fees), Decimal(0))
+    terms: dict[int, list] = {}  # plan id -> [plan, used, hours, stretches' dates]
+    bounds = [since for since, _ in plans] + [end]
+    for (since, subscription), until in zip(plans, bounds[1:], strict=True):
+        plan = subscription.plan
+        entry = terms.setdefault(plan.pk, [plan, Decimal(0), Decimal(0), []])
+        entry[1] += sum((a for t, a in used_from.items() if since <= t < until), Decimal(0))
+        entry[2] += Decimal((until - since) / timedelta(hours=1))
+        entry[3].append(f"{since:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M}")
+    out = []
+    for plan, used, hours, stretches in terms.values():
+        when = f" ({', '.join(stretches)} UTC)"
+        discount = -used * plan.discount_percent / 100 if plan.discount_percent and used else 0
+        if discount:
+            out.append(
+                Charge(
+                    "discount",
+                    f"{plan.name}: {plan.discount_percent}% off usage" + when,
+                    Decimal(1),
+                    None,
+                    discount,
+                    book=plan.name,
+                )
+            )
+        share = hours / hours_total
+        commit = books.convert(plan.minimum_commit, plan.currency) * share
+        total = used + discount + fees_total * share
+        if total < commit:
+            out.append(
+                Charge(
+                    "commit_true_up",
+                    f"{plan.name}: minimum commitment {amount_format(commit, books.currency)}, "
+                    f"{share:.1%} of {amount_format(plan.minimum_commit, plan.currency)}"
+                    + _commit_rate_note(plan, books)
+                    + when,
+                    Decimal(1),
+                    None,
+                    commit - total,
+                    book=plan.name,
+                )
+            )
     return out
 
 
