@@ -63,3 +63,13 @@ def tier_timelines(tenant_ids) -> dict[int, tuple[tuple, ...]]:
         line = out.setdefault(change.tenant_id, [(None, change.from_tier)])
         line.append((change.effective_from, change.tier))
     return {k: tuple(v) for k, v in out.items()}
+
+
+def tier_at(timeline: tuple[tuple, ...], moment) -> str:
+    """The tier in force at `moment` on a timeline of `tier_timelines`
+    (((since, tier), ...), the first since None)."""
+    tier = timeline[0][1]
+    for since, later in timeline[1:]:
+        if since <= moment:
+            tier = later
+    return tier

@@ -137,15 +137,19 @@ def draft_compose(
     what `period_reads` loaded for many tenants at once (else read here)."""
     currency = tenant.billing_currency
     warnings: list[str] = []
-    charges = charges_compute(tenant=tenant, start=start, end=end, inputs=inputs, warnings=warnings)
+    used_from: dict = {}  # the usage amount of each stretch: SLOs judged per stretch
+    charges = charges_compute(
+        tenant=tenant, start=start, end=end, inputs=inputs, warnings=warnings, used_from=used_from
+    )
     lines = lines_from_charges(charges, currency=currency, start=start, end=end)
     if sla is None:
         sla = sla_reads(
             tenants=[tenant], start=start, end=end, subscriptions={tenant.pk: inputs.subscription}
         )
     lines += sla_credit_lines(
-        tenant=tenant, charges=charges, currency=currency, start=start, end=end, reads=sla
-    )
+        tenant=tenant, charges=charges, currency=currency, start=start, end=end, reads=sla,
+        used_from=used_from,
+    )  # fmt: skip
     late, fingerprints = late_usage_lines(
         tenant=tenant, before=start, currency=currency, earlier=earlier
     )

@@ -18,15 +18,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from itertools import pairwise
 
 from billing.choices import LineKind, SlaAdjustmentAction
 from billing.invoicing.lines import LineDraft
 from billing.models import SlaCreditAdjustment, Subscription
 from billing.money import money_format, to_minor
+from billing.pricing.periods import subscriptions_during
 from billing.pricing.rating import Charge
 from billing.sla.compliance import HUNDRED, Compliance, compliance_by_tenant, sla_credits
 from billing.sla.policies import slo_policies_load
 from tenants.models import Tenant
+from tenants.selectors import tier_at, tier_timelines
 
 USAGE_KINDS = frozenset({LineKind.TOKENS, LineKind.GPU_SECONDS, LineKind.DISCOUNT})
 
@@ -39,6 +42,9 @@ class SlaReads:
 
     compliance: dict[int, Compliance] = field(default_factory=dict)
     adjustments: dict[tuple[int, str], SlaCreditAdjustment] = field(default_factory=dict)
+    # A tenant whose tier or plan (so its policy) changed inside the period:
+    # each stretch judged under the policy in force then, (from, to, compliance).
+    stretches: dict[int, list[tuple[datetime, datetime, Compliance]]] = field(default_factory=dict)
 
 
 def sla_reads(
@@ -53,18 +59,72 @@ def sla_reads(
     policies = slo_policies_load()
     if not policies:
         return SlaReads()
+    changing = policy_stretches(
+        tenants=tenants, start=start, end=end, policies=policies, subscriptions=subscriptions
+    )
     scheduled = {}
     for tenant in tenants:
+        if tenant.pk in changing:
+            continue
         policy = policies.for_tenant(tenant, subscriptions.get(tenant.pk))
         if policy is not None and policy.credit_rules.all():
             scheduled[tenant.pk] = policy
-    if not scheduled:
+    compliance = (
+        compliance_by_tenant(policies=scheduled, start=start, end=end, by_day=False)
+        if scheduled
+        else {}
+    )
+    stretches: dict[int, list[tuple[datetime, datetime, Compliance]]] = {}
+    for tenant_id, spans in changing.items():
+        for since, until, policy in spans:  # a few tenants a period: a query a stretch
+            if policy is None or not policy.credit_rules.all():
+                continue
+            found = compliance_by_tenant(
+                policies={tenant_id: policy}, start=since, end=until, by_day=False
+            )
+            if tenant_id in found:
+                stretches.setdefault(tenant_id, []).append((since, until, found[tenant_id][0]))
+    judged = list(compliance) + list(stretches)
+    if not judged:
         return SlaReads()
-    compliance = compliance_by_tenant(policies=scheduled, start=start, end=end, by_day=False)
     return SlaReads(
         compliance={tenant_id: rows[0] for tenant_id, rows in compliance.items()},
-        adjustments=sla_adjustments_newest(tenant_ids=list(compliance), period_start=start),
+        adjustments=sla_adjustments_newest(tenant_ids=judged, period_start=start),
+        stretches=stretches,
     )
+
+
+def policy_stretches(
+    *, tenants: list[Tenant], start: datetime, end: datetime, policies, subscriptions: dict
+) -> dict[int, list[tuple[datetime, datetime, object]]]:
+    """The tenants whose SLO policy changed inside [start, end) (a tier
+    move, a plan move): each stretch of one policy as (from, to, policy)."""
+    ids = [t.pk for t in tenants]
+    tiers = tier_timelines(ids)
+    plans = subscriptions_during(tenant_ids=ids, start=start, end=end)
+    out = {}
+    for tenant in tenants:
+        moments = {since for since, _ in tiers.get(tenant.pk, ()) if since and start < since < end}
+        moments |= {since for since, _ in plans.get(tenant.pk, ()) if start < since < end}
+        if not moments:
+            continue
+        bounds = [start, *sorted(moments), end]
+        spans: list[list] = []
+        for since, until in pairwise(bounds):
+            tier = tier_at(tiers.get(tenant.pk, ((None, tenant.tier),)), since)
+            subscription = (
+                next((sub for at, sub in reversed(plans[tenant.pk]) if at <= since), None)
+                if tenant.pk in plans
+                else subscriptions.get(tenant.pk)
+            )
+            policy = policies.for_tier(tier, subscription)
+            if spans and spans[-1][2] == policy:
+                spans[-1][1] = until  # the same policy on both sides: one stretch
+            else:
+                spans.append([since, until, policy])
+        if len(spans) > 1:
+            out[tenant.pk] = [tuple(span) for span in spans]
+    return out
 
 
 def sla_adjustments_newest(
@@ -104,13 +164,52 @@ def sla_credit_lines(
     start: datetime,
     end: datetime,
     reads: SlaReads,
+    used_from: dict[datetime, Decimal] | None = None,
 ) -> list[LineDraft]:
     """The period's SLA credit lines (none without a missed target or
-    without usage charges)."""
-    compliance = reads.compliance.get(tenant.pk)
+    without usage charges). `used_from`: the usage amount by stretch
+    (rating's), for a tenant whose policy changed inside the period."""
     base = usage_charges(charges)
-    if compliance is None or base <= 0:
+    if base <= 0:
         return []
+    if tenant.pk in reads.stretches:
+        return _stretch_credit_lines(
+            tenant=tenant, charges=charges, currency=currency, start=start, end=end, reads=reads,
+            used_from=used_from or {},
+        )  # fmt: skip
+    compliance = reads.compliance.get(tenant.pk)
+    if compliance is None:
+        return []
+    return _credit_lines(
+        tenant=tenant, compliance=compliance, base=base, currency=currency, start=start, end=end,
+        reads=reads,
+    )  # fmt: skip
+
+
+def _stretch_credit_lines(
+    *, tenant, charges, currency, start, end, reads: SlaReads, used_from
+) -> list[LineDraft]:
+    """Each stretch's credits, on that stretch's usage charges (its share
+    of the period's, net of the discount as the period's are)."""
+    gross = sum(used_from.values(), Decimal(0))
+    net = usage_charges(charges)
+    lines = []
+    for since, until, compliance in reads.stretches[tenant.pk]:
+        used = sum((a for t, a in used_from.items() if since <= t < until), Decimal(0))
+        base = used * net / gross if gross else Decimal(0)
+        if base <= 0:
+            continue
+        when = f" ({since:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M} UTC)"
+        lines += _credit_lines(
+            tenant=tenant, compliance=compliance, base=base, currency=currency, start=start,
+            end=end, reads=reads, when=when,
+        )  # fmt: skip
+    return lines
+
+
+def _credit_lines(
+    *, tenant, compliance: Compliance, base: Decimal, currency, start, end, reads, when=""
+) -> list[LineDraft]:
     lines = []
     for credit in sla_credits(compliance):
         percent, note = credit.percent, ""
@@ -128,7 +227,7 @@ def sla_credit_lines(
                 kind=LineKind.SLA_CREDIT,
                 description=(
                     f"SLA credit: {credit.text}: {_pct(percent)}% of usage charges "
-                    f"({money_format(to_minor(base, currency), currency)}{note})"
+                    f"({money_format(to_minor(base, currency), currency)}{note}){when}"
                 ),
                 quantity=Decimal(1),
                 unit_price=None,

@@ -45,7 +45,7 @@ from serving.choices import PoolKind
 from serving.gpu_shares import GPU_UNITS
 from serving.models import ReplicaGpu, Reservation, ServedModel
 from tenants.models import Tenant
-from tenants.selectors import tier_timelines
+from tenants.selectors import tier_at, tier_timelines
 
 
 def tier_label(steps: tuple[tuple[int, Decimal], ...], index: int) -> str:
@@ -125,9 +125,11 @@ def charges_compute(
     end: datetime,
     inputs: TenantInputs,
     warnings: list[str] | None = None,
+    used_from: dict[datetime, Decimal] | None = None,
 ) -> list[Charge]:
     """Rating itself, from loaded inputs (no database reads beyond the
-    cached price books)."""
+    cached price books). `used_from`, when given, gets the usage amount of
+    each stretch by its start (what an SLO judged per stretch credits)."""
     books = price_books(
         tiers=inputs.tiers or ((None, tenant.tier),),
         currency=tenant.billing_currency,
@@ -135,7 +137,7 @@ def charges_compute(
         end=end,
     )
     unpriced: dict[str, int] = defaultdict(int)
-    used_from: dict[datetime, Decimal] = defaultdict(Decimal)  # usage amount by stretch
+    used_from = defaultdict(Decimal) if used_from is None else used_from  # amount by stretch
     usage = _charges_usage(inputs.usage, books=books, unpriced=unpriced, used_from=used_from)
     if warnings is not None:
         warnings.extend(
@@ -271,11 +273,7 @@ class Books:
 
     def tier_at(self, moment: datetime) -> str:
         """The tier the tenant was in at `moment`."""
-        tier = self.tiers[0][1]
-        for since, later in self.tiers[1:]:
-            if since <= moment:
-                tier = later
-        return tier
+        return tier_at(self.tiers, moment)
 
     def at(self, moment: datetime) -> PriceBook | None:
         tier = self.tier_at(moment)
@@ -416,7 +414,7 @@ def _charges_usage(
                 line[0] += quantity
                 line[1] += quantity * per_mtok / MILLION
                 if used_from is not None:
-                    used_from[since] += quantity * per_mtok / MILLION
+                    used_from[since] = used_from.get(since, 0) + quantity * per_mtok / MILLION
                 index = bisect_right(starts, position) - 1
                 tiers[key][index] = tier_label(steps, index)
                 position += int(quantity)
@@ -426,7 +424,7 @@ def _charges_usage(
             line[0] += seconds
             line[1] += seconds * card.per_gpu_second
             if used_from is not None:
-                used_from[since] += seconds * card.per_gpu_second
+                used_from[since] = used_from.get(since, 0) + seconds * card.per_gpu_second
     charges = []
     for key, (quantity, amount) in lines.items():
         if not quantity:

@@ -24,9 +24,13 @@ class SloPolicies:
         return bool(self.by_plan or self.by_tier)
 
     def for_tenant(self, tenant: Tenant, subscription: Subscription | None) -> SloPolicy | None:
+        return self.for_tier(tenant.tier, subscription)
+
+    def for_tier(self, tier: str, subscription: Subscription | None) -> SloPolicy | None:
+        """The plan's policy when it has one, else the tier's."""
         if subscription is not None and subscription.plan_id in self.by_plan:
             return self.by_plan[subscription.plan_id]
-        return self.by_tier.get(tenant.tier)
+        return self.by_tier.get(tier)
 
 
 def slo_policies_load() -> SloPolicies:
