@@ -38,7 +38,7 @@ it as if it were the same money."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -52,6 +52,7 @@ from core.nanos import NANO
 from metering.selectors.totals import usage_tokens_by_tenant_pool_model
 from serving.models import Pool, ServedModel
 from tenants.models import Tenant
+from tenants.selectors import tier_at, tier_timelines
 
 KEYS = ["tier", "pool", "tenant", "model"]
 DETAIL_KEYS = [*KEYS, "tenant_tier"]
@@ -119,9 +120,16 @@ def margin_data(*, start: datetime, end: datetime, currency: str | None = None) 
         detail[column] = detail.get(column, 0)
     detail["device_seconds"] = detail.get("device_seconds", 0.0)
     detail[KEYS] = detail[KEYS].fillna("")
-    # What was sold: the tier of the tenant, whatever pool served it; cost
-    # no tenant carries (unabsorbed idle, spare GPUs) is a row of its own.
-    tier_of = {slug: tier for slug, tier, _ in tenants.values()}
+    # What was sold: the tier of the tenant, whatever pool served it, as it
+    # was at the period's end (a tenant moved since is filed as it was, so a
+    # re-run files it the same); cost no tenant carries (unabsorbed idle,
+    # spare GPUs) is a row of its own.
+    moved = tier_timelines(list(tenants))
+    last_hour = end - timedelta(microseconds=1)
+    tier_of = {
+        slug: tier_at(moved[pk], last_hour) if pk in moved else tier
+        for pk, (slug, tier, _) in tenants.items()
+    }
     detail["tenant_tier"] = [tier_of.get(slug, UNABSORBED) for slug in detail["tenant"]]
     integers = [*MONEY, LOST, "tokens", *original_columns(detail)]
     detail[integers] = detail[integers].fillna(0).astype(np.int64)

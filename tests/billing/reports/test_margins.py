@@ -13,6 +13,7 @@ import pytest
 
 from billing.reports.margins import margin_data, margin_table, margin_totals
 from tests.billing.conftest import H0
+from tests.conftest import PINNED_NOW
 
 D = Decimal
 HOUR = timedelta(hours=1)
@@ -262,7 +263,9 @@ def test_a_tier_that_loses_money_is_marked_on_the_overview(world, client):
     assert '<td class="error">-0.90</td>' in tier_row
 
 
-def test_by_tenant_tier_and_by_pool_kind_are_two_views_each_summing_to_the_total(world, client):
+def test_by_tenant_tier_and_by_pool_kind_are_two_views_each_summing_to_the_total(
+    world, client, pinned_clock
+):
     """Initech bought the reserved tier but holds no reservation: its usage
     runs in the shared pool. By pool kind it is shared revenue; by tenant
     tier, reserved. Bravo (EUR, reserved tier) holds a reserved GPU."""
@@ -276,9 +279,11 @@ def test_by_tenant_tier_and_by_pool_kind_are_two_views_each_summing_to_the_total
     from tests.factories import make_finance_user, make_tenant
 
     world.price(reservation=D("0.5"))
+    pinned_clock.move_to(H0 - timedelta(days=30))  # reserved since before the hour reported
     world.b.tier = "reserved"
     world.b.billing_currency = "EUR"
     world.b.save()
+    pinned_clock.move_to(PINNED_NOW)
     for day in (H0.date(), H0.date() + timedelta(days=1), date(2026, 10, 4)):
         FxRate.objects.create(base="EUR", quote="USD", date=day, rate=D("1.1"), source="test")
     initech = make_tenant(name="Initech", tier="reserved")
@@ -318,3 +323,36 @@ def test_by_tenant_tier_and_by_pool_kind_are_two_views_each_summing_to_the_total
     assert "Tenant tier" in sold and "<td>reserved</td>" in sold and "<td>shared</td>" in sold
     assert "Pool kind" in ran
     assert "what was sold" in page and "where it ran" in page
+
+
+def test_a_tenant_moved_since_is_filed_under_the_tier_it_had_then(world, pinned_clock):
+    """Alpha was shared through October and moved to dedicated in November:
+    October's report, built again now, files its revenue under shared (it
+    was filed under today's tier, so a re-run moved it)."""
+    import csv
+    import io
+    from datetime import UTC, datetime
+
+    from billing.choices import ReportKind, RunStatus
+    from billing.reports.margin_reports import margin_report_build, margin_report_request
+
+    world.price()
+    shared = world.pool("shared", policy="platform")
+    world.use(
+        world.a, world.replica("r1", shared, [world.gpu("g1")]), seconds=600, completion=10**6
+    )
+    world.allocate()
+    pinned_clock.move_to(datetime(2026, 11, 10, tzinfo=UTC))
+    world.a.tier = "dedicated"
+    world.a.save()  # tenants.TierChange from Nov 10
+
+    report = margin_report_build(
+        report_id=margin_report_request(kind=ReportKind.ADHOC, start=H0, end=H0 + HOUR).pk
+    )
+    assert report.status == RunStatus.DONE, report.error
+    tiers = {
+        row["tenant_tier"]
+        for row in csv.DictReader(io.StringIO(report.csv))
+        if row["level"] == "tenant_tier"
+    }
+    assert tiers - {"(unabsorbed)"} == {"shared"}
