@@ -135,14 +135,25 @@ class LoadingCache:
     outage; one it had not is a 503 database_unavailable."""
 
     def __init__(
-        self, *, ttl_seconds: float, stale_seconds: float = 3600.0, max_entries: int = 100_000
+        self,
+        *,
+        ttl_seconds: float,
+        stale_seconds: float = 3600.0,
+        max_entries: int = 100_000,
+        max_refusals: int = 10_000,
     ) -> None:
         self._ttl = ttl_seconds
         self._stale = stale_seconds
         self._max = max_entries
-        # key -> (refresh after, expires, value or refusal, served stale until),
-        # monotonic seconds
+        self._max_refusals = max_refusals
+        # key -> (refresh after, expires, value, served stale until), monotonic
+        # seconds: what was found (a live tenant's key, its terms). Full, the
+        # oldest entry goes, one at a time: never every live tenant at once.
         self._entries: dict = {}
+        # Refusals apart, by a digest of the key (a junk key is not kept
+        # whole) and bounded on their own: a flood of keys that do not exist
+        # pushes out only other refusals, never a live tenant's entry.
+        self._refusals: dict = {}
         self._loading: dict = {}
         self._forgotten: list[tuple[int, int | None]] = []  # (sequence, tenant or None: all)
         self._sequence = 0
@@ -161,7 +172,7 @@ class LoadingCache:
 
     async def lookup(self, key):
         now = time.monotonic()
-        entry = self._entries.get(key)
+        entry = self._entries.get(key) or self._refusals.get(_digest(key))
         if entry is None or entry[1] <= now:
             try:
                 result = await self._load(key)
@@ -176,6 +187,12 @@ class LoadingCache:
                 result = entry[2]  # what was known, while the database is away
                 if self._entries.get(key) is entry:
                     self._entries[key] = (now + STALE_RETRY, now + STALE_RETRY, *entry[2:])
+                elif self._refusals.get(_digest(key)) is entry:
+                    self._refusals[_digest(key)] = (
+                        now + STALE_RETRY,
+                        now + STALE_RETRY,
+                        *entry[2:],
+                    )
         else:
             if entry[0] <= now and key not in self._loading:
                 self._refresh(key)
@@ -190,6 +207,7 @@ class LoadingCache:
         self._sequence += 1
         self._forgotten.append((self._sequence, tenant_id))
         del self._forgotten[:-1000]
+        self._refusals.clear()  # a refusal's tenant is not kept: any change may lift it
         if tenant_id is None:
             self._entries.clear()
             return
@@ -249,10 +267,29 @@ class LoadingCache:
                 break
             if self._drops(key, result, tenant):
                 return  # read before a change to it: used once, not kept
-        if len(self._entries) >= self._max:
-            self._entries.clear()
         now, keep = time.monotonic(), self.expires_in(result)
-        self._entries[key] = (now + keep / 2, now + keep, result, now + keep + self._stale)
+        entry = (now + keep / 2, now + keep, result, now + keep + self._stale)
+        if isinstance(result, Refused):
+            _bounded_put(self._refusals, _digest(key), entry, self._max_refusals)
+        else:
+            _bounded_put(self._entries, key, entry, self._max)
+
+
+def _digest(key) -> object:
+    """What a refusal is kept under: a string key's 16-byte digest."""
+    if isinstance(key, str):
+        return hashlib.blake2b(key.encode(), digest_size=16).digest()
+    return key
+
+
+def _bounded_put(entries: dict, key, entry, limit: int) -> None:
+    """`entries[key] = entry`, the oldest entries dropped first to stay
+    within `limit` (a dict keeps insertion order: put again, an entry is
+    the newest)."""
+    entries.pop(key, None)
+    while len(entries) >= limit:
+        del entries[next(iter(entries))]
+    entries[key] = entry
 
 
 class CallerCache(LoadingCache):

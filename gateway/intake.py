@@ -9,19 +9,33 @@ from gateway.exchange import Exchange, Receive, Rejected
 from gateway.fleet import FleetSnapshot
 from gateway.payload import BadRequest, prepare
 from serving.records import MODEL_NAME_MAX
+from tenants.keys import KEY_MAX_CHARS, key_parse
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+# All of a request's headers together: an OpenAI client sends well under
+# 2 KiB; uvicorn's httptools parser sets no bound of its own (60 KB passed).
+MAX_HEADER_BYTES = 16 * 1024
 
 
 async def authenticate(callers: CallerCache, scope: dict) -> Caller:
-    """The caller its bearer key names (CallerRefused: none, or not allowed)."""
+    """The caller its bearer key names (CallerRefused: none, or not
+    allowed). What cannot be a key (too long, not shaped like one) is
+    refused here, before any cache or database sees it: junk costs nothing
+    kept (issue 60: random 7 KB keys grew a gateway by 84 MiB)."""
+    if sum(len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
+        raise CallerRefused(
+            431, "headers_too_large", f"request headers over {MAX_HEADER_BYTES} bytes"
+        )
     header = _header(scope, b"authorization")
     if header is None:
         raise CallerRefused(401, "missing_api_key", "missing 'Authorization: Bearer <key>'")
     scheme, _, token = header.decode(errors="replace").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         raise CallerRefused(401, "invalid_api_key", "Authorization must be 'Bearer <key>'")
-    return await callers.get(token.strip())
+    if len(token) > KEY_MAX_CHARS or key_parse(token) is None:
+        raise CallerRefused(401, "invalid_api_key", "malformed API key")
+    return await callers.get(token)
 
 
 async def parse(ex: Exchange, *, fleet: FleetSnapshot, default_max_tokens: int) -> None:

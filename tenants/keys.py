@@ -19,6 +19,7 @@ SERVICE_KEY_PREFIX = "gls_"  # a platform service key (usage ingestion)
 _ALPHABET = string.ascii_letters + string.digits
 PREFIX_LENGTH = 10
 SECRET_LENGTH = 43
+KEY_MAX_CHARS = len(KEY_PREFIX) + PREFIX_LENGTH + 1 + SECRET_LENGTH  # what is longer is no key
 
 
 @dataclass(frozen=True)
