@@ -42,7 +42,9 @@ def audit_page(request):
     query = form.query() if form.is_bound else AuditQuery()
     if tenant is not None:
         query = replace(query, tenant_slug="")
-    entries = audit_entry_list(tenant=tenant, query=query)
+    entries = audit_entry_list(
+        tenant=tenant, query=query, reader_is_tenant=not principal.for_platform
+    )
     if request.GET.get("format") == "csv":
         return csv_response(audit_csv_rows(entries), columns=CSV_COLUMNS, filename="audit.csv")
     before = request.GET.get("before", "")

@@ -19,7 +19,7 @@ from audit.tracked import TRACKED
 from core.api_errors import validated
 from core.api_query import EMPTY
 from core.csv_stream import csv_response
-from tenants.api.permissions import scope_required, tenant_scope
+from tenants.api.permissions import request_principal, scope_required, tenant_scope
 
 TAGS = ["audit"]
 
@@ -86,7 +86,11 @@ def _entries(request):
         raise serializers.ValidationError(empty)
     query = audit_query_parse(params)
     tenant = tenant_scope(request, query.tenant_slug or None)
-    return audit_entry_list(tenant=tenant, query=replace(query, tenant_slug=""))
+    return audit_entry_list(
+        tenant=tenant,
+        query=replace(query, tenant_slug=""),
+        reader_is_tenant=not request_principal(request).for_platform,
+    )
 
 
 class AuditEntryListView(APIView):

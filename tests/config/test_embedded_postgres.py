@@ -59,7 +59,7 @@ def test_up_check_on_embedded_postgres(tmp_path):
     # its backtest error, and each pool's flags.
     planned = re.search(
         r"(\d+) pools' and models' demand forecast \(backtest MASE median ([\d.]+), "
-        r"worst ([\d.]+)\); pools: (.+)\n",
+        r"worst ([\d.]+)\); pools: (.+?); \d+ finalized invoices re-rated",
         out,
     )
     assert planned and int(planned[1]) >= 3, out
