@@ -1,5 +1,7 @@
 """Health check and the error pages shared by the whole site."""
 
+import hmac
+
 from django.conf import settings
 from django.db import connection
 from django.http import HttpResponse, JsonResponse
@@ -10,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from core.api_errors import json_error
 
 API_PREFIXES = ("/api/", "/v1/")
+LOOPBACK = ("127.0.0.1", "::1")
 
 
 def healthz(request):
@@ -27,11 +30,24 @@ def healthz(request):
 
 def metrics(request):
     """Prometheus exposition of the platform's own state (the gateway
-    serves its per-request metrics itself). With METRICS_TOKEN set, the
-    scraper must send it as a bearer token."""
+    serves its per-request metrics itself): operators only. With
+    METRICS_TOKEN set, the scraper sends it as a bearer token (compared in
+    constant time); without one, only a caller on this machine (loopback)
+    is answered, since the figures name tenants, replicas and jobs."""
     token = settings.METRICS_TOKEN
-    if token and request.headers.get("Authorization") != f"Bearer {token}":
-        return json_error(status_code=401, code="unauthorized", message="metrics token required")
+    if token:
+        sent = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            return json_error(
+                status_code=401, code="unauthorized", message="metrics token required"
+            )
+    elif request.META.get("REMOTE_ADDR") not in LOOPBACK:
+        return json_error(
+            status_code=403,
+            code="forbidden",
+            message="/metrics answers this machine only: set METRICS_TOKEN to scrape it from "
+            "elsewhere",
+        )
     from billing.spend.corrections import SpendDriftCollector
     from dashboard.jobs import JobsCollector
     from metering.telemetry import MeteringCollector

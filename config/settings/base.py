@@ -421,7 +421,7 @@ GATEWAY = {
     "OPERATOR_HOST": env("GATEWAY_OPERATOR_HOST", default="127.0.0.1"),
     "OPERATOR_PORT": env("GATEWAY_OPERATOR_PORT", default="9090"),
 }
-# Bearer token Prometheus must present at /metrics (empty: open, for loopback).
+# Bearer token Prometheus must present at /metrics (empty: loopback callers only).
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
 # Set by the main job on each server it starts; /healthz echoes it, so the
 # job knows that what answers is that process and not another on the port.

@@ -48,3 +48,19 @@ def test_a_configured_token_is_required(db, client, settings):
     settings.METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 401
     assert scrape(client, Authorization="Bearer s3cret")[("metering_windows_pending", ())] == 0
+
+
+def test_without_a_token_only_this_machine_is_answered(db, client, settings):
+    """Issue 60, finding 8: /metrics names tenants' spend drift, replicas
+    and jobs; on the public port, with no token set, a caller from another
+    address is refused and told how to open it."""
+    settings.METRICS_TOKEN = ""
+    refused = client.get("/metrics", REMOTE_ADDR="203.0.113.7")
+    assert refused.status_code == 403 and "METRICS_TOKEN" in refused.json()["error"]["message"]
+    assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 200
+    settings.METRICS_TOKEN = "s3cret"
+    assert client.get("/metrics", REMOTE_ADDR="203.0.113.7").status_code == 401
+    wrong = client.get("/metrics", REMOTE_ADDR="203.0.113.7", HTTP_AUTHORIZATION="Bearer s3cre")
+    assert wrong.status_code == 401
+    right = client.get("/metrics", REMOTE_ADDR="203.0.113.7", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert right.status_code == 200
