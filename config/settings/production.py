@@ -46,5 +46,9 @@ SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
 # network (a compose healthcheck, a kubelet): never redirected to HTTPS.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=60 * 60 * 24 * 30)
+# Every subdomain too: a sibling served over plain HTTP could set cookies for this one.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+# The test client's host name is the development default's, never production's.
+ALLOWED_HOSTS = [host for host in ALLOWED_HOSTS if host != "testserver"]  # noqa: F405
 SECURE_CONTENT_TYPE_NOSNIFF = True
 STATIC_ROOT = env("DJANGO_STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))

@@ -91,3 +91,17 @@ def test_a_malformed_identity_provider_list_stops_the_process_naming_the_key(pro
     assert started.returncode == 3
     [line] = started.stderr.splitlines()
     assert line.startswith(f"configuration error: {named}"), line
+
+
+def test_production_sends_hsts_for_subdomains_and_never_allows_the_test_host():
+    """Issue 60, finding 10."""
+    check = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.SECURE_HSTS_INCLUDE_SUBDOMAINS, 'testserver' in settings.ALLOWED_HOSTS)"
+    )
+    environment = {k: v for k, v in os.environ.items() if k not in {*OWN, "DJANGO_SETTINGS_MODULE"}}
+    environment |= {"DJANGO_SETTINGS_MODULE": "config.settings.production", **OWN}
+    started = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, env=environment, timeout=120
+    )
+    assert started.stdout.split() == ["True", "False"], started.stderr
