@@ -421,6 +421,9 @@ GATEWAY = {
     "OPERATOR_HOST": env("GATEWAY_OPERATOR_HOST", default="127.0.0.1"),
     "OPERATOR_PORT": env("GATEWAY_OPERATOR_PORT", default="9090"),
 }
+# The largest request body the web app reads (core.asgi_limits): a 413 past
+# it. A usage batch of METERING_INGEST_MAX_EVENTS (1,000) is about 600 KB.
+WEB_MAX_BODY_BYTES = env.int("WEB_MAX_BODY_BYTES", default=16 * 1024 * 1024)
 # Bearer token Prometheus must present at /metrics (empty: loopback callers only).
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
 # Set by the main job on each server it starts; /healthz echoes it, so the

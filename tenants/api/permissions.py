@@ -33,6 +33,12 @@ def request_principal(request) -> Principal:
     return principal
 
 
+def anonymous(request) -> bool:
+    """Nobody signed in and no key: refused (401) before anything else."""
+    user = request.user  # None without one (UNAUTHENTICATED_USER)
+    return request.auth is None and (user is None or not user.is_authenticated)
+
+
 def require_tenant(request) -> Principal:
     """The principal, which must act for a tenant."""
     principal = request_principal(request)
@@ -64,6 +70,8 @@ class IsTenantKeyManager(BasePermission):
     message = "only a tenant's owners and admins, signed in, may manage API keys"
 
     def has_permission(self, request, view) -> bool:
+        if anonymous(request):
+            return False  # 401 before its body is read (issue 60, finding 4)
         principal = request_principal(request)
         if principal.service_key is not None:
             return False
@@ -80,6 +88,8 @@ class IsFinanceOrTenantManager(BasePermission):
     message = "only finance staff, or a tenant's owners and admins signed in, may change this"
 
     def has_permission(self, request, view) -> bool:
+        if anonymous(request):
+            return False  # 401 before its body is read
         principal = request_principal(request)
         if principal.api_key is not None or principal.service_key is not None:
             return False
