@@ -35,6 +35,14 @@ def _addresses(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.I
     return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
 
 
+def _literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _loopback_name(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -59,12 +67,18 @@ def endpoint_url_pinned(url: str) -> tuple[str, str]:
 
 
 class _PinnedBackend(httpcore.SyncBackend):
+    """Every connection goes to the address checked, whatever host name it
+    is asked for: a delivery calls one endpoint and follows no redirect, so
+    nothing here ever resolves a name again. (It compared the host first,
+    and a non-ASCII name, which the client asks for in its IDNA form, was
+    resolved again: issue 60, finding 2.)"""
+
     def __init__(self, host: str, address: str) -> None:
         self.host, self.address = host, address
 
     def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
         return super().connect_tcp(
-            self.address if host == self.host else host,
+            self.address,
             port,
             timeout=timeout,
             local_address=local_address,
@@ -74,9 +88,9 @@ class _PinnedBackend(httpcore.SyncBackend):
 
 def pinned_transport(host: str, address: str) -> httpx.HTTPTransport:
     """A transport that connects `host` to `address` (TLS still verifies
-    the certificate against `host`). An egress proxy from the environment
-    (HTTPS_PROXY), where the operator sets one, is used instead: the proxy
-    then resolves, as the operator's egress control."""
+    the certificate against `host`). No proxy from the environment is used
+    (httpx reads none once a transport is given): the egress control is
+    the address check itself."""
     context = _ssl_context()
     transport = httpx.HTTPTransport(verify=context)
     transport._pool = httpcore.ConnectionPool(  # httpx offers no resolver hook
@@ -108,11 +122,34 @@ def _checked(url: str) -> tuple[str, list[ipaddress.IPv4Address | ipaddress.IPv6
         return parts.hostname, addresses  # development: a receiver on this machine
     if plain:  # "localhost" that resolved elsewhere
         raise AddressRefused("url", PLAIN_REFUSED)
-    private = [a for a in addresses if not a.is_global]
+    private = [a for a in addresses if not address_public(a)]
     if private and not rules["ALLOW_PRIVATE"]:
+        # The address is said only when the URL itself names it: what a name
+        # resolved to would map the operator's own DNS for whoever asks.
+        said = f" ({private[0]})" if _literal(parts.hostname) else ""
         raise AddressRefused(
             "url",
-            f"resolves to a non-public address ({private[0]}); the operator may allow "
-            "that with WEBHOOKS_ALLOW_PRIVATE",
+            f"resolves to a non-public address{said}; the operator may allow that with "
+            "WEBHOOKS_ALLOW_PRIVATE",
         )
     return parts.hostname, addresses
+
+
+# IPv6 forms that carry an IPv4 address a router or translator reaches:
+# NAT64's well-known and local-use prefixes (RFC 6052, 8215).
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+
+def address_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether `address` is a public one, looking through the IPv6 forms
+    that reach an IPv4 address (mapped, IPv4-compatible, NAT64, 6to4,
+    Teredo): 64:ff9b::a00:1 is 10.0.0.1."""
+    if not address.is_global:
+        return False
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = [address.ipv4_mapped, address.sixtofour]
+        embedded += [address.teredo[1] if address.teredo else None]
+        if any(address in network for network in _NAT64) or int(address) >> 32 == 0:
+            embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+        return all(v4 is None or v4.is_global for v4 in embedded)
+    return True
