@@ -59,25 +59,25 @@ def endpoint_url_check(url: str) -> str:
 def endpoint_url_pinned(url: str) -> tuple[str, str]:
     """The host of `url` and the address it is to be called at: one of
     those just checked (AddressRefused as endpoint_url_check). The delivery
-    connects there (pinned_transport) and never asks the name again, so a
+    connects there (pinned_async_transport) and never asks the name again, so a
     name that resolves to a public address for the check and to a private
     one for the connection (DNS rebinding) reaches nothing it should not."""
     host, addresses = _checked(url)
     return host, str(addresses[0])
 
 
-class _PinnedBackend(httpcore.SyncBackend):
+class _PinnedAsyncBackend(httpcore.AnyIOBackend):
     """Every connection goes to the address checked, whatever host name it
     is asked for: a delivery calls one endpoint and follows no redirect, so
-    nothing here ever resolves a name again. (It compared the host first,
-    and a non-ASCII name, which the client asks for in its IDNA form, was
-    resolved again: issue 60, finding 2.)"""
+    nothing here ever resolves a name again. (The sync one it replaces
+    compared the host first, and a non-ASCII name, which the client asks
+    for in its IDNA form, was resolved again: issue 60, finding 2.)"""
 
-    def __init__(self, host: str, address: str) -> None:
-        self.host, self.address = host, address
+    def __init__(self, address: str) -> None:
+        self.address = address
 
-    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        return super().connect_tcp(
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        return await super().connect_tcp(
             self.address,
             port,
             timeout=timeout,
@@ -86,15 +86,15 @@ class _PinnedBackend(httpcore.SyncBackend):
         )
 
 
-def pinned_transport(host: str, address: str) -> httpx.HTTPTransport:
+def pinned_async_transport(host: str, address: str) -> httpx.AsyncHTTPTransport:
     """A transport that connects `host` to `address` (TLS still verifies
     the certificate against `host`). No proxy from the environment is used
     (httpx reads none once a transport is given): the egress control is
     the address check itself."""
     context = _ssl_context()
-    transport = httpx.HTTPTransport(verify=context)
-    transport._pool = httpcore.ConnectionPool(  # httpx offers no resolver hook
-        ssl_context=context, network_backend=_PinnedBackend(host, address)
+    transport = httpx.AsyncHTTPTransport(verify=context)
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=context, network_backend=_PinnedAsyncBackend(address)
     )
     return transport
 

@@ -3,6 +3,7 @@ transaction), deliveries and their attempts, email alert opt-outs."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -31,7 +32,7 @@ from webhooks.addresses import (
     AddressRefused,
     endpoint_url_check,
     endpoint_url_pinned,
-    pinned_transport,
+    pinned_async_transport,
 )
 from webhooks.choices import TENANT_EVENTS, DeliveryStatus, EventType
 from webhooks.models import AlertOptOut, Delivery, DeliveryAttempt, Endpoint, Event
@@ -76,7 +77,11 @@ def endpoint_create(
     created_by: AbstractBaseUser | None = None,
 ) -> Endpoint:
     """A tenant's endpoint, or the operator's (tenant None), with a new
-    signing secret. Checked before anything is written."""
+    signing secret. Checked before anything is written; a tenant holds at
+    most WEBHOOKS_MAX_ENDPOINTS (each is work for the delivery workers)."""
+    limit = settings.WEBHOOKS["MAX_ENDPOINTS"]
+    if tenant is not None and Endpoint.objects.filter(tenant=tenant).count() >= limit:
+        raise InputError("url", f"a tenant holds at most {limit} endpoints: delete one first")
     return Endpoint.objects.create(
         tenant=tenant,
         url=endpoint_url_check(url),
@@ -282,10 +287,15 @@ def event_body(event: Event) -> str:
 
 def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> DeliveryAttempt | None:
     """POST the delivery's event once, if it is due and nobody else is at
-    it (its row lock is held until the answer is recorded); then done, or
+    it (claimed first, in a transaction of its own); then done, or
     the next try scheduled by the backoff (WEBHOOKS_RETRY_SECONDS), or
     failed when those are used up. None: not due, or already done."""
     now = now or timezone.now()
+    rules = settings.WEBHOOKS
+    # Claimed in a short transaction of its own: no lock nor transaction is
+    # held across the network call (a slow endpoint held both, issue 60).
+    # The claim is its next try moved past this attempt's deadline, so a
+    # second worker finds it early and leaves it.
     with transaction.atomic():
         delivery = (
             Delivery.objects.select_for_update(skip_locked=True, of=("self",))
@@ -296,8 +306,11 @@ def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> Delive
         if delivery is None:
             return None
         if delivery.next_attempt_at and delivery.next_attempt_at > now + timedelta(seconds=1):
-            return None  # early: the task queued for its time comes later
-        attempt = _post(delivery, now)
+            return None  # early: the task queued for its time comes later (or it is claimed)
+        claim = now + timedelta(seconds=rules["ATTEMPT_DEADLINE_SECONDS"] + 60)
+        Delivery.objects.filter(pk=delivery.pk).update(next_attempt_at=claim)
+    attempt = _post(delivery, now)
+    with transaction.atomic():
         delivery.attempts, delivery.requested_by = delivery.attempts + 1, ""
         schedule = settings.WEBHOOKS["RETRY_SECONDS"]
         if attempt.status_code is not None and 200 <= attempt.status_code < 300:
@@ -319,25 +332,21 @@ def _post(delivery: Delivery, now: datetime) -> DeliveryAttempt:
     body = event_body(delivery.event)
     code, excerpt, error = None, "", ""
     started = time.monotonic()
+    headers = signed_headers(
+        secret=delivery.endpoint.secret, event_id=delivery.event.id, at=now, body=body
+    )
     try:
         host, address = endpoint_url_pinned(delivery.endpoint.url)
-        with httpx.Client(
-            transport=pinned_transport(host, address),
-            timeout=settings.WEBHOOKS["TIMEOUT_SECONDS"],
-            follow_redirects=False,
-        ) as client:
-            response = client.post(
-                delivery.endpoint.url,
-                content=body.encode(),
-                headers=signed_headers(
-                    secret=delivery.endpoint.secret, event_id=delivery.event.id, at=now, body=body
-                ),
-            )
-        code, excerpt = response.status_code, response.text[:500]
+        code, excerpt = attempt_post(
+            delivery.endpoint.url, host=host, address=address, body=body, headers=headers
+        )
     except AddressRefused as refused:
         error = f"not sent: {refused.message}"[:300]
     except httpx.HTTPError as failure:
         error = f"{type(failure).__name__}: {failure}"[:300]
+    except TimeoutError:
+        deadline = settings.WEBHOOKS["ATTEMPT_DEADLINE_SECONDS"]
+        error = f"no whole answer within the attempt's {deadline:g} s"
     return DeliveryAttempt.objects.create(
         delivery=delivery,
         at=now,
@@ -348,6 +357,40 @@ def _post(delivery: Delivery, now: datetime) -> DeliveryAttempt:
         response_excerpt=excerpt,
         by=delivery.requested_by,
     )
+
+
+# What is read of an endpoint's answer: the excerpt kept is 500 characters.
+RESPONSE_READ_BYTES = 64 * 1024
+
+
+def attempt_post(url: str, *, host: str, address: str, body: str, headers: dict) -> tuple[int, str]:
+    """POST `body` to `url` at the pinned `address`: (status, the start of
+    the answer). Bounded whole, not per read: the attempt ends at
+    WEBHOOKS_ATTEMPT_DEADLINE_SECONDS however slowly the endpoint trickles
+    (TimeoutError), and at most RESPONSE_READ_BYTES of the answer are read,
+    however much it sends."""
+    rules = settings.WEBHOOKS
+
+    async def post() -> tuple[int, str]:
+        async with (
+            httpx.AsyncClient(
+                transport=pinned_async_transport(host, address),
+                timeout=rules["TIMEOUT_SECONDS"],
+                follow_redirects=False,
+            ) as client,
+            client.stream("POST", url, content=body.encode(), headers=headers) as response,
+        ):
+            read = b""
+            async for chunk in response.aiter_raw():
+                read += chunk
+                if len(read) >= RESPONSE_READ_BYTES:
+                    break
+            return response.status_code, read[:RESPONSE_READ_BYTES].decode(errors="replace")[:500]
+
+    async def bounded() -> tuple[int, str]:
+        return await asyncio.wait_for(post(), timeout=rules["ATTEMPT_DEADLINE_SECONDS"])
+
+    return asyncio.run(bounded())
 
 
 def delivery_redeliver(*, delivery: Delivery, by: str) -> Delivery:

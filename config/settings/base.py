@@ -281,6 +281,10 @@ LOGGING = {
 WEBHOOKS = {
     # An attempt that does not answer in time counts as failed.
     "TIMEOUT_SECONDS": env.float("WEBHOOKS_TIMEOUT_SECONDS", default=10.0),
+    # An attempt whole, however slowly the endpoint trickles its answer.
+    "ATTEMPT_DEADLINE_SECONDS": env.float("WEBHOOKS_ATTEMPT_DEADLINE_SECONDS", default=30.0),
+    # Endpoints a tenant may hold (each is work for the delivery workers).
+    "MAX_ENDPOINTS": env.int("WEBHOOKS_MAX_ENDPOINTS", default=10),
     # The waits before each retry (Standard Webhooks' schedule): after the
     # last, the delivery is failed (a person may still redeliver it).
     "RETRY_SECONDS": env.list(
