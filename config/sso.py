@@ -16,7 +16,10 @@ from typing import Any, NoReturn
 # names unless the provider's entry says otherwise.
 CLAIM_DEFAULTS = {"groups_claim": "groups", "tenant_claim": "tenant", "role_claim": "role"}
 REQUIRED = ("id", "name", "issuer", "client_id", "client_secret")
-OPTIONAL = ("finance_groups", *CLAIM_DEFAULTS)
+# `tenants`: the tenants (slugs) whose memberships the provider may grant;
+# ["*"] for every tenant. None by default: a provider names which tenants
+# it speaks for, or its tenant claims grant nothing (issue 60, finding 9).
+OPTIONAL = ("finance_groups", "tenants", *CLAIM_DEFAULTS)
 # Whether claims are also read from the provider's userinfo endpoint (they
 # are always read from the ID token); off for a provider whose ID token
 # carries the groups and tenant claims and whose userinfo does not.
@@ -61,12 +64,17 @@ def oidc_providers_parse(raw: str, *, problem: Callable[[str], NoReturn]) -> lis
         groups = entry.get("finance_groups", [])
         if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
             problem(f"{where}.finance_groups must be a list of group names")
+        tenants = entry.get("tenants", [])
+        if not isinstance(tenants, list) or not all(isinstance(t, str) and t for t in tenants):
+            problem(f'{where}.tenants must be a list of tenant slugs, or ["*"] for every tenant')
         for key in CLAIM_DEFAULTS:
             if key in entry and (not isinstance(entry[key], str) or not entry[key]):
                 problem(f"{where}.{key} must be a claim name")
         if not isinstance(entry.get("userinfo", True), bool):
             problem(f"{where}.userinfo must be true or false")
-        providers.append({**CLAIM_DEFAULTS, "finance_groups": [], "userinfo": True, **entry})
+        providers.append(
+            {**CLAIM_DEFAULTS, "finance_groups": [], "tenants": [], "userinfo": True, **entry}
+        )
     return providers
 
 

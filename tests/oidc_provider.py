@@ -66,6 +66,7 @@ class OidcProvider:
             "client_id": CLIENT_ID,
             "client_secret": CLIENT_SECRET,
             "finance_groups": ["gpu-ledger-finance"],
+            "tenants": ["*"],  # every tenant (tests/tenants/test_sso.py limits one)
             **mapping,
         }
 

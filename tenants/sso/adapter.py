@@ -50,6 +50,13 @@ class ClaimsAdapter(DefaultSocialAccountAdapter):
         subject = f"{account.provider}:{account.uid}"
         try:
             grants = grants_from_claims(claims, mapping=provider.app.settings["claims"])
+            if grants.refused_slugs:
+                logger.warning(
+                    "single sign-on for %s: provider %s may not grant %s; left out",
+                    subject,
+                    account.provider,
+                    ", ".join(grants.refused_slugs),
+                )
             roles = self._roles(grants, claims_name=provider.app.settings["claims"]["tenant_claim"])
         except SignInRefused as refusal:
             logger.warning("single sign-on refused for %s: %s", subject, refusal)

@@ -4,7 +4,9 @@ tenants and writes the result (tenants.services.user_access_sync).
 - A group named in the provider's `finance_groups`, in its groups claim,
   makes the user platform finance staff.
 - Its tenant claim (a tenant's slug, or a list of them) with its role claim
-  (owner, admin or viewer; viewer when absent) makes a membership.
+  (owner, admin or viewer; viewer when absent) makes a membership, of the
+  tenants the provider's `tenants` lists only (["*"]: every one); one it
+  may not grant is left out and logged.
 A user granted neither is refused, and nothing is created for them."""
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ class Grants:
     finance: bool
     role: str
     tenant_slugs: tuple[str, ...]
+    # Tenants the claims named that this provider may not grant (logged).
+    refused_slugs: tuple[str, ...] = ()
 
 
 def _strings(value: Any, *, claim: str) -> tuple[str, ...]:
@@ -50,9 +54,18 @@ def grants_from_claims(claims: Mapping[str, Any], *, mapping: Mapping[str, Any])
             f"claim {mapping['role_claim']!r} is {role!r}; it must be one of "
             f"{', '.join(Role.values)}"
         )
+    allowed = set(mapping.get("tenants") or ())
+    refused = () if "*" in allowed else tuple(s for s in slugs if s not in allowed)
+    slugs = tuple(s for s in slugs if s not in refused)
     if not finance and not slugs:
+        if refused:
+            raise SignInRefused(
+                f"your identity provider may not grant access to {', '.join(refused)} "
+                f"(claim {mapping['tenant_claim']!r}): the operator lists the tenants each "
+                "provider speaks for"
+            )
         raise SignInRefused(
             f"your identity provider named no tenant (claim {mapping['tenant_claim']!r}) "
             f"and no finance group (claim {mapping['groups_claim']!r}) for you"
         )
-    return Grants(finance=finance, role=str(role), tenant_slugs=slugs)
+    return Grants(finance=finance, role=str(role), tenant_slugs=slugs, refused_slugs=refused)

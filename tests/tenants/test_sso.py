@@ -289,3 +289,33 @@ def test_with_password_sign_in_off_no_password_signs_anyone_in(client, provider,
     provider.user_set("pat-sso", email="pat@operator.example", groups=["gpu-ledger-finance"])
     assert sso_sign_in(client, "pat-sso").status_code == 302
     assert client.get("/finance/").status_code == 200
+
+
+def test_a_provider_grants_only_the_tenants_the_operator_lists_for_it(
+    client, settings, world_a, world_b, caplog
+):
+    """Issue 60, finding 9: a partner's provider listed for tenant A names
+    its user owner of A and of B; the user becomes A's member only, B's
+    grant is refused and named in the log; naming only B is refused."""
+    with oidc_provider_running() as partner:
+        sso_settings_entries(
+            settings, [partner.settings_entry(finance_groups=[], tenants=[world_a.tenant.slug])]
+        )
+        partner.user_set(
+            "pat", email="pat@a.example", tenant=[world_a.tenant.slug, world_b.tenant.slug],
+            role="owner",
+        )  # fmt: skip
+        with caplog.at_level(logging.WARNING, logger="tenants.sso"):
+            assert sso_sign_in(client, "pat").status_code == 302
+        client.logout()
+        partner.user_set("eve", email="eve@b.example", tenant=world_b.tenant.slug, role="owner")
+        refused = sso_sign_in(client, "eve")
+
+    pat = User.objects.get(email="pat@a.example")
+    assert list(Membership.objects.filter(user=pat).values_list("tenant__slug", flat=True)) == [
+        world_a.tenant.slug
+    ]
+    assert f"may not grant {world_b.tenant.slug}; left out" in caplog.text
+    assert refused.status_code == 403
+    assert f"may not grant access to {world_b.tenant.slug}" in refused.content.decode()
+    assert not User.objects.filter(email="eve@b.example").exists()
