@@ -57,6 +57,7 @@ TRACKED = (
     Tracked("billing_stripecustomer", tenant="tenant_id"),
     # Tax: the tenants' profiles and the dated rates.
     Tracked("billing_taxprofile", tenant="tenant_id"),
+    Tracked("billing_taxdetailsrequest", tenant="tenant_id"),  # a tenant's, to confirm
     Tracked("billing_taxrate", ignored=("stripe_tax_rate_id",)),
     # The fleet's cost facts.
     Tracked("serving_gpusku"),

@@ -87,6 +87,13 @@ class PriceVersionInForceError(ConflictError):
         )
 
 
+class TaxRateMissingError(InvoiceStateError):
+    """A draft for a buyer whose country has no tax rate, asked to be
+    finalized (409): the message names the country."""
+
+    code = "tax_rate_missing"
+
+
 class PlanInUseError(ConflictError):
     """A plan a started subscription uses, asked to change (409): its terms
     priced those months, so new terms are a new plan, and subscriptions

@@ -30,7 +30,7 @@ from billing.invoicing.invoices import invoice_amount_due_minor, invoice_status_
 from billing.invoicing.selectors import invoice_get, invoice_list, invoice_run_list
 from billing.invoicing.sla_adjustments import sla_credit_adjust
 from billing.invoicing.sla_credits import sla_decisions
-from billing.tax.selectors import tax_profile_of
+from billing.tax.selectors import tax_details_request_of, tax_profile_of
 from billing.tax.services import tax_by_rate, tax_details_set
 from dashboard.forms import (
     CREDIT_NOTE,
@@ -93,6 +93,7 @@ def invoices_page(
         "error": error,
         "run_form": request.POST if error else {},
         "tax_profile": tax_profile_of(tenant=tenant) if tenant else None,
+        "tax_request": tax_details_request_of(tenant=tenant) if tenant else None,
         "can_set_tax": tenant is not None and principal_for_session(request).can_manage_keys,
         "tax_error": tax_error,
         "tax_form": request.POST if tax_error else None,
@@ -109,15 +110,23 @@ def tax_details(request):
     if not principal.can_manage_keys:  # finance staff set profiles on /finance/tax/
         raise PermissionDenied
     try:
-        profile = tax_details_set(
+        waiting = tax_details_set(
             tenant=principal.tenant,
             country=request.POST.get("country"),
             tax_id=request.POST.get("tax_id", ""),
+            by=request.user,
         )
     except BillingInputError as error:
         problem = {"field": error.field, "message": error.message}
         return invoices_page(request, tax_error=problem, http_status=400)
-    messages.success(request, f"Tax details saved: {profile.country}.")
+    if waiting is None:
+        messages.success(request, "Tax details unchanged.")
+    else:
+        messages.success(
+            request,
+            f"Tax details sent ({waiting.country}): our finance staff confirm them before "
+            "invoices use them.",
+        )
     return redirect("invoices")
 
 

@@ -11,8 +11,8 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.shortcuts import redirect, render
 
 from billing.errors import BillingInputError
-from billing.tax.selectors import tax_profile_list, tax_rate_list
-from billing.tax.services import tax_profile_set, tax_rate_create
+from billing.tax.selectors import tax_details_requests, tax_profile_list, tax_rate_list
+from billing.tax.services import tax_details_confirm, tax_profile_set, tax_rate_create
 from tenants.access import finance_staff_required
 from tenants.selectors import tenant_for_finance, tenant_list_for_finance
 
@@ -46,8 +46,16 @@ def tax_page(request):
                     exempt_reason=request.POST.get("exempt_reason", ""),
                 )
                 messages.success(request, f"Tax profile of {tenant.slug} set: {profile.country}.")
+            elif action == "confirm":
+                slug = request.POST.get("tenant", "")
+                try:
+                    tenant = tenant_for_finance(slug=slug)
+                except ObjectDoesNotExist:
+                    raise BillingInputError("tenant", f"no tenant {slug!r}") from None
+                profile = tax_details_confirm(tenant=tenant)
+                messages.success(request, f"Tax details of {tenant.slug} confirmed: {profile}.")
             else:
-                raise BillingInputError("action", "rate or profile")
+                raise BillingInputError("action", "rate, profile or confirm")
         except BillingInputError as error:
             errors = {"action": action or "", "field": error.field, "message": error.message}
         else:
@@ -55,6 +63,7 @@ def tax_page(request):
     context = {
         "rates": tax_rate_list(),
         "profiles": tax_profile_list(),
+        "requests": tax_details_requests(),
         "tenants": tenant_list_for_finance(),
         "errors": errors,
         "form": form,

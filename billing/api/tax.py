@@ -13,9 +13,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.errors import BillingInputError
-from billing.models import TaxProfile, TaxRate
+from billing.models import TaxDetailsRequest, TaxProfile, TaxRate
 from billing.tax.selectors import tax_profile_of, tax_rate_list
 from billing.tax.services import (
+    tax_details_confirm,
     tax_details_set,
     tax_profile_clear,
     tax_profile_set,
@@ -53,6 +54,20 @@ class TaxProfileOut(serializers.ModelSerializer):
     class Meta:
         model = TaxProfile
         fields = ["tenant", "country", "tax_id", "exempt", "exempt_reason", "updated_at"]
+
+
+class TaxDetailsRequestOut(serializers.ModelSerializer):
+    """A tenant's own details, sent and waiting for finance to confirm them."""
+
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    status = serializers.SerializerMethodField()
+
+    class Meta:
+        model = TaxDetailsRequest
+        fields = ["tenant", "country", "tax_id", "requested_at", "status"]
+
+    def get_status(self, _) -> str:
+        return "awaiting_confirmation"
 
 
 class TaxProfileIn(serializers.Serializer):
@@ -128,10 +143,13 @@ class TaxProfileView(APIView):
         for field, none in (("exempt", False), ("exempt_reason", "")):
             if field in request.data and details[field] != getattr(current, field, none):
                 raise BillingInputError(field, "only finance staff set a tax exemption")
-        profile = tax_details_set(
-            tenant=tenant, country=details["country"], tax_id=details["tax_id"]
+        waiting = tax_details_set(
+            tenant=tenant, country=details["country"], tax_id=details["tax_id"], by=request.user
         )
-        return Response(TaxProfileOut(profile).data)
+        if waiting is None:  # the confirmed details again: nothing waits
+            return Response(TaxProfileOut(current).data)
+        # Sent, not applied: finance confirms a tenant's own details first.
+        return Response(TaxDetailsRequestOut(waiting).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(
         summary="Remove the tenant's tax profile (its next invoices carry no tax)",
@@ -141,3 +159,19 @@ class TaxProfileView(APIView):
     def delete(self, request, slug: str):
         tax_profile_clear(tenant=tenant_for_finance(slug=slug))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class TaxDetailsConfirmView(APIView):
+    """Finance confirms a tenant's own tax details: they apply from now on."""
+
+    permission_classes = [IsFinanceStaff]
+
+    @extend_schema(
+        summary="Confirm the tax details a tenant sent (finance staff)",
+        request=None,
+        responses={200: TaxProfileOut},
+        tags=TAGS,
+    )
+    def post(self, request, slug: str):
+        profile = tax_details_confirm(tenant=tenant_for_finance(slug=slug))
+        return Response(TaxProfileOut(profile).data)

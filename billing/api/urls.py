@@ -56,6 +56,11 @@ urlpatterns = [
     path("usage/focus", focus.FocusExportView.as_view(), name="usage-focus"),
     path("tax/rates", tax.TaxRateListView.as_view(), name="tax-rates"),
     path("tenants/<slug:slug>/tax-profile", tax.TaxProfileView.as_view(), name="tax-profile"),
+    path(
+        "tenants/<slug:slug>/tax-profile/confirm",
+        tax.TaxDetailsConfirmView.as_view(),
+        name="tax-profile-confirm",
+    ),
     path("fx-rates", fx.FxRateListView.as_view(), name="fx-rates"),
     path("fx-rates/bulk", fx.FxRateBulkView.as_view(), name="fx-rates-bulk"),
     path("margin-reports", margins.MarginReportListView.as_view(), name="margin-reports"),

@@ -27,13 +27,14 @@ from django.db import connection
 from django.utils import timezone
 
 from billing.choices import InvoiceStatus, StripeSync
-from billing.errors import BillingInputError, InvoicePeriodOpenError
+from billing.errors import BillingInputError, InvoicePeriodOpenError, TaxRateMissingError
 from billing.invoicing.credits import credits_plan
 from billing.invoicing.lines import LineDraft, credit_line
 from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
 from billing.notices import credit_low_check, invoices_moved_emit
 from billing.queueing import invoice_sync_enqueue
 from billing.spend.wallet import wallet_balances_many
+from billing.tax.rules import Treatment
 from core.changes import terms_changed_of
 from core.db_copy import copy_into, instances_create, model_copy_columns
 
@@ -116,6 +117,8 @@ def drafts_finalize(
     """Drafts -> finalized, in memory: prepaid credit applied (a tenant
     holding grants has them locked, spends them, gets credit lines), then
     numbered; grouped by the status each moves on to (invoices_number)."""
+    for draft in drafts:  # before anything is locked, spent or numbered
+        untaxed_check(draft.invoice)
     credited = [d.invoice.tenant_id for d in drafts if d.invoice.tenant_id in with_credit]
     wallets = wallet_balances_many(tenant_ids=credited, lock=True) if credited else {}
     for draft in drafts:
@@ -125,6 +128,17 @@ def drafts_finalize(
             draft.applications, credits = credits_apply(invoice, balances)
             draft.lines += credits
     return invoices_number([d.invoice for d in drafts], now=now, early=early)
+
+
+def untaxed_check(invoice: Invoice) -> None:
+    """A buyer in a country with no tax rate configured is not finalized
+    (it was, with no tax and a warning: issue 60, finding 5): TaxRateMissingError
+    names the country, for finance to add its rate and rate the draft again."""
+    if invoice.buyer_country and invoice.tax_treatment == Treatment.NONE:
+        raise TaxRateMissingError(
+            f"invoice {invoice} is for a buyer in {invoice.buyer_country}, which has no tax "
+            "rate: add one (/finance/tax/), then rate the draft again"
+        )
 
 
 def credits_apply(invoice: Invoice, balances) -> tuple[list, list[LineDraft]]:

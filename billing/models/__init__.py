@@ -35,4 +35,4 @@ from billing.models.prices import (  # noqa: F401
 )
 from billing.models.reports import MarginReport  # noqa: F401
 from billing.models.sla import SlaCreditAdjustment, SlaCreditRule, SloPolicy  # noqa: F401
-from billing.models.tax import TaxProfile, TaxRate  # noqa: F401
+from billing.models.tax import TaxDetailsRequest, TaxProfile, TaxRate  # noqa: F401

@@ -6,6 +6,7 @@ profile changed later changes no invoice already issued."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -76,3 +77,23 @@ class TaxRate(models.Model):
     def label(self) -> str:
         """ "VAT 20% (FR)": how an invoice names it."""
         return f"{self.name} {self.percent.normalize():f}% ({self.country})"
+
+
+class TaxDetailsRequest(models.Model):
+    """A tenant's own change of its country or VAT/GST id, waiting for
+    finance to confirm it (issue 60: a tenant setting its own VAT id was
+    reverse-charged at once, checked by pattern only). Until then its
+    confirmed TaxProfile (or none) is what invoices use."""
+
+    tenant = models.OneToOneField(
+        Tenant, on_delete=models.CASCADE, related_name="tax_details_request"
+    )
+    country = models.CharField(max_length=2)
+    tax_id = models.CharField(max_length=64, blank=True, default="")
+    requested_at = models.DateTimeField(auto_now=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    def __str__(self) -> str:
+        return f"{self.tenant}: {self.country} {self.tax_id} (to confirm)"

@@ -10,7 +10,7 @@ from datetime import date, datetime
 from django.db import IntegrityError, transaction
 
 from billing.errors import BillingInputError
-from billing.models import Issuer, TaxProfile, TaxRate
+from billing.models import Issuer, TaxDetailsRequest, TaxProfile, TaxRate
 from billing.tax.rules import (
     Buyer,
     Rate,
@@ -66,20 +66,46 @@ def tax_profile_set(*, tenant: Tenant, **fields) -> TaxProfile:
     return profile
 
 
-def tax_details_set(*, tenant: Tenant, country: str | None, tax_id: str | None) -> TaxProfile:
-    """A tenant's own tax details, set by its owners and admins (the
+def tax_details_set(
+    *, tenant: Tenant, country: str | None, tax_id: str | None, by=None
+) -> TaxDetailsRequest | None:
+    """A tenant's own tax details, sent by its owners and admins (the
     invoices page, the API): the country and VAT/GST id, checked as
-    finance's are. An exemption stays as finance staff set it (a tenant
-    cannot exempt itself) while the country stays: it rests on that
-    country's law, so a move elsewhere ends it until finance grants it
-    again. Like any profile change, it applies to invoices rated from now
-    on, never to one issued."""
+    finance's are, wait for finance to confirm them (tax_details_confirm);
+    until then the confirmed profile (or none) applies, so a tenant cannot
+    reverse-charge itself by typing another country's VAT id. The same
+    details as confirmed withdraw a request. Returns the request (None:
+    nothing waits)."""
+    fields = tax_profile_checked(country=country, tax_id=tax_id or "")
     with transaction.atomic():
+        current = TaxProfile.objects.filter(tenant=tenant).first()
+        if current is not None and (current.country, current.tax_id) == (
+            fields["country"],
+            fields["tax_id"],
+        ):
+            TaxDetailsRequest.objects.filter(tenant=tenant).delete()
+            return None
+        request, _ = TaxDetailsRequest.objects.update_or_create(
+            tenant=tenant,
+            defaults={"country": fields["country"], "tax_id": fields["tax_id"], "requested_by": by},
+        )
+        return request
+
+
+def tax_details_confirm(*, tenant: Tenant) -> TaxProfile:
+    """Finance confirms a tenant's requested details: its profile becomes
+    them, for invoices rated from now on. An exemption stays while the
+    country stays (it rests on that country's law)."""
+    with transaction.atomic():
+        request = TaxDetailsRequest.objects.select_for_update().filter(tenant=tenant).first()
+        if request is None:
+            raise BillingInputError("tenant", f"{tenant.slug} has no tax details waiting")
         current = TaxProfile.objects.select_for_update().filter(tenant=tenant).first()
-        fields = tax_profile_checked(country=country, tax_id=tax_id or "")
+        fields = tax_profile_checked(country=request.country, tax_id=request.tax_id)
         if current is not None and current.exempt and current.country == fields["country"]:
             fields.update(exempt=True, exempt_reason=current.exempt_reason)
         profile, _ = TaxProfile.objects.update_or_create(tenant=tenant, defaults=fields)
+        request.delete()
         return profile
 
 
