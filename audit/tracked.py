@@ -29,6 +29,9 @@ TRACKED = (
     # hash never copied); a sign-in alone (last_login) makes no entry.
     Tracked("auth_user", ignored=("last_login",), redacted=("password",)),
     Tracked("auth_user_groups"),
+    # Permissions granted to a person or a group directly (finance_staff in the admin).
+    Tracked("auth_user_user_permissions"),
+    Tracked("auth_group_permissions"),
     # Tenants, their members, keys and policies (budgets among them).
     Tracked("tenants_tenant", tenant="id"),
     Tracked("tenants_membership", tenant="tenant_id"),

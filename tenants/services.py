@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, Group
+from django.contrib.auth.models import AbstractBaseUser, Group, Permission
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -17,7 +17,15 @@ from core.calendar import OUT_OF_RANGE, moment_supported
 from core.changes import terms_changed
 from core.errors import InputError
 from core.plain_decimal import plain_decimal
-from tenants.choices import FINANCE_GROUP, Role, Scope, ServiceScope, TenantStatus, Tier
+from tenants.choices import (
+    FINANCE_GROUP,
+    FINANCE_PERMISSION,
+    Role,
+    Scope,
+    ServiceScope,
+    TenantStatus,
+    Tier,
+)
 from tenants.errors import AuthenticationError, LastOwnerError, TenantSuspendedError
 from tenants.keys import (
     SERVICE_KEY_PREFIX,
@@ -112,7 +120,15 @@ def user_access_sync(
     if finance:
         user.groups.add(finance_group)
     else:
-        user.groups.remove(finance_group)
+        # Every finance grant goes, not only the group's: a finance_staff
+        # permission granted directly, or through another group, survived
+        # the provider saying "not finance" (issue 60, finding 6).
+        app, codename = FINANCE_PERMISSION.split(".")
+        permission = Permission.objects.get(content_type__app_label=app, codename=codename)
+        user.user_permissions.remove(permission)
+        user.groups.remove(*Group.objects.filter(permissions=permission))
+        if user.is_superuser:
+            kept.append("kept as a superuser (finance standing through it): an operator's")
     for tenant, role in roles.items():
         try:
             membership_set(tenant=tenant, user=user, role=role)

@@ -131,13 +131,14 @@ def drafts_finalize(
 
 
 def untaxed_check(invoice: Invoice) -> None:
-    """A buyer in a country with no tax rate configured is not finalized
-    (it was, with no tax and a warning: issue 60, finding 5): TaxRateMissingError
-    names the country, for finance to add its rate and rate the draft again."""
-    if invoice.buyer_country and invoice.tax_treatment == Treatment.NONE:
+    """A buyer in a country where tax is due and no rate is configured is
+    not finalized (it was, with no tax and a warning: issue 60, finding 5):
+    TaxRateMissingError names the country, for finance to add its rate and
+    rate the draft again."""
+    if invoice.tax_treatment == Treatment.RATE_MISSING:
         raise TaxRateMissingError(
-            f"invoice {invoice} is for a buyer in {invoice.buyer_country}, which has no tax "
-            "rate: add one (/finance/tax/), then rate the draft again"
+            f"invoice {invoice} is for a buyer in {invoice.buyer_country}, where tax is due "
+            "and no rate is configured: add one (/finance/tax/), then rate the draft again"
         )
 
 

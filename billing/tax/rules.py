@@ -47,6 +47,9 @@ class Treatment:
     STANDARD = "standard"
     REVERSE_CHARGE = "reverse_charge"
     EXEMPT = "exempt"
+    # Tax is due (the buyer is in the issuer's country, or both are in the
+    # EU) but no rate is configured for the buyer's country: never finalized.
+    RATE_MISSING = "rate_missing"
 
 
 # ISO 3166-1 alpha-2, officially assigned.
@@ -190,8 +193,15 @@ def tax_decide(
         return TaxDecision(Treatment.REVERSE_CHARGE, note=note, buyer=buyer)
     rate = rate_on(rates, country=buyer.country, on=on)
     if rate is None:
-        warning = f"no tax rate for {buyer.country} on {on:%Y-%m-%d}: no tax charged"
-        return TaxDecision(Treatment.NONE, buyer=buyer, warning=warning)
+        due = buyer.country == issuer_country or (issuer_country in EU and buyer.country in EU)
+        if not due:  # outside the issuer's tax: no tax, as before
+            warning = f"no tax rate for {buyer.country} on {on:%Y-%m-%d}: no tax charged"
+            return TaxDecision(Treatment.NONE, buyer=buyer, warning=warning)
+        warning = (
+            f"no tax rate for {buyer.country} on {on:%Y-%m-%d}: tax is due there, so this "
+            "invoice is not finalized until one is added"
+        )
+        return TaxDecision(Treatment.RATE_MISSING, buyer=buyer, warning=warning)
     return TaxDecision(Treatment.STANDARD, rate=rate, buyer=buyer)
 
 

@@ -16,7 +16,14 @@ import pytest
 from billing.choices import InvoiceStatus
 from billing.invoicing.credit_notes import credit_note_create
 from billing.invoicing.invoices import invoice_draft_build, invoice_finalize, invoice_transition
-from billing.models import Issuer, ModelPrice, Plan, PriceBook, Subscription, TaxProfile
+from billing.models import (
+    Issuer,
+    ModelPrice,
+    Plan,
+    PriceBook,
+    Subscription,
+    TaxProfile,
+)
 from tenants.models import Tenant
 from tests.billing.conftest import NOV, OCT
 from tests.conftest import client_for_user

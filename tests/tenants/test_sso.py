@@ -319,3 +319,30 @@ def test_a_provider_grants_only_the_tenants_the_operator_lists_for_it(
     assert refused.status_code == 403
     assert f"may not grant access to {world_b.tenant.slug}" in refused.content.decode()
     assert not User.objects.filter(email="eve@b.example").exists()
+
+
+def test_a_provider_saying_not_finance_revokes_every_finance_grant(client, provider, world_a):
+    """Issue 60, finding 6: finance_staff granted directly in the admin,
+    and through a group of the operator's making, survived a sign-in whose
+    claims say "not finance". Both grants are in the audit trail."""
+    from django.contrib.auth.models import Group, Permission
+
+    from tenants.selectors import user_is_finance_staff
+
+    provider.user_set("max", email="max@a.example", tenant=world_a.tenant.slug, role="viewer")
+    assert sso_sign_in(client, "max").status_code == 302
+    client.logout()
+    max_ = User.objects.get(email="max@a.example")
+    finance = Permission.objects.get(codename="finance_staff")
+    auditors = Group.objects.create(name="Auditors")
+    auditors.permissions.add(finance)
+    max_.user_permissions.add(finance)
+    max_.groups.add(auditors)
+    assert user_is_finance_staff(user=User.objects.get(pk=max_.pk))
+    assert AuditEntry.objects.filter(table="auth_user_user_permissions", action="insert").exists()
+    assert AuditEntry.objects.filter(table="auth_group_permissions", action="insert").exists()
+
+    assert sso_sign_in(client, "max").status_code == 302
+    assert not user_is_finance_staff(user=User.objects.get(pk=max_.pk))
+    assert client.get("/finance/").status_code == 403
+    assert AuditEntry.objects.filter(table="auth_user_user_permissions", action="delete").exists()

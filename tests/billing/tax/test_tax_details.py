@@ -179,14 +179,17 @@ def test_a_vat_id_sent_by_a_tenant_is_not_reverse_charged_until_finance_confirms
 
 def test_a_buyer_in_a_country_with_no_tax_rate_is_never_finalized(world):
     """It was finalized with no tax and a warning; now the invoice run
-    refuses it naming the country, and finalizes the rest."""
+    refuses it naming the country, and finalizes the rest. (A buyer outside
+    the issuer's tax, a US one of an Irish issuer, still owes none.)"""
     from datetime import UTC, datetime
 
     from billing.invoicing.runs import invoice_run_create, invoice_run_execute
-    from billing.models import Invoice
+    from billing.models import Invoice, Issuer
 
+    Issuer.objects.update(country="IE", tax_id="IE6388047V")
     finance = client_for_user(make_finance_user())
-    assert finance.put(profile_url(world.a), {"country": "JP"}, format="json").status_code == 200
+    # A French consumer of an Irish issuer owes French VAT; France has no rate here.
+    assert finance.put(profile_url(world.a), {"country": "FR"}, format="json").status_code == 200
     world.price()
     for tenant in (world.a, world.b):
         world.tokens(tenant, hour=datetime(2026, 10, 5, 12, tzinfo=UTC), completion=1_000_000)
@@ -194,6 +197,6 @@ def test_a_buyer_in_a_country_with_no_tax_rate_is_never_finalized(world):
         run_id=invoice_run_create(as_of=datetime(2026, 11, 2, tzinfo=UTC), finalize=True).pk
     )
     assert [f["tenant"] for f in run.failures] == [world.a.slug]
-    assert "a buyer in JP, which has no tax rate" in run.failures[0]["error"]
+    assert "a buyer in FR, where tax is due and no rate" in run.failures[0]["error"]
     assert Invoice.objects.get(tenant=world.b).status == "finalized"
     assert not Invoice.objects.filter(tenant=world.a, status="finalized").exists()
