@@ -6,8 +6,20 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.urls import reverse
 
+from tenants.sign_in_limits import LockingAuthenticationForm
+
 
 class SignInView(auth_views.LoginView):
+    # Password guessing locked out with backoff (tenants.sign_in_limits).
+    authentication_form = LockingAuthenticationForm
+
+    def form_invalid(self, form):
+        response = super().form_invalid(form)
+        if form.locked is not None:  # a 429 that says when to try again
+            response.status_code = 429
+            response["Retry-After"] = str(form.locked.seconds)
+        return response
+
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         context["sso_providers"] = [

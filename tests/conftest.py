@@ -54,6 +54,14 @@ PINNED_NOW = datetime(2026, 11, 28, 10, 30, tzinfo=UTC)
 
 
 @pytest.fixture(autouse=True)
+def _cache_empty():
+    """No sign-in lock-out (tenants.sign_in_limits) carried from one test to the next."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def pinned_clock(request):
     """Every in-process test runs at PINNED_NOW (the clock ticks on from
     there); `clock.move_to(...)` sets another instant."""

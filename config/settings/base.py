@@ -144,6 +144,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis and Celery. Without REDIS_URL: a broker in a local folder (no server). ---
 REDIS_URL = env("REDIS_URL", default="")
+# Django's cache (sign-in lock-outs): Redis when there is one, so every web
+# process shares it; else each process's own memory.
+if REDIS_URL:
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    }
 CELERY_BROKER_DIR = Path(env("CELERY_BROKER_DIR", default=str(VAR_DIR / "celery-broker")))
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL

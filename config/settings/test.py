@@ -9,3 +9,7 @@ DEBUG = False
 
 # Webhook receivers on this machine (plain http) are allowed here only.
 WEBHOOKS = {**WEBHOOKS, "ALLOW_LOOPBACK": True}  # noqa: F405
+
+# Each test process its own cache (sign-in lock-outs), emptied before each test
+# (tests/conftest.py): never shared through Redis with another test.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
