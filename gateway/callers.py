@@ -292,12 +292,39 @@ def _bounded_put(entries: dict, key, entry, limit: int) -> None:
     entries[key] = entry
 
 
+class RefusalBudget:
+    """Per client address, how many unknown keys it may have looked up: a
+    token bucket (`per_second`, up to `burst`), spent by each lookup that
+    was refused. An address out of budget is refused without a lookup
+    (issue 60: every key-shaped junk key cost a database query). Bounded:
+    the `addresses` most recently refused are remembered."""
+
+    def __init__(self, *, per_second: float = 20.0, burst: float = 200.0, addresses=10_000):
+        self.per_second, self.burst, self.addresses = per_second, burst, addresses
+        self._buckets: dict[str, tuple[float, float]] = {}  # address -> (tokens, at)
+
+    def exhausted(self, address: str) -> bool:
+        tokens, at = self._buckets.get(address, (self.burst, 0.0))
+        return min(self.burst, tokens + (time.monotonic() - at) * self.per_second) < 1
+
+    def spend(self, address: str) -> None:
+        now = time.monotonic()
+        tokens, at = self._buckets.get(address, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.per_second) - 1
+        _bounded_put(self._buckets, address, (tokens, now), self.addresses)
+
+
 class CallerCache(LoadingCache):
     """raw API key -> its Caller."""
 
     def __init__(self, **options) -> None:
         super().__init__(**options)
         self.used_at: dict[int, float] = {}  # api key id -> last use (epoch seconds)
+        self.refusals = RefusalBudget()
+
+    def known(self, key: str) -> bool:
+        """Whether `key` is a live entry (a known tenant's, served from memory)."""
+        return key in self._entries
 
     def load(self, key: str) -> Caller:
         return caller_load(key)

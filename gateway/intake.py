@@ -35,7 +35,20 @@ async def authenticate(callers: CallerCache, scope: dict) -> Caller:
         raise CallerRefused(401, "invalid_api_key", "Authorization must be 'Bearer <key>'")
     if len(token) > KEY_MAX_CHARS or key_parse(token) is None:
         raise CallerRefused(401, "invalid_api_key", "malformed API key")
-    return await callers.get(token)
+    address = (scope.get("client") or ("",))[0]
+    if callers.refusals.exhausted(address) and not callers.known(token):
+        raise CallerRefused(
+            429,
+            "too_many_invalid_keys",
+            "too many unknown API keys from this address: try again shortly",
+            retry_after=1,
+        )
+    try:
+        return await callers.get(token)
+    except CallerRefused as refused:
+        if refused.refused.status == 401:
+            callers.refusals.spend(address)
+        raise
 
 
 async def parse(ex: Exchange, *, fleet: FleetSnapshot, default_max_tokens: int) -> None:

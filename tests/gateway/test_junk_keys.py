@@ -6,7 +6,8 @@ and two known tenants (USD and EUR) keep sending. The junk is refused
 before any cache or database sees it, the key-shaped refusals are kept
 apart and bounded, the gateway's memory stays within 32 MiB of where it
 began, and the known tenants are served throughout from what it knew.
-Headers over 16 KiB are a 431."""
+Headers over 16 KiB are a 431. An address that keeps sending unknown keys
+is refused (429) without a lookup once its budget is spent."""
 
 from __future__ import annotations
 
@@ -122,6 +123,14 @@ def test_a_flood_of_junk_keys_costs_no_memory_and_known_tenants_are_served_throu
             )
         finally:
             own_postgres.start()
+        # The database back: unknown key-shaped keys are looked up, 401, until
+        # the address's budget (a burst of 200, 20 a second) is spent; then
+        # 429 without a lookup, while the known tenants go on (their keys
+        # are served from memory).
+        budget = asyncio.run(_flood(url, _shaped(600)))
+        served_after = [len(t.answered_at) for t in traffic]
+        time.sleep(1)
+        still = [len(t.answered_at) for t in traffic]
     finally:
         stop.set()
         for thread in threads:
@@ -139,6 +148,8 @@ def test_a_flood_of_junk_keys_costs_no_memory_and_known_tenants_are_served_throu
     for t in traffic:
         assert t.failed == [] and not t.gone, t.failed[:3]
     assert huge.status_code == 431 and huge.json()["error"]["code"] == "headers_too_large"
+    assert set(budget) == {401, 429} and 200 <= budget[401] <= 300, budget
+    assert all(b > a for a, b in zip(served_after, still, strict=True))
 
 
 def test_refusals_are_kept_apart_and_never_push_out_a_live_entry():
