@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import time
@@ -267,8 +268,14 @@ class Recorder:
         else:
             try:
                 written = await orm(self._write_spooled)
-            except Exception:
-                logger.exception("record sink failed; the spool's batch is kept for retry")
+            except Exception as exc:
+                if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                    # The batch is in the ledger, its checkpoint not written: read
+                    # again, and skipped there by request id. A full disk is its
+                    # own ERROR already (the spool's), not a traceback per flush.
+                    logger.error("spool's disk is full: its checkpoint was not written (%s)", exc)
+                else:
+                    logger.exception("record sink failed; the spool's batch is kept for retry")
                 self.spool.rewind()
                 written = None
             if written is None:

@@ -35,8 +35,9 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from billing.models import ModelPrice, PriceBook, Subscription
-from billing.money import amount_format, price_format
+from billing.pricing.charge import Charge
 from billing.pricing.periods import subscriptions_at, subscriptions_during
+from billing.pricing.plan_charges import charges_plan, charges_plans
 from billing.pricing.rate_card import MILLION, RateCard, card_pieces, usage_counts
 from billing.reports.fx import FxConversion, fx_period_rate
 from core.calendar import month_hours, month_start, months_add
@@ -71,21 +72,6 @@ def _tokens_short(tokens: int) -> str:
     if tokens >= 1_000 and tokens % 100 == 0:
         return f"{(Decimal(tokens) / 1_000).normalize():,f}k"
     return f"{tokens:,}"
-
-
-@dataclass(frozen=True)
-class Charge:
-    """One line of what a tenant owes: `quantity` units at `unit_price`
-    (per million tokens, per GPU-second, per GPU-hour, per GPU-month)."""
-
-    kind: str  # tokens | gpu_seconds | reservation | dedicated | discount | commit_true_up
-    description: str
-    quantity: Decimal
-    unit_price: Decimal | None
-    amount: Decimal
-    model: str | None = None
-    token_kind: str | None = None
-    book: str | None = None
 
 
 @dataclass
@@ -150,11 +136,11 @@ def charges_compute(
         return (
             usage
             + fees
-            + _charges_plans(
+            + charges_plans(
                 inputs.plans, used_from=used_from, fees=fees, books=books, start=start, end=end
             )
         )
-    return usage + fees + _charges_plan(inputs.subscription, usage=usage, fees=fees, books=books)
+    return usage + fees + charges_plan(inputs.subscription, usage=usage, fees=fees, books=books)
 
 
 def rating_inputs(
@@ -503,113 +489,6 @@ def _charges_dedicated(gpus: Decimal, *, start, end, books: Books) -> list[Charg
         line[0] += used * gpus / hours_in_month
         line[1] += used * gpus * unit / hours_in_month
     return _fee_charges("dedicated", "Dedicated GPUs (GPU-months)", lines, books)
-
-
-def _charges_plan(
-    subscription, *, usage: list[Charge], fees: list[Charge], books: Books
-) -> list[Charge]:
-    if subscription is None:
-        return []
-    plan = subscription.plan
-    out = []
-    used = sum((c.amount for c in usage), Decimal(0))
-    if plan.discount_percent and used:  # no usage: no 0.00 discount line
-        discount = -used * plan.discount_percent / 100
-        out.append(
-            Charge(
-                "discount",
-                f"{plan.name}: {plan.discount_percent}% off usage",
-                Decimal(1),
-                None,
-                discount,
-            )
-        )
-    total = used + sum((c.amount for c in fees + out), Decimal(0))
-    commit = books.convert(plan.minimum_commit, plan.currency)
-    if total < commit:
-        out.append(
-            Charge(
-                "commit_true_up",
-                f"{plan.name}: minimum commitment {amount_format(commit, books.currency)}"
-                + _commit_rate_note(plan, books),
-                Decimal(1),
-                None,
-                commit - total,
-            )
-        )
-    return out
-
-
-def _commit_rate_note(plan, books: Books) -> str:
-    """What a commitment in another currency than the tenant's says of its
-    conversion: nothing when it is the tenant's, else the rate."""
-    rate = books.rate(plan.currency)
-    if rate is None:
-        return ""
-    return (
-        f" ({price_format(plan.minimum_commit, plan.currency)} at "
-        f"{rate.rate.normalize():f} {rate.base}/{rate.quote})"
-    )
-
-
-def _charges_plans(
-    plans: tuple,
-    *,
-    used_from: dict[datetime, Decimal],
-    fees: list[Charge],
-    books: Books,
-    start: datetime,
-    end: datetime,
-) -> list[Charge]:
-    """A period whose plan changed inside it: each plan's terms for its own
-    stretch (invariant 9: priced under what was in force). Its discount
-    takes off the usage of its stretch; its minimum commitment is prorated
-    to the stretch's share of the period's hours and trued up against the
-    stretch's usage, discount and share of the fees. One plan's stretches
-    (moved away and back) are one line each; lines name their plan."""
-    hours_total = Decimal((end - start) / timedelta(hours=1))
-    fees_total = sum((c.amount for c in fees), Decimal(0))
-    terms: dict[int, list] = {}  # plan id -> [plan, used, hours, stretches' dates]
-    bounds = [since for since, _ in plans] + [end]
-    for (since, subscription), until in zip(plans, bounds[1:], strict=True):
-        plan = subscription.plan
-        entry = terms.setdefault(plan.pk, [plan, Decimal(0), Decimal(0), []])
-        entry[1] += sum((a for t, a in used_from.items() if since <= t < until), Decimal(0))
-        entry[2] += Decimal((until - since) / timedelta(hours=1))
-        entry[3].append(f"{since:%Y-%m-%d %H:%M} to {until:%Y-%m-%d %H:%M}")
-    out = []
-    for plan, used, hours, stretches in terms.values():
-        when = f" ({', '.join(stretches)} UTC)"
-        discount = -used * plan.discount_percent / 100 if plan.discount_percent and used else 0
-        if discount:
-            out.append(
-                Charge(
-                    "discount",
-                    f"{plan.name}: {plan.discount_percent}% off usage" + when,
-                    Decimal(1),
-                    None,
-                    discount,
-                    book=plan.name,
-                )
-            )
-        share = hours / hours_total
-        commit = books.convert(plan.minimum_commit, plan.currency) * share
-        total = used + discount + fees_total * share
-        if total < commit:
-            out.append(
-                Charge(
-                    "commit_true_up",
-                    f"{plan.name}: minimum commitment {amount_format(commit, books.currency)}, "
-                    f"{share:.1%} of {amount_format(plan.minimum_commit, plan.currency)}"
-                    + _commit_rate_note(plan, books)
-                    + when,
-                    Decimal(1),
-                    None,
-                    commit - total,
-                    book=plan.name,
-                )
-            )
-    return out
 
 
 def _stretches(start: datetime, end: datetime, books: Books):

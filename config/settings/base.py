@@ -184,7 +184,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-# --- Single sign-on: OpenID Connect providers (README "Signing in with your
+# --- Single sign-on: OpenID Connect providers (docs/integrations.md "Signing in with your
 # identity provider"). Claims map to roles on every sign-in (tenants.sso).
 # With PASSWORD_LOGIN off no password signs anyone in, on any page.
 from config.sso import allauth_providers, oidc_providers_parse  # noqa: E402
