@@ -143,9 +143,7 @@ def draft_compose(
     )
     lines = lines_from_charges(charges, currency=currency, start=start, end=end)
     if sla is None:
-        sla = sla_reads(
-            tenants=[tenant], start=start, end=end, subscriptions={tenant.pk: inputs.subscription}
-        )
+        sla = sla_reads(tenants=[tenant], start=start, end=end, inputs={tenant.pk: inputs})
     lines += sla_credit_lines(
         tenant=tenant, charges=charges, currency=currency, start=start, end=end, reads=sla,
         used_from=used_from,
@@ -207,7 +205,7 @@ def period_reads(*, tenants: list[Tenant], start: datetime, end: datetime) -> Pe
             tenants=to_rate,
             start=start,
             end=end,
-            subscriptions={pk: read.subscription for pk, read in inputs.items()},
+            inputs=inputs,
         ),
         tax=tax_reads(tenant_ids=[t.pk for t in to_rate]),
     )

@@ -22,14 +22,13 @@ from itertools import pairwise
 
 from billing.choices import LineKind, SlaAdjustmentAction
 from billing.invoicing.lines import LineDraft
-from billing.models import SlaCreditAdjustment, Subscription
+from billing.models import SlaCreditAdjustment
 from billing.money import money_format, to_minor
-from billing.pricing.periods import subscriptions_during
-from billing.pricing.rating import Charge
+from billing.pricing.rating import Charge, TenantInputs
 from billing.sla.compliance import HUNDRED, Compliance, compliance_by_tenant, sla_credits
 from billing.sla.policies import slo_policies_load
 from tenants.models import Tenant
-from tenants.selectors import tier_at, tier_timelines
+from tenants.selectors import tier_at
 
 USAGE_KINDS = frozenset({LineKind.TOKENS, LineKind.GPU_SECONDS, LineKind.DISCOUNT})
 
@@ -52,21 +51,22 @@ def sla_reads(
     tenants: list[Tenant],
     start: datetime,
     end: datetime,
-    subscriptions: dict[int, Subscription | None],
+    inputs: dict[int, TenantInputs],
 ) -> SlaReads:
     """One ledger query for all `tenants` (none when no policy has a
-    schedule), one for the decisions."""
+    schedule), one for the decisions. `inputs`: rating's, for the period
+    (each tenant's subscription at its start, tier and plan moves in it)."""
     policies = slo_policies_load()
     if not policies:
         return SlaReads()
     changing = policy_stretches(
-        tenants=tenants, start=start, end=end, policies=policies, subscriptions=subscriptions
+        tenants=tenants, start=start, end=end, policies=policies, inputs=inputs
     )
     scheduled = {}
     for tenant in tenants:
         if tenant.pk in changing:
             continue
-        policy = policies.for_tenant(tenant, subscriptions.get(tenant.pk))
+        policy = policies.for_tenant(tenant, inputs[tenant.pk].subscription)
         if policy is not None and policy.credit_rules.all():
             scheduled[tenant.pk] = policy
     compliance = (
@@ -95,29 +95,28 @@ def sla_reads(
 
 
 def policy_stretches(
-    *, tenants: list[Tenant], start: datetime, end: datetime, policies, subscriptions: dict
+    *, tenants: list[Tenant], start: datetime, end: datetime, policies, inputs: dict
 ) -> dict[int, list[tuple[datetime, datetime, object]]]:
     """The tenants whose SLO policy changed inside [start, end) (a tier
-    move, a plan move): each stretch of one policy as (from, to, policy)."""
-    ids = [t.pk for t in tenants]
-    tiers = tier_timelines(ids)
-    plans = subscriptions_during(tenant_ids=ids, start=start, end=end)
+    move, a plan move, as rating's `inputs` hold them): each stretch of one
+    policy as (from, to, policy)."""
     out = {}
     for tenant in tenants:
-        moments = {since for since, _ in tiers.get(tenant.pk, ()) if since and start < since < end}
-        moments |= {since for since, _ in plans.get(tenant.pk, ()) if start < since < end}
+        read = inputs[tenant.pk]
+        tiers = read.tiers or ((None, tenant.tier),)
+        moments = {since for since, _ in tiers if since and start < since < end}
+        moments |= {since for since, _ in read.plans if start < since < end}
         if not moments:
             continue
         bounds = [start, *sorted(moments), end]
         spans: list[list] = []
         for since, until in pairwise(bounds):
-            tier = tier_at(tiers.get(tenant.pk, ((None, tenant.tier),)), since)
             subscription = (
-                next((sub for at, sub in reversed(plans[tenant.pk]) if at <= since), None)
-                if tenant.pk in plans
-                else subscriptions.get(tenant.pk)
+                next((sub for at, sub in reversed(read.plans) if at <= since), None)
+                if read.plans
+                else read.subscription
             )
-            policy = policies.for_tier(tier, subscription)
+            policy = policies.for_tier(tier_at(tiers, since), subscription)
             if spans and spans[-1][2] == policy:
                 spans[-1][1] = until  # the same policy on both sides: one stretch
             else:
