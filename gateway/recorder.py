@@ -73,6 +73,7 @@ class Recorder:
         self.spool = spool
         self._serve_when_full = serve_when_full
         self._full_since: float | None = None
+        self._checkpoint_unwritten = False
         self._pending: list[CompletedRequest] = []  # in memory: no spool, or a full one
         self._wake = asyncio.Event()  # a full batch, or closing: flush now
         self._arrived = asyncio.Event()  # a record after none: the flush timer starts
@@ -271,15 +272,23 @@ class Recorder:
             except Exception as exc:
                 if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
                     # The batch is in the ledger, its checkpoint not written: read
-                    # again, and skipped there by request id. A full disk is its
-                    # own ERROR already (the spool's), not a traceback per flush.
-                    logger.error("spool's disk is full: its checkpoint was not written (%s)", exc)
+                    # again, and skipped there by request id. The full disk is its
+                    # own ERROR already (the spool's): one WARNING here until a
+                    # checkpoint is written again, not a traceback per flush.
+                    if not self._checkpoint_unwritten:
+                        logger.warning(
+                            "spool checkpoint not written (%s); its records are read again "
+                            "and skipped by request id",
+                            exc,
+                        )
+                    self._checkpoint_unwritten = True
                 else:
                     logger.exception("record sink failed; the spool's batch is kept for retry")
                 self.spool.rewind()
                 written = None
             if written is None:
                 return False
+            self._checkpoint_unwritten = False
         self.flushed += written
         self.last_flush_seconds = time.perf_counter() - started
         FLUSH_SECONDS.observe(self.last_flush_seconds)

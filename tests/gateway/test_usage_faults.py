@@ -178,6 +178,8 @@ def test_a_full_spool_refuses_or_serves_as_set_and_loses_nothing(fleet, fake, wh
     full_lines = [line for line in log.splitlines() if "is full" in line]
     assert len(full_lines) == 1, full_lines
     assert ("(a full disk:" if limit == "disk" else "(its cap:") in full_lines[0]
+    assert "Traceback" not in log
+    assert sum("checkpoint not written" in line for line in log.splitlines()) <= 1
     if when_full == "refuse":
         assert 50 < len(answered) < 400
         assert len(refused) == 400 - len(answered)
