@@ -7,6 +7,8 @@ class Action(models.TextChoices):
     INSERT = "insert", "Created"
     UPDATE = "update", "Changed"
     DELETE = "delete", "Deleted"
+    TRUNCATE = "truncate", "Emptied (every row at once)"
+    SCHEMA = "schema", "Schema changed"
 
 
 class Via(models.TextChoices):

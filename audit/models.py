@@ -39,6 +39,18 @@ class AuditEntry(models.Model):
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.table}#{self.row_id}"
 
 
+class AuditLink(models.Model):
+    """The hash chain over the entries (audit.chain): one link per entry,
+    in commit order, made by a trigger and never changed or removed."""
+
+    seq = models.BigIntegerField(primary_key=True)
+    entry_id = models.BigIntegerField(unique=True)
+    hash = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"link {self.seq}: entry {self.entry_id}"
+
+
 class AuditArchive(models.Model):
     """A month of audit entries past the retention horizon, written to a
     Parquet file, read back and verified, then removed from the table (the

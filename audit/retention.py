@@ -2,8 +2,9 @@
 a month wholly before the horizon is written to a Parquet file beside the
 ledger's archives (METERING_ARCHIVE_URL/audit/), read back and verified
 (bytes, rows, entry ids), recorded, and only then removed, with the
-append-only guard lifted for that one statement's transaction. A run cut
-short removes nothing it has not verified; run again, it goes on."""
+trail's own function (audit_retire, audit.triggers) the one way to remove
+an entry. A run cut short removes nothing it has not verified; run again,
+it goes on. Links of the hash chain stay (audit.chain)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,8 @@ import pyarrow.parquet as pq
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.functions import TruncMonth
-from psycopg import sql
 
 from audit.models import AuditArchive, AuditEntry
-from audit.triggers import ENTRY_TABLE, GUARD
 from core.calendar import months_add
 from core.locks import advisory_lock
 from metering.archive import archive_digest, archive_location, archive_open
@@ -82,24 +81,12 @@ def audit_month_archive(*, month: date, base_url: str | None = None) -> AuditArc
             pq.write_table(table, sink, compression="zstd")
         ids = [r["id"] for r in rows]
         sha256 = _verify(url, ids)
-        archive, _ = AuditArchive.objects.update_or_create(
-            month=start.date(),
-            defaults={
-                "url": url,
-                "rows": len(rows),
-                "first_id": ids[0] if ids else None,
-                "last_id": ids[-1] if ids else None,
-                "sha256": sha256,
-            },
-        )
-        table, guard = sql.Identifier(ENTRY_TABLE), sql.Identifier(GUARD)
-        with connection.cursor() as cursor:
-            cursor.execute(sql.SQL("ALTER TABLE {} DISABLE TRIGGER {}").format(table, guard))
-            cursor.execute(sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(table), [ids])
-            removed = cursor.rowcount
-            cursor.execute(sql.SQL("ALTER TABLE {} ENABLE TRIGGER {}").format(table, guard))
-        if removed != len(rows):
-            raise AuditArchiveMismatch(f"{removed} entries removed of {len(rows)} archived")
+        with connection.cursor() as cursor:  # the trail's own function: recorded, then removed
+            cursor.execute(
+                "SELECT audit_retire(%s, %s, %s, %s, %s, %s)",
+                [start.date(), url, sha256, ids[0], ids[-1], len(ids)],
+            )
+        archive = AuditArchive.objects.get(month=start.date())
     logger.info("audit month %s archived to %s (%d entries)", f"{start:%Y-%m}", url, len(rows))
     return archive
 

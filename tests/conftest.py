@@ -118,21 +118,23 @@ def _data_migrations_again(sender, apps=global_apps, **kwargs) -> None:
 
 
 def _flush_with_the_audit_trail_truncatable() -> None:
-    """The audit trail refuses TRUNCATE (audit.triggers); the suite empties
-    every table with one between transactional tests (Django's flush), so
-    the flush turns that one guard off first, on the test database only.
-    tests/audit turns it back on inside a transaction to prove it holds."""
+    """The audit trail refuses TRUNCATE of itself and records TRUNCATE of a
+    watched table (audit.triggers); the suite empties every table at once
+    between transactional tests (Django's flush), so the flush runs with the
+    session's triggers off (a superuser's session_replication_role), on the
+    test database only. tests/audit proves the guards hold."""
     from django.core.management.commands import flush
 
     handle = flush.Command.handle
 
     def handle_truncatable(self, **options):
         with connections[options["database"]].cursor() as cursor:
-            cursor.execute(
-                "DO $$ BEGIN IF to_regclass('audit_auditentry') IS NOT NULL THEN "
-                "ALTER TABLE audit_auditentry DISABLE TRIGGER audit_no_truncate; END IF; END $$"
-            )
-        return handle(self, **options)
+            cursor.execute("SET session_replication_role = replica")
+        try:
+            return handle(self, **options)
+        finally:
+            with connections[options["database"]].cursor() as cursor:
+                cursor.execute("RESET session_replication_role")
 
     flush.Command.handle = handle_truncatable
 

@@ -19,9 +19,11 @@ NOW = datetime(2026, 11, 20, tzinfo=UTC)
 
 
 def entry_at(at: datetime, actor: str) -> int:
-    """An entry as the trigger writes it, dated `at` (inserting is all
-    anyone may do)."""
+    """An entry as the trigger writes it, dated `at`: written here with the
+    session's triggers off (a superuser's replica role), for no one else
+    may insert an entry (tests/audit/test_trail_integrity.py)."""
     with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL session_replication_role = replica")
         cursor.execute(
             'INSERT INTO audit_auditentry (at, "table", row_id, action, before, after, '
             "actor, via, request, transaction_id) VALUES "
@@ -29,7 +31,9 @@ def entry_at(at: datetime, actor: str) -> int:
             "'session', '', txid_current()) RETURNING id",
             [at, actor],
         )
-        return cursor.fetchone()[0]
+        entry = cursor.fetchone()[0]
+        cursor.execute("SET LOCAL session_replication_role = DEFAULT")
+        return entry
 
 
 def test_months_past_the_horizon_are_archived_verified_and_removed(settings, tmp_path):
