@@ -181,14 +181,16 @@ class AdaptiveConcurrency:
 
     def state(self) -> dict[str, dict]:
         """Per replica found adaptive: its N, the reserve kept above it, the
-        floor it measures steps against, and how many times the floor a
-        step may take (the tolerance, or more under an SLO promise)."""
+        floor it measures steps against, how many times the floor a step
+        may take (the tolerance, or more under an SLO promise), and the
+        batch the engine last queued at (N is held under it)."""
         return {
             r.name: {
                 "n": self.limit(r),
                 "reserve": self.reserve(r),
                 "floor_ms": self.limits[r.id].floor_ms and round(self.limits[r.id].floor_ms, 3),
                 "allowed": round(self.limits[r.id].allowed(), 3),
+                "queued_at": self.limits[r.id].queued_at,
             }
             for r in self._found_replicas()
         }

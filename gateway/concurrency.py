@@ -119,6 +119,12 @@ class ConcurrencyLimit:
     def floor_ms(self) -> float | None:
         return self._floors[0][1] if self._floors else None
 
+    @property
+    def queued_at(self) -> int | None:
+        """The engine's batch when it last queued or preempted (N is held
+        under it for CEILING_SECONDS); None when it has not lately."""
+        return self._ceiling[1] if self._ceiling else None
+
     def observe(self, seen: Observation) -> int:
         """The new N after one interval."""
         small = seen.running <= FLOOR_BATCH and (seen.running_before or 0) <= FLOOR_BATCH

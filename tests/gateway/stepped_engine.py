@@ -28,6 +28,7 @@ class SteppedEngine(FakeUpstream):
         self.itl_sum = 0.0
         self.itl_count = 0
         self.batch_max = 0  # since reset_batch_max()
+        self.waiting_told: list[int] = []  # requests waiting, as each /metrics read said
         self._running: list[dict] = []
         self._waiting: list[dict] = []
         self._wake: asyncio.Event | None = None
@@ -101,6 +102,7 @@ class SteppedEngine(FakeUpstream):
         return response
 
     async def _vllm_metrics(self, request: web.Request) -> web.Response:
+        self.waiting_told.append(len(self._waiting))
         labels = '{engine="0",model_name="tiny-llama"}'
         return web.Response(
             text=(
