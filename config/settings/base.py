@@ -436,6 +436,14 @@ GATEWAY = {
 # The largest request body the web app reads (core.asgi_limits): a 413 past
 # it. A usage batch of METERING_INGEST_MAX_EVENTS (1,000) is about 600 KB.
 WEB_MAX_BODY_BYTES = env.int("WEB_MAX_BODY_BYTES", default=16 * 1024 * 1024)
+# The TLS proxies in front of the web app (addresses or networks): only their
+# X-Forwarded-Proto and X-Forwarded-For are read (config.proxies). Loopback:
+# a proxy on the same machine (./dev up's, a sidecar).
+from config.proxies import trusted_proxies_parse  # noqa: E402
+
+WEB_TRUSTED_PROXIES = trusted_proxies_parse(
+    env.list("WEB_TRUSTED_PROXIES", default=["127.0.0.1", "::1"]), problem=configuration_error
+)
 # Bearer token Prometheus must present at /metrics (empty: loopback callers only).
 METRICS_TOKEN = env("METRICS_TOKEN", default="")
 # Set by the main job on each server it starts; /healthz echoes it, so the

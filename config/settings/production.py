@@ -40,7 +40,9 @@ if _problems:
 DEBUG = False
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# No SECURE_PROXY_SSL_HEADER: Django would believe X-Forwarded-Proto from any
+# caller. The web server (manage.py web) takes the scheme from it only when
+# the connection comes from WEB_TRUSTED_PROXIES (config.proxies).
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
 # Probes and Prometheus call the container over plain HTTP from inside its
 # network (a compose healthcheck, a kubelet): never redirected to HTTPS.

@@ -4,6 +4,7 @@ and a missing one stops the container at once with its one line (plain
 `uvicorn --workers N` loads them only in its workers, which it restarts)."""
 
 import uvicorn
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 
@@ -21,9 +22,10 @@ class Command(BaseCommand):
             host=host,
             port=port,
             workers=workers,
-            # X-Forwarded-* trusted from the addresses in FORWARDED_ALLOW_IPS
-            # (uvicorn's setting; loopback by default): the TLS proxy's.
+            # X-Forwarded-Proto and -For believed only from the TLS proxies
+            # (config.proxies); Django reads the scheme uvicorn settled on.
             proxy_headers=True,
+            forwarded_allow_ips=settings.WEB_TRUSTED_PROXIES,
             access_log=False,
             timeout_graceful_shutdown=30,
         )
