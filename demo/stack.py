@@ -83,7 +83,8 @@ def services_start(
     gateway_port: int = GATEWAY_PORT,
     gateway_operator_port: int = GATEWAY_OPERATOR_PORT,
 ) -> None:
-    """The gateway, a Celery worker and Celery beat, each its own process,
+    """The gateway, a Celery worker, the webhook deliveries' worker and
+    Celery beat, each its own process,
     added to `processes` before it starts (so the caller stops whatever
     started, even when the gateway then fails its readiness check). The
     gateway is ready when its operator port's /healthz answers 200 (every
@@ -103,6 +104,28 @@ def services_start(
             name="worker",
             argv=[python, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-l", "INFO"],
             log_path=log_dir / "worker.log",
+        ),
+        # Deliveries on their own queue (settings.WEBHOOKS_QUEUE): threads, as
+        # an attempt mostly waits on a tenant's endpoint.
+        ManagedProcess(
+            name="webhooks-worker",
+            argv=[
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                settings.WEBHOOKS_QUEUE,
+                "-n",
+                "webhooks@%h",
+                "--pool=threads",
+                "--concurrency=4",
+                "-l",
+                "INFO",
+            ],
+            log_path=log_dir / "webhooks-worker.log",
         ),
         ManagedProcess(
             name="beat",

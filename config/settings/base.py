@@ -165,6 +165,11 @@ else:
         "control_folder": str(CELERY_BROKER_DIR / "control"),
         "store_processed": False,
     }
+# Webhook deliveries wait on tenants' endpoints (up to an attempt's deadline
+# each): on a queue and workers of their own, so a hostile or slow endpoint
+# never holds the workers that run metering, allocation and invoices.
+WEBHOOKS_QUEUE = "webhooks"
+CELERY_TASK_ROUTES = {"webhooks.deliver": {"queue": WEBHOOKS_QUEUE}}
 CELERY_TASK_IGNORE_RESULT = True  # jobs record their outcome in their own rows
 CELERY_TASK_ACKS_LATE = True  # a worker killed mid-task leaves the message for another
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

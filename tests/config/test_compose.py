@@ -79,13 +79,16 @@ def test_compose_validates_and_has_every_service(compose):
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)["services"]
     assert set(resolved) == {
-        "postgres", "redis", "migrate", "web", "gateway", "worker", "beat",
+        "postgres", "redis", "migrate", "web", "gateway", "worker", "webhooks", "beat",
         "vllm", "register-gpu", "vllm-cpu", "register-cpu",
     }  # fmt: skip
     gpu = resolved["vllm"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
     assert resolved["vllm"]["image"].startswith("vllm/vllm-openai:")
-    for name in ("web", "gateway", "worker", "beat", "register-cpu"):
+    # Deliveries alone on workers of their own; the billing worker never takes them.
+    assert resolved["webhooks"]["command"][3:6] == ["worker", "-Q", "webhooks"]
+    assert "-Q" not in resolved["worker"]["command"]
+    for name in ("web", "gateway", "worker", "webhooks", "beat", "register-cpu"):
         env = resolved[name]["environment"]
         assert env["DATABASE_URL"].endswith("@postgres:5432/gpu_ledger"), name
         assert env["REDIS_URL"] == "redis://redis:6379/0", name

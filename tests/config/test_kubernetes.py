@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from django.conf import settings
 
 from serving.launcher import replica_argv
 from tests.deploy.k8s_podman import PLAYABLE, podman_playable
@@ -321,6 +322,7 @@ def test_every_container_has_probes_resources_and_a_non_root_user(name):
                 assert "readinessProbe" in c and "livenessProbe" in c, where
             checked.add(c["name"])
     assert {"migrate", "wait-for-migrations", "web", "gateway", "worker", "beat"} <= checked
+    assert "worker-webhooks" in checked
     assert {"vllm", "register"} <= checked
 
 
@@ -372,9 +374,18 @@ def test_migrations_run_once_in_a_job_and_the_app_waits_for_them():
     job = find(objects, "Job", "migrate")
     assert argv(containers(job)[0]) == ["python", "manage.py", "migrate", "--noinput"]
     assert pod_spec(job)["restartPolicy"] in ("OnFailure", "Never")
-    for name in ("web", "gateway", "worker", "beat"):
+    for name in ("web", "gateway", "worker", "worker-webhooks", "beat"):
         (init,) = pod_spec(find(objects, "Deployment", name))["initContainers"]
         assert "migrate --check" in " ".join(argv(init)), name
+
+
+def test_webhook_deliveries_have_workers_of_their_own():
+    """The deliveries' queue (settings.WEBHOOKS_QUEUE) is consumed by its own
+    Deployment alone; the billing worker takes the default queue only."""
+    objects = overlay("cpu")
+    hooks = argv(container(objects, "Deployment", "worker-webhooks", "worker-webhooks"))
+    assert hooks[hooks.index("-Q") + 1] == settings.WEBHOOKS_QUEUE and "-n" in hooks
+    assert "-Q" not in argv(container(objects, "Deployment", "worker", "worker"))
 
 
 # --- vLLM and its registration ---------------------------------------------
@@ -511,7 +522,7 @@ def test_the_podman_helper_keeps_what_podman_runs_and_lists_the_rest(validate):
     # waited for migrations is played in a second stage.
     pods = [d for d in play.documents if d["kind"] in ("Pod", "Deployment")]
     assert not any(_spec(d).get("initContainers") for d in pods)
-    assert play.waiting == {"web", "gateway", "worker", "beat"}
+    assert play.waiting == {"web", "gateway", "worker", "worker-webhooks", "beat"}
     first, then = play.stages
     assert {d["metadata"]["name"] for d in then if d["kind"] != "ConfigMap"} == play.waiting
     assert {"postgres", "redis", "migrate", "vllm-cpu"} <= {d["metadata"]["name"] for d in first}

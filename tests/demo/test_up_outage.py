@@ -35,7 +35,7 @@ from tests.traffic import Traffic
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTAGE_SECONDS = 60
-SERVICES = ("web", "gateway", "worker", "beat")
+SERVICES = ("web", "gateway", "worker", "webhooks-worker", "beat")
 
 
 def _wait_for(what: str, done, *, up: subprocess.Popen, log: Path, timeout: float) -> None:
@@ -47,7 +47,7 @@ def _wait_for(what: str, done, *, up: subprocess.Popen, log: Path, timeout: floa
 
 
 def _children(pid: int) -> dict[str, int]:
-    """The services `up` started, by name: web, gateway, worker, beat."""
+    """The services `up` started, by name: web, gateway, the workers, beat."""
     found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -63,6 +63,7 @@ def _children(pid: int) -> dict[str, int]:
                 for n, mark in (
                     ("web", "uvicorn"),
                     ("gateway", "manage.py gateway"),
+                    ("webhooks-worker", "-Q webhooks"),
                     ("worker", " worker"),
                     ("beat", " beat"),
                 )

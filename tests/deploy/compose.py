@@ -124,10 +124,11 @@ class Stack:
 STARTUP_ORDER = [
     ["postgres", "redis", "vllm-cpu"],
     ["migrate"],
-    ["web", "gateway", "worker", "beat", "register-cpu"],
+    ["web", "gateway", "worker", "webhooks", "beat", "register-cpu"],
 ]
 SERVICES = [
-    "postgres", "redis", "migrate", "web", "gateway", "worker", "beat", "vllm-cpu", "register-cpu",
+    "postgres", "redis", "migrate", "web", "gateway", "worker", "webhooks", "beat", "vllm-cpu",
+    "register-cpu",
 ]  # fmt: skip
 
 

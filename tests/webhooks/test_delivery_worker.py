@@ -35,7 +35,7 @@ def test_500_twice_then_200_is_the_same_event_three_times_then_nothing(api, tmp_
     worker = Worker(
         "filesystem",
         tmp_path,
-        queues=("celery",),
+        queues=("celery", "webhooks"),
         env={"WEBHOOKS_RETRY_SECONDS": f"{RETRY},{RETRY},{RETRY}"},
     ).start()
     try:
