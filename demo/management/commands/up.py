@@ -215,7 +215,7 @@ class Command(BaseCommand):
                 self.detail = f"pid {web.pid}, log {web.log_path}"
             gateway_url = f"http://127.0.0.1:{gateway_port}"
             operator_url = f"http://127.0.0.1:{gateway_operator_port}"
-            with self.step("gateway, Celery worker and beat"):
+            with self.step("gateway, Celery workers and beat"):
                 services_start(
                     log_dir=log_dir,
                     processes=processes,
