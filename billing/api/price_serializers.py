@@ -11,6 +11,7 @@ from rest_framework import serializers
 from billing.models import ModelPrice, Plan, PriceBook, Subscription, VolumeTier
 from billing.pricing.catalog_selectors import BOOK_STATUSES
 from core.api_decimal import PlainDecimalField
+from core.api_query import QueryIn
 from core.api_time import SupportedDateTimeField
 from serving.models import ServedModel
 from tenants.models import TenantPolicy
@@ -123,7 +124,7 @@ class PriceBookDetailOut(PriceBookOut):
         fields = [*PriceBookOut.Meta.fields, "prices"]
 
 
-class PriceBookQueryIn(serializers.Serializer):
+class PriceBookQueryIn(QueryIn):
     name = serializers.CharField(required=False, help_text="One book's versions.")
 
 

@@ -190,6 +190,14 @@ def test_bad_input_is_a_400_naming_the_field(world, finance, change, field):
     assert PriceBook.objects.count() == 1
 
 
+def test_an_empty_name_filter_is_a_400_naming_it_not_every_book(world, finance):
+    world.price()
+    answer = finance.get(f"{BOOKS}?name=")
+    assert answer.status_code == 400, answer.json()
+    assert answer.json()["error"]["field"] == "name"
+    assert len(finance.get(f"{BOOKS}?name=list").json()) >= 1
+
+
 @pytest.mark.parametrize(
     ("price", "field"),
     [
