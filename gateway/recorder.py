@@ -7,8 +7,9 @@ sink has committed it, so a database away for an hour only makes the
 spool longer, and a process killed leaves its records for the next one
 to replay (the ledger skips a request id it holds).
 
-When the sink fails: a transient error (the database is away) keeps the
-batch for a retry. Any other error is a bad record, not a bad database:
+When the sink fails: a transient error (the database is away, or the
+usage log: SinkUnavailable) keeps the batch for a retry. Any other error
+is a bad record, not a bad database:
 the batch is written record by record, and a record that still fails goes
 to a dead-letter file (JSON lines) so one poison record never blocks the
 rest and nothing disappears silently.
@@ -45,7 +46,7 @@ from gateway.telemetry import (
     SPOOL_REPLAYED,
     SPOOL_TORN,
 )
-from serving.records import CompletedRequest, RecordSink, record_sink
+from serving.records import CompletedRequest, RecordSink, SinkUnavailable, record_sink
 
 logger = logging.getLogger(__name__)
 
@@ -326,10 +327,12 @@ class Recorder:
 
         if not batch:
             return []
-        transient = (OperationalError, InterfaceError)
+        transient = (OperationalError, InterfaceError, SinkUnavailable)
         try:
             self._sink(batch)
             return []
+        except SinkUnavailable:
+            return batch  # the sink has said so, once per outage
         except transient as exc:
             doing = f"gateway writing usage records ({len(batch)} kept for retry)"
             if not database_outage_report(exc, doing=doing, log=logger):

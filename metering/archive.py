@@ -42,6 +42,7 @@ from psycopg import sql
 
 from core.calendar import month_start, months_add
 from core.locks import advisory_lock, advisory_xact_lock
+from metering.arrow_schema import arrow_type
 from metering.models import UsageArchive, UsageEvent
 from metering.partitions import LEDGER_TABLE, partition_name, usage_partitions_list
 from metering.retention import horizon_start
@@ -72,18 +73,12 @@ def _columns() -> list[_Column]:
     columns = []
     for field in UsageEvent._meta.concrete_fields:
         name = sql.Identifier(field.column)
+        kind = arrow_type(field)
         if isinstance(field, models.DateTimeField):  # exact: integer microseconds
             select = sql.SQL("(extract(epoch FROM {}) * 1000000)::bigint").format(name)
-            columns.append(_Column(field.column, select, pa.int64(), pa.timestamp("us", "UTC")))
-        elif isinstance(field, models.DecimalField):
-            kind = pa.decimal128(field.max_digits, field.decimal_places)
+            columns.append(_Column(field.column, select, pa.int64(), kind))
+        else:
             columns.append(_Column(field.column, name, kind, kind))
-        elif isinstance(field, models.BooleanField):
-            columns.append(_Column(field.column, name, pa.bool_(), pa.bool_()))
-        elif isinstance(field, models.CharField):
-            columns.append(_Column(field.column, name, pa.string(), pa.string()))
-        else:  # integers and foreign keys
-            columns.append(_Column(field.column, name, pa.int64(), pa.int64()))
     return columns
 
 

@@ -76,6 +76,12 @@ _DECIMALS = [f.name for f in fields(CompletedRequest) if "Decimal" in str(f.type
 RecordSink = Callable[[Sequence[CompletedRequest]], None]
 
 
+class SinkUnavailable(Exception):
+    """The sink cannot take records now (its log or store is away): the
+    gateway keeps the batch in its spool and tries again. The sink says
+    so in its own log, once per outage."""
+
+
 def record_sink() -> RecordSink:
     """The sink named in settings."""
     return import_string(settings.SERVING_RECORD_SINK)

@@ -317,7 +317,37 @@ DEMO_PASSWORD = env("DEMO_PASSWORD", default="demo-password")
 DEMO_KEYS_FILE = Path(env("DEMO_KEYS_FILE", default=str(VAR_DIR / "demo_api_keys.json")))
 
 # --- The OpenAI-compatible gateway (gateway/) ---
-SERVING_RECORD_SINK = env("SERVING_RECORD_SINK", default="metering.sink.usage_event_sink")
+# --- The scaled usage path (metering/log/; docs/deployment.md, "Past one machine") ---
+# Unset (the default): gateways write their records straight into the
+# PostgreSQL ledger. Set to NATS servers (nats://host:4222, comma-separated):
+# gateways publish them to a replicated JetStream stream instead, ledger
+# writers (manage.py usage_writer) put raw events into a columnar store
+# under STORE_URL, and hours are attributed and rolled up from there.
+USAGE_LOG = {
+    "URL": env("USAGE_LOG_URL", default=""),
+    "STREAM": env("USAGE_LOG_STREAM", default="USAGE"),
+    # Subjects usage.p.0 .. usage.p.{N-1}, by replica: a replica's hour is
+    # in one partition. Fixed once the stream holds usage.
+    "PARTITIONS": env.int("USAGE_LOG_PARTITIONS", default=16),
+    "REPLICAS": env.int("USAGE_LOG_REPLICAS", default=3),
+    # How long the stream keeps a message (writers must take it before).
+    "MAX_AGE_HOURS": env.int("USAGE_LOG_MAX_AGE_HOURS", default=168),
+    "PUBLISH_TIMEOUT_SECONDS": env.float("USAGE_LOG_PUBLISH_TIMEOUT_SECONDS", default=5.0),
+    # The raw-event store: a Delta Lake table of Parquet files by hour, in a
+    # directory or under a URL delta-rs opens (s3://bucket/prefix, gs://...).
+    "STORE_URL": env("USAGE_STORE_URL", default=str(VAR_DIR / "usage-store")),
+    # A writer holds a partition this long past its last renewal.
+    "LEASE_SECONDS": env.float("USAGE_WRITER_LEASE_SECONDS", default=10.0),
+    # A writer commits what it has every this many seconds, or at this many events.
+    "COMMIT_SECONDS": env.float("USAGE_WRITER_COMMIT_SECONDS", default=2.0),
+    "COMMIT_EVENTS": env.int("USAGE_WRITER_COMMIT_EVENTS", default=50_000),
+}
+SERVING_RECORD_SINK = env(
+    "SERVING_RECORD_SINK",
+    default="metering.log.publisher.usage_log_sink"
+    if USAGE_LOG["URL"]
+    else "metering.sink.usage_event_sink",
+)
 GATEWAY = {
     # A key's lookup (its tenant, scopes and policy) is read again after
     # this long at most, and no later than the key's expiry; a revoked key,

@@ -1,0 +1,184 @@
+"""The scaled usage path end to end, with real processes: `manage.py
+gateway` publishing its spool to a three-node NATS JetStream cluster on
+loopback, `manage.py usage_writer` processes taking the log into the
+Delta table, two tenants billed in two currencies calling with the
+official openai client. Every fault is caused for real (SIGKILL, the
+whole cluster stopped), and every answered request is then found in the
+store once, to the token."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+
+from metering.log.publisher import Publisher
+from metering.log.store import RawStore
+from serving.records import CompletedRequest
+from tests.fleet import (
+    Fleet,
+    fleet_model,
+    gateway_health,
+    start_gateway,
+    stop_gateway,
+    wait_for_fleet,
+)
+from tests.gateway.fake_upstream import FakeUpstream
+from tests.traffic import Traffic
+from tests.usage_log import (
+    log_config,
+    log_env,
+    start_writer,
+    stream_info,
+    wait_for,
+    wait_for_stream,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def upstream():
+    fake = FakeUpstream().start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture
+def world(upstream):
+    fleet = Fleet(gateway=None, model=fleet_model())
+    fleet.add_tenant("a")
+    fleet.add_tenant("b", currency="EUR")
+    fleet.add_replica("alpha", upstream.base_url, "shared")
+    fleet.add_replica("beta", upstream.base_url, "shared")
+    return fleet
+
+
+def stored(store: RawStore) -> dict[str, tuple[int, int]]:
+    events = store.events().to_pylist()
+    return {e["request_id"]: (e["prompt_tokens"], e["completion_tokens"]) for e in events}
+
+
+def spooled(gateway) -> int:
+    return sum(w["record_backlog"] for w in gateway_health(gateway)["workers"])
+
+
+def answered(traffic: list[Traffic]) -> dict[str, tuple[int, int]]:
+    found: dict[str, tuple[int, int]] = {}
+    for t in traffic:
+        found.update(t.answered)
+    return found
+
+
+def run_traffic(world, gateways, seconds: float, during=None) -> list[Traffic]:
+    stop = threading.Event()
+    traffic = [
+        Traffic(url, world.secrets[tenant], f"{tenant}@{n}")
+        for tenant in ("a", "b")
+        for n, url in enumerate(gateways)
+    ]
+    threads = [t.run(stop) for t in traffic]
+    if during is not None:
+        during()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+    return traffic
+
+
+def test_two_gateways_publish_and_two_writers_store_every_answered_request_once(
+    world, nats_cluster, tmp_path
+):
+    store_dir = tmp_path / "store"
+    env = log_env(nats_cluster, store_dir)
+    writers = [start_writer(env, name, tmp_path) for name in ("w1", "w2")]
+    one, url_one = start_gateway(env=env)
+    two, url_two = start_gateway(env=env)
+    try:
+        wait_for_stream(log_config(nats_cluster, store_dir))
+        for url in (url_one, url_two):
+            wait_for_fleet(url, replicas=2)
+        traffic = run_traffic(world, [url_one, url_two], 6)
+        want = answered(traffic)
+        assert len(want) > 50, [t.failed[:3] for t in traffic]
+        assert all(not t.failed for t in traffic), [t.failed[:3] for t in traffic]
+        store = RawStore(str(store_dir), stream="USAGE")
+        wait_for(lambda: spooled(url_one) == spooled(url_two) == 0, timeout=30, what="spools empty")
+        got = wait_for(
+            lambda: (found := stored(store)).keys() >= want.keys() and found,
+            timeout=30,
+            what="every answered request in the store",
+        )
+        assert {rid: got[rid] for rid in want} == want
+        rows = store.read().to_pylist()
+        assert len(rows) == len({(r["request_id"], r["phase"]) for r in rows})  # none twice
+        assert {r["tenant_id"] for r in rows} == {world.tenants["a"].id, world.tenants["b"].id}
+        # Each replica's usage is in one partition, so one writer's hands.
+        by_replica = {}
+        for r in rows:
+            by_replica.setdefault(r["replica_id"], set()).add(r["log_partition"])
+        assert all(len(parts) == 1 for parts in by_replica.values()), by_replica
+        # Both writers held partitions (the leases share them out).
+        positions = store.positions(range(4))
+        assert sum(1 for seq in positions.values() if seq) >= 2, positions
+    finally:
+        for gateway in (one, two):
+            stop_gateway(gateway)
+        for writer in writers:
+            writer.stop()
+
+
+def _record(world, n: int) -> CompletedRequest:
+    now = timezone.now()
+    replica = world.replicas["alpha"]
+    return CompletedRequest(
+        request_id=f"dup-{n}",
+        tenant_id=world.tenants["b"].id,
+        api_key_id=None,
+        model=world.model.name,
+        received_at=now,
+        ended_at=now,
+        status="ok",
+        http_status=200,
+        replica_id=replica.id,
+        pool_id=replica.pool_id,
+        prompt_tokens=11,
+        completion_tokens=5,
+    )
+
+
+def test_the_same_records_published_twice_are_one_message_and_one_event(
+    world, nats_cluster, tmp_path
+):
+    store_dir = tmp_path / "store"
+    config = log_config(nats_cluster, store_dir)
+    writer = start_writer(log_env(nats_cluster, store_dir), "w1", tmp_path)
+    publisher = Publisher(config)
+    try:
+        wait_for_stream(config)
+        records = [_record(world, n) for n in range(20)]
+        publisher.publish(records)
+        publisher.publish(records)  # a flush retried after a lost acknowledgement
+        assert (publisher.published, publisher.duplicates) == (2, 1)
+        assert stream_info(config).state.messages == 1
+        store = RawStore(str(store_dir), stream="USAGE")
+        wait_for(lambda: store.read().num_rows == 20, timeout=30, what="the message written")
+        # Past the log's duplicate window the same records come as another
+        # message (cut differently): two rows in the table, one event.
+        publisher.publish(records[:10])
+        publisher.publish(records[10:])
+        assert stream_info(config).state.messages == 3
+        wait_for(
+            lambda: max(store.positions(range(4)).values()) == 3, timeout=30, what="all written"
+        )
+        assert store.read().num_rows == 40
+        events = store.events().to_pylist()
+        assert len(events) == 20
+        assert sum(e["prompt_tokens"] for e in events) == 20 * 11
+        assert {e["log_seq"] for e in events} == {1}  # the first on the log is the one kept
+    finally:
+        publisher.close()
+        writer.stop()
