@@ -123,17 +123,20 @@ class NatsCluster:
         os.kill(node.process.pid, signal.SIGKILL)
         node.process.popen.wait(timeout=10)
 
-    def restart(self, name: str, *, timeout: float = 30) -> None:
-        """Start a stopped or killed node again on its own store."""
-        node = self.node(name)
-        node.process.start()
+    def restart(self, *names: str, timeout: float = 30) -> None:
+        """Start stopped or killed nodes again on their own stores (all of
+        them first, then wait: one node alone never finds a meta leader)."""
+        nodes = [self.node(name) for name in names]
+        for node in nodes:
+            node.process.start()
         deadline = time.monotonic() + timeout
-        while not node.jetstream_ready():
-            if node.process.returncode is not None:
-                raise ProcessFailed(node.process.exit_report(while_doing="while restarting"))
-            if time.monotonic() > deadline:
-                raise ProcessFailed(f"nats {name} not back after {timeout:.0f}s")
-            time.sleep(0.1)
+        for node in nodes:
+            while not node.jetstream_ready():
+                if node.process.returncode is not None:
+                    raise ProcessFailed(node.process.exit_report(while_doing="while restarting"))
+                if time.monotonic() > deadline:
+                    raise ProcessFailed(f"nats {node.name} not back after {timeout:.0f}s")
+                time.sleep(0.1)
 
     def stop(self) -> None:
         for node in self.nodes:

@@ -102,3 +102,54 @@ def wait_for(check, *, timeout: float, what: str, every: float = 0.3):
             return found
         assert time.monotonic() < deadline, f"{what} not after {timeout:.0f} s"
         time.sleep(every)
+
+
+def stored(store) -> dict[str, tuple[int, int]]:
+    """request id -> (prompt, completion tokens) of every event the store holds."""
+    events = store.events().to_pylist()
+    return {e["request_id"]: (e["prompt_tokens"], e["completion_tokens"]) for e in events}
+
+
+def spooled(gateway) -> int:
+    """Records a gateway holds that the log has not acknowledged."""
+    from tests.fleet import gateway_health
+
+    return sum(w["record_backlog"] for w in gateway_health(gateway)["workers"])
+
+
+class Steady:
+    """Both tenants' clients sending one request after another through
+    each gateway, from start() until stop(): what they saw answered."""
+
+    def __init__(self, world, gateways) -> None:
+        import threading
+
+        from tests.traffic import Traffic
+
+        self._stop = threading.Event()
+        self.traffic = [
+            Traffic(url, world.secrets[tenant], f"{tenant}@{n}")
+            for tenant in ("a", "b")
+            for n, url in enumerate(gateways)
+        ]
+        self._threads = []
+
+    def start(self) -> Steady:
+        self._threads = [t.run(self._stop) for t in self.traffic]
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=30)
+
+    @property
+    def answered(self) -> dict[str, tuple[int, int]]:
+        found: dict[str, tuple[int, int]] = {}
+        for t in self.traffic:
+            found.update(t.answered)
+        return found
+
+    @property
+    def failed(self) -> list:
+        return [f for t in self.traffic for f in t.failed]

@@ -80,15 +80,32 @@ class LogConfig:
 
 
 async def connect(config: LogConfig, *, name: str) -> nats.NATS:
-    """A client of the cluster that reconnects for ever (any node will do)."""
-    return await nats.connect(
+    """A client of the cluster that reconnects for ever (any node will do).
+    Its reconnect attempts are quiet (the caller says an outage once, in
+    its own words): the client's default logs every refused connection
+    with its traceback, twice a second per server."""
+
+    async def error(exc: Exception) -> None:
+        logger.debug("%s: usage log client: %s", name, exc)
+
+    async def disconnected() -> None:
+        logger.info("%s: disconnected from the usage log; reconnecting", name)
+
+    async def reconnected() -> None:
+        logger.info("%s: reconnected to the usage log at %s", name, client.connected_url.netloc)
+
+    client = await nats.connect(
         servers=config.servers,
         name=name,
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,
         connect_timeout=2,
         allow_reconnect=True,
+        error_cb=error,
+        disconnected_cb=disconnected,
+        reconnected_cb=reconnected,
     )
+    return client
 
 
 async def stream_ensure(js, config: LogConfig, *, attempts: int = 30) -> None:

@@ -43,6 +43,7 @@ from django.db import close_old_connections
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 
+from core.outages import OutageEpisode
 from metering.choices import EventSource
 from metering.log.messages import MessageInvalid, events, subject
 from metering.log.store import RawStore, table
@@ -54,6 +55,7 @@ logger = logging.getLogger(__name__)
 FETCH_BATCH = 64  # messages per pull (each a gateway flush: up to hundreds of events)
 FETCH_WAIT = 0.5
 PHASE = LEDGER_COLUMNS.index("phase")
+USAGE_LOG = OutageEpisode("usage log")
 
 
 @dataclass
@@ -149,8 +151,9 @@ class Writer:
                     break
                 partition.releasing = True
                 over -= 1
+            USAGE_LOG.recovered(log=logger)
         except (TimeoutError, nats.errors.Error) as exc:
-            logger.warning("usage writer %s: leases not renewed (%s)", self.id, exc)
+            USAGE_LOG.failed(exc, doing=f"usage writer {self.id} renewing its leases", log=logger)
 
     async def _heartbeat(self) -> None:
         key = f"w.{self.id}"

@@ -8,7 +8,6 @@ store once, to the token."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -17,76 +16,20 @@ from django.utils import timezone
 from metering.log.publisher import Publisher
 from metering.log.store import RawStore
 from serving.records import CompletedRequest
-from tests.fleet import (
-    Fleet,
-    fleet_model,
-    gateway_health,
-    start_gateway,
-    stop_gateway,
-    wait_for_fleet,
-)
-from tests.gateway.fake_upstream import FakeUpstream
-from tests.traffic import Traffic
+from tests.fleet import start_gateway, stop_gateway, wait_for_fleet
 from tests.usage_log import (
+    Steady,
     log_config,
     log_env,
+    spooled,
     start_writer,
+    stored,
     stream_info,
     wait_for,
     wait_for_stream,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def upstream():
-    fake = FakeUpstream().start()
-    yield fake
-    fake.stop()
-
-
-@pytest.fixture
-def world(upstream):
-    fleet = Fleet(gateway=None, model=fleet_model())
-    fleet.add_tenant("a")
-    fleet.add_tenant("b", currency="EUR")
-    fleet.add_replica("alpha", upstream.base_url, "shared")
-    fleet.add_replica("beta", upstream.base_url, "shared")
-    return fleet
-
-
-def stored(store: RawStore) -> dict[str, tuple[int, int]]:
-    events = store.events().to_pylist()
-    return {e["request_id"]: (e["prompt_tokens"], e["completion_tokens"]) for e in events}
-
-
-def spooled(gateway) -> int:
-    return sum(w["record_backlog"] for w in gateway_health(gateway)["workers"])
-
-
-def answered(traffic: list[Traffic]) -> dict[str, tuple[int, int]]:
-    found: dict[str, tuple[int, int]] = {}
-    for t in traffic:
-        found.update(t.answered)
-    return found
-
-
-def run_traffic(world, gateways, seconds: float, during=None) -> list[Traffic]:
-    stop = threading.Event()
-    traffic = [
-        Traffic(url, world.secrets[tenant], f"{tenant}@{n}")
-        for tenant in ("a", "b")
-        for n, url in enumerate(gateways)
-    ]
-    threads = [t.run(stop) for t in traffic]
-    if during is not None:
-        during()
-    time.sleep(seconds)
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=30)
-    return traffic
 
 
 def test_two_gateways_publish_and_two_writers_store_every_answered_request_once(
@@ -101,10 +44,12 @@ def test_two_gateways_publish_and_two_writers_store_every_answered_request_once(
         wait_for_stream(log_config(nats_cluster, store_dir))
         for url in (url_one, url_two):
             wait_for_fleet(url, replicas=2)
-        traffic = run_traffic(world, [url_one, url_two], 6)
-        want = answered(traffic)
-        assert len(want) > 50, [t.failed[:3] for t in traffic]
-        assert all(not t.failed for t in traffic), [t.failed[:3] for t in traffic]
+        steady = Steady(world, [url_one, url_two]).start()
+        time.sleep(6)
+        steady.stop()
+        want = steady.answered
+        assert len(want) > 50, steady.failed[:3]
+        assert not steady.failed, steady.failed[:3]
         store = RawStore(str(store_dir), stream="USAGE")
         wait_for(lambda: spooled(url_one) == spooled(url_two) == 0, timeout=30, what="spools empty")
         got = wait_for(
