@@ -221,7 +221,7 @@ def _record_fast(events: Sequence[Mapping[str, Any]], validator: EventValidator)
             # caller's own transaction goes on with.)
             raw.execute("SET LOCAL lock_timeout TO DEFAULT")
             if batch.first:
-                _mark_stale(raw, batch.first.values())
+                usage_mark_stale(raw, batch.first.values())
     except DatabaseError as error:
         batch.check()  # the batch's own fault first, whatever the server said
         if not batch.complete or database_away(error):  # the careful path would wait again
@@ -273,7 +273,7 @@ def _claim_and_write(first: dict[tuple[str, str], tuple]) -> set[tuple[str, str]
         fresh = set(raw.fetchall())
         rows = [row for key, row in first.items() if key in fresh]
         copy_into(raw, table=LEDGER_TABLE, columns=LEDGER_COLUMNS, rows=rows, types=LEDGER_TYPES)
-        _mark_stale(raw, rows)
+        usage_mark_stale(raw, rows)
     return fresh
 
 
@@ -295,7 +295,7 @@ def _keys_copy(raw, first: dict[tuple[str, str], tuple]) -> None:
     )
 
 
-def _mark_stale(raw, rows: Iterable[tuple]) -> None:
+def usage_mark_stale(raw, rows: Iterable[tuple]) -> None:
     """New usage re-opens the attribution windows it falls in (each
     (replica, hour) a served request was resident in, from being sent, or
     received, to its end; a rejected request ran nowhere) and the hours

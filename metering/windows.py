@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.db_frames import query_frame
-from metering.attribution import Timeline, attribute_window
+from metering.attribution import Timeline, WindowAttribution, attribute_window
 from metering.choices import WindowStatus
 from metering.models import AttributionShare, AttributionWindow, RequestShares
 from metering.rollups import hours_mark_dirty
@@ -166,13 +166,7 @@ def attribution_windows_compute(
     concurrently with ingestion: a window that new usage marked while it
     was being computed stays pending for the next run."""
     policy = policy or settings.METERING["ATTRIBUTION_POLICY"]
-    windows = list(
-        AttributionWindow.objects.filter(pk__in=window_ids)
-        .select_related("replica__model")
-        .annotate(replica_units=Coalesce(Sum("replica__gpu_shares__units"), 0))
-        .order_by("replica_id", "start")
-    )
-    replicas = [list(group) for _, group in groupby(windows, key=lambda w: w.replica_id)]
+    replicas = attribution_windows_by_replica(window_ids)
     outcomes: list[WindowOutcome] = []
     if not replicas:
         return outcomes
@@ -205,12 +199,44 @@ def attribution_windows_compute(
     return outcomes
 
 
-def _compute_replica(
-    windows: list[AttributionWindow], frame: pd.DataFrame, *, policy: str
-) -> list[WindowOutcome]:
-    replica = windows[0].replica
-    if windows[0].replica_units == 0:
-        logger.warning("replica %s holds no GPUs: its windows have no capacity", replica.name)
+@dataclass(frozen=True)
+class WindowSpec:
+    """A window to attribute: its id and its bounds in epoch microseconds."""
+
+    window_id: int
+    start_us: int
+    end_us: int
+
+
+@dataclass(frozen=True)
+class ReplicaShape:
+    """What attributing a replica's device time needs to know of it."""
+
+    gpu_units: int
+    weight_bytes: int | None
+    kv_bytes_per_token: int | None
+
+
+@dataclass
+class ReplicaComputed:
+    """One replica's windows attributed, ready to store: each window's
+    totals and resident count, the shares per group, and per request."""
+
+    results: dict[int, tuple[WindowAttribution, int]]
+    groups: pd.DataFrame
+    vectors: list[tuple[int, list[str], list[int]]]
+
+
+def replica_compute(
+    frame: pd.DataFrame, windows: list[WindowSpec], shape: ReplicaShape, *, policy: str
+) -> ReplicaComputed:
+    """Attribute one replica's windows from its requests (`frame`, as
+    events_frames reads them from the ledger or metering.log.frames from
+    the raw-event store): pure computation, the same whichever path read
+    them, on whichever machine. Rows are taken in request-id order, so the
+    split of a tie (largest remainder) does not depend on where they came
+    from or in what order."""
+    frame = frame.sort_values("request_id", kind="stable", ignore_index=True)
     timeline = timeline_from_events(frame)
     results, residents, vectors = {}, [], []
     # Rows are taken by position from these, once per window: two boolean
@@ -219,36 +245,76 @@ def _compute_replica(
     grouped = frame[["request_id", *GROUP_COLUMNS]]
     request_ids = frame["request_id"].to_numpy(dtype=object)
     for window in windows:
-        lo, hi = _epoch_us(window.start), _epoch_us(window.end)
+        lo, hi = window.start_us, window.end_us
         inside = (timeline.start_us < hi) & (timeline.end_us > lo)
         result = attribute_window(
             timeline.subset(inside),
             window_start_us=lo,
             window_end_us=hi,
-            gpu_units=window.replica_units,
+            gpu_units=shape.gpu_units,
             policy=policy,
-            weight_bytes=replica.model.weight_bytes,
-            kv_bytes_per_token=replica.model.kv_bytes_per_token,
+            weight_bytes=shape.weight_bytes,
+            kv_bytes_per_token=shape.kv_bytes_per_token,
         )
         used = result.device_ns > 0  # resident only before the window: nothing here
         rows = np.flatnonzero(inside)[used]
         resident = grouped.iloc[rows]
         device_ns = result.device_ns[used]
-        vectors.append((window.pk, request_ids[rows].tolist(), device_ns.tolist()))
-        residents.append(resident.assign(window_id=window.pk, device_ns=device_ns, requests=1))
-        results[window.pk] = (result, len(resident))
+        vectors.append((window.window_id, request_ids[rows].tolist(), device_ns.tolist()))
+        residents.append(
+            resident.assign(window_id=window.window_id, device_ns=device_ns, requests=1)
+        )
+        results[window.window_id] = (result, len(resident))
     keys = ["window_id", *GROUP_COLUMNS]
     groups = (
         pd.concat(residents)
         .groupby(keys, dropna=False, as_index=False)[["requests", "device_ns"]]
         .sum()
     )
-    return _store(windows, results, groups, vectors, policy=policy)
+    return ReplicaComputed(results=results, groups=groups, vectors=vectors)
 
 
-def _store(
-    windows, results, groups: pd.DataFrame, vectors: list, *, policy: str
+def window_specs(windows: list[AttributionWindow]) -> list[WindowSpec]:
+    return [WindowSpec(w.pk, _epoch_us(w.start), _epoch_us(w.end)) for w in windows]
+
+
+def replica_shape(window: AttributionWindow) -> ReplicaShape:
+    """Of a window read with attribution_windows' annotations."""
+    model = window.replica.model
+    return ReplicaShape(window.replica_units, model.weight_bytes, model.kv_bytes_per_token)
+
+
+def attribution_windows_by_replica(window_ids: list[int]) -> list[list[AttributionWindow]]:
+    """`window_ids`' windows, grouped by replica (in replica, then time
+    order), each with its replica's model and GPU units."""
+    windows = list(
+        AttributionWindow.objects.filter(pk__in=window_ids)
+        .select_related("replica__model")
+        .annotate(replica_units=Coalesce(Sum("replica__gpu_shares__units"), 0))
+        .order_by("replica_id", "start")
+    )
+    return [list(group) for _, group in groupby(windows, key=lambda w: w.replica_id)]
+
+
+def _compute_replica(
+    windows: list[AttributionWindow], frame: pd.DataFrame, *, policy: str
 ) -> list[WindowOutcome]:
+    if windows[0].replica_units == 0:
+        logger.warning(
+            "replica %s holds no GPUs: its windows have no capacity", windows[0].replica.name
+        )
+    specs, shape = window_specs(windows), replica_shape(windows[0])
+    computed = replica_compute(frame, specs, shape, policy=policy)
+    return replica_store(windows, computed, policy=policy)
+
+
+def replica_store(
+    windows: list[AttributionWindow], computed: ReplicaComputed, *, policy: str
+) -> list[WindowOutcome]:
+    """A replica's computed windows stored in one transaction, replacing
+    what an earlier run stored for them; a window marked again meanwhile
+    stays pending."""
+    results, groups, vectors = computed.results, computed.groups, computed.vectors
     marked = {w.pk: w.marked_at for w in windows}
     ids = sorted(marked)
     outcomes = []

@@ -20,7 +20,7 @@ from tests.fleet import dynamo_runtime, fleet, gateway, vllm, vllm_cpu, vllm_emb
 from tests.ledger import ledger, ledger_committed  # noqa: F401 (fixtures for every test package)
 from tests.own_postgres import own_postgres  # noqa: F401 (fixtures for every test package)
 from tests.services import redis_per_worker
-from tests.usage_log import nats_cluster  # noqa: F401 (fixtures for every test package)
+from tests.usage_log import dask_cluster, nats_cluster  # noqa: F401 (fixtures for every test package)
 
 # What a test needs follows from the fixtures it uses, directly or through
 # another fixture: each of these marks every test that gets it, so a test
@@ -34,6 +34,7 @@ MARKERS_BY_FIXTURE = {
     "gateway": ("slow",),  # a real gateway process (the `fleet` fixture's)
     "own_postgres": ("slow",),  # a PostgreSQL server of the test's own, stopped and started
     "nats_cluster": ("slow",),  # three nats-server processes of the test's own (tests/usage_log.py)
+    "dask_cluster": ("slow",),  # a Dask scheduler and two workers of the test's own
     "browser": ("browser", "slow"),  # headless Chromium (tests/browser/conftest.py)
     "images": ("containers", "environment", "slow"),  # the project's images, built
     "compose": ("environment", "slow"),  # docker-compose installed into a venv of its own

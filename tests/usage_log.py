@@ -153,3 +153,72 @@ class Steady:
     @property
     def failed(self) -> list:
         return [f for t in self.traffic for f in t.failed]
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    from core.dask_local import DaskCluster
+
+    cluster = DaskCluster(
+        tmp_path / "dask", workers=2, env={"DJANGO_SETTINGS_MODULE": "config.settings.test"}
+    ).start()
+    yield cluster
+    cluster.stop()
+
+
+def history_records(world, n: int, *, seed: int, start, hours: int = 2) -> list:
+    """`n` completed requests over `hours` from `start` on both replicas
+    from both tenants, as a gateway records them: engine timings in whole
+    milliseconds from a few values (so that requests tie in a window's
+    split, which is where the order rows are taken in shows), some
+    streamed, some cached, some aborted, a few rejected."""
+    import random
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from serving.records import CompletedRequest
+
+    rng = random.Random(seed)
+    replicas = list(world.replicas.values())
+    tenants = list(world.tenants.values())
+    span_ms = hours * 3600 * 1000
+    records = []
+    for i in range(n):
+        replica = replicas[i % len(replicas)]
+        tenant = tenants[rng.randrange(len(tenants))]
+        if i % 6 < 2:  # every third request on a replica a twin of the one before
+            received = start + timedelta(milliseconds=rng.randrange(span_ms - 120_000))
+            queue, ttft, generation = (rng.choice((0, 5, 20, 100)) for _ in range(3))
+            generation = generation * 10 + rng.choice((40, 400, 4000))
+            prompt = rng.choice((20, 200, 2000))
+            delay = rng.choice((0, 1, 3))
+        status = rng.choices(("ok", "aborted", "rejected"), weights=(90, 7, 3))[0]
+        sent = received + timedelta(milliseconds=delay)
+        ended = sent + timedelta(milliseconds=queue + ttft + generation + 1)
+        served = status != "rejected"
+        records.append(
+            CompletedRequest(
+                request_id=f"h{seed}-{i:07d}",
+                tenant_id=tenant.id,
+                api_key_id=None,
+                model=world.model.name,
+                received_at=received,
+                ended_at=ended,
+                status=status,
+                http_status=200 if served else 429,
+                replica_id=replica.id if served else None,
+                pool_id=replica.pool_id if served else None,
+                priority=rng.choice((0, 0, 1)),
+                stream=rng.random() < 0.5,
+                prompt_tokens=prompt if served else 0,
+                cached_tokens=(prompt // 2 if i % 5 == 0 else 0) if served else 0,
+                completion_tokens=(300 if prompt == 20 else 16) if served else 0,
+                sent_at=sent if served else None,
+                first_token_at=sent + timedelta(milliseconds=queue + ttft) if served else None,
+                queue_ms=Decimal(queue) if served else None,
+                ttft_ms=Decimal(ttft) if served else None,
+                generation_ms=Decimal(generation) if served else None,
+                timing="engine" if served else "gateway",
+            )
+        )
+    return records

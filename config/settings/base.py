@@ -341,6 +341,9 @@ USAGE_LOG = {
     # A writer commits what it has every this many seconds, or at this many events.
     "COMMIT_SECONDS": env.float("USAGE_WRITER_COMMIT_SECONDS", default=2.0),
     "COMMIT_EVENTS": env.int("USAGE_WRITER_COMMIT_EVENTS", default=50_000),
+    # The Dask distributed scheduler the hours' jobs run on (tcp://host:8786);
+    # empty: a cluster of threads inside the process that runs them.
+    "DASK_SCHEDULER": env("USAGE_DASK_SCHEDULER", default=""),
 }
 SERVING_RECORD_SINK = env(
     "SERVING_RECORD_SINK",

@@ -116,11 +116,12 @@ class RawStore:
             return table_.file_uris()
         return table_.file_uris(partition_filters=[(HOUR, "in", sorted(set(hours)))])
 
-    def events(self, hours: Iterable[str] | None = None) -> pa.Table:
-        """The rows of `hours`, each (request id, phase) once: the one first
-        on the log (a record published twice past the log's duplicate
-        window is two rows in the table, one event)."""
-        raw = self.read(hours)
+    def events(self, hours: Iterable[str] | None = None, where=None) -> pa.Table:
+        """The rows of `hours` (all with None) that meet `where` (a pyarrow
+        expression), each (request id, phase) once: the one first on the
+        log (a record published twice past the log's duplicate window is
+        two rows in the table, one event)."""
+        raw = self.read(hours, where=where)
         with duckdb.connect() as db:
             db.register("raw", raw)
             return db.sql(
@@ -129,13 +130,18 @@ class RawStore:
             ).to_arrow_table()
 
     def read(
-        self, hours: Iterable[str] | None = None, columns: list[str] | None = None
+        self, hours: Iterable[str] | None = None, columns: list[str] | None = None, where=None
     ) -> pa.Table:
-        """The rows of `hours` (all with None), as they were written
-        (duplicates and all: readers keep the first of a (request id,
-        phase) by log sequence)."""
+        """The rows of `hours` (all with None) that meet `where`, as they
+        were written (duplicates and all: see `events`); only the hours'
+        partitions are opened."""
         table_ = self._table()
         if table_ is None:
-            return schema().empty_table()
+            empty = schema().empty_table()
+            return empty.select(columns) if columns else empty
         filters = [(HOUR, "in", sorted(set(hours)))] if hours is not None else None
-        return table_.to_pyarrow_table(partitions=filters, columns=columns)
+        if hours is not None and not filters[0][2]:
+            empty = schema().empty_table()
+            return empty.select(columns) if columns else empty
+        dataset = table_.to_pyarrow_dataset(partitions=filters)
+        return dataset.to_table(columns=columns, filter=where)

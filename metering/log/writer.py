@@ -39,12 +39,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import nats
-from django.db import close_old_connections
+from django.db import close_old_connections, connection, transaction
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
 
 from core.outages import OutageEpisode
 from metering.choices import EventSource
+from metering.ledger import usage_mark_stale
 from metering.log.messages import MessageInvalid, events, subject
 from metering.log.store import RawStore, table
 from metering.log.stream import LogConfig, connect, leases_bucket, stream_ensure
@@ -316,6 +317,12 @@ class Writer:
                     continue
                 seen.add(key)
                 rows.append((*row, partition.number, seq))
+        # The windows and hours these events fall in are marked pending in
+        # PostgreSQL first (as the ledger marks them): killed between the
+        # two, they are computed again from what the table holds, never
+        # left unmarked over events it holds.
+        with transaction.atomic(), connection.cursor() as cursor:
+            usage_mark_stale(cursor.cursor, [row[: len(LEDGER_COLUMNS)] for row in rows])
         self.store.commit(
             table(rows, ingested_at=datetime.now(UTC)),
             {p.number: p.read_to for p in partitions},

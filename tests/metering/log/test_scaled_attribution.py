@@ -1,0 +1,153 @@
+"""Attribution on the scaled path gives what the ledger's path gives, to
+the device-nanosecond, per window, per group and per request: the same
+history recorded into the PostgreSQL ledger and attributed there, then
+published to a three-node JetStream cluster, written into the Delta table
+by a `manage.py usage_writer` process and attributed on a Dask cluster of
+two worker processes, one of them SIGKILLed while it holds a replica's
+task (the scheduler runs it again elsewhere)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from metering.choices import EventSource
+from metering.jobs import metering_run
+from metering.ledger import usage_record_batch
+from metering.log.distributed import store_windows_compute
+from metering.log.publisher import Publisher
+from metering.log.store import RawStore
+from metering.models import AttributionShare, AttributionWindow, RequestShares
+from metering.rollups import hour_floor
+from metering.windows import attribution_windows_due
+from tests.usage_log import (
+    history_records,
+    log_config,
+    log_env,
+    start_writer,
+    wait_for,
+    wait_for_stream,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EVENTS = 60_000
+DERIVED = (
+    "metering_requestshares",
+    "metering_attributionshare",
+    "metering_attributionwindow",
+    "metering_usagerollup",
+    "metering_replicaloadhour",
+    "metering_dirtyhour",
+    "metering_usageevent",
+    "metering_usagekey",
+)
+
+
+def attribution_snapshot() -> dict:
+    windows = {
+        (w.replica_id, w.start): (w.capacity_ns, w.attributed_ns, w.idle_ns, w.requests, w.status)
+        for w in AttributionWindow.objects.all()
+    }
+    shares = sorted(
+        AttributionShare.objects.values_list(
+            "window__replica_id",
+            "window__start",
+            "tenant_id",
+            "served_model_id",
+            "pool_id",
+            "priority",
+            "requests",
+            "device_ns",
+        )
+    )
+    per_request = {}
+    for row in RequestShares.objects.select_related("window"):
+        for request_id, ns in zip(row.request_ids, row.device_ns, strict=True):
+            per_request[(row.window.replica_id, row.window.start, request_id)] = ns
+    return {"windows": windows, "shares": shares, "per_request": per_request}
+
+
+def derived_clear() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {', '.join(DERIVED)}")
+
+
+def test_the_scaled_path_attributes_as_the_ledger_does_with_a_dask_worker_killed(
+    world, nats_cluster, dask_cluster, tmp_path
+):
+    now = timezone.now()
+    start = hour_floor(now) - timedelta(hours=3)
+    records = history_records(world, EVENTS, seed=61, start=start)
+    later = now + timedelta(hours=2)  # every window closed past its grace
+
+    # The ledger's path, the records in another order than the log's: the
+    # two paths read them in different orders, as they would.
+    shuffled = random.Random(5).sample(records, len(records))
+    for i in range(0, EVENTS, 5000):
+        usage_record_batch(
+            events=[vars(r) for r in shuffled[i : i + 5000]], source=EventSource.GATEWAY
+        )
+    metering_run(now=later)
+    ledger = attribution_snapshot()
+    assert len(ledger["windows"]) >= 4 and len(ledger["per_request"]) > EVENTS * 0.9
+    assert all(w[-1] == "done" for w in ledger["windows"].values())
+    derived_clear()
+
+    # The scaled path: the log, a writer, the table, the Dask cluster.
+    store_dir = tmp_path / "store"
+    config = log_config(nats_cluster, store_dir)
+    writer = start_writer(log_env(nats_cluster, store_dir), "w1", tmp_path)
+    publisher = Publisher(config)
+    try:
+        wait_for_stream(config)
+        for i in range(0, EVENTS, 500):
+            publisher.publish(records[i : i + 500])
+        store = RawStore(str(store_dir), stream=config.stream)
+        wait_for(
+            lambda: store.read(columns=["request_id"]).num_rows == EVENTS,
+            timeout=120,
+            what="every event in the table",
+        )
+    finally:
+        publisher.close()
+        writer.stop()
+    due = attribution_windows_due(now=later)
+    assert len(due) == len(ledger["windows"])  # the writer marked the windows it filled
+
+    from distributed import Client
+
+    with Client(dask_cluster.address) as client:
+        holder = {}
+
+        def kill_a_busy_worker():
+            processing = client.processing()
+            busy = [addr for addr, keys in processing.items() if keys]
+            if not busy:
+                return False
+            names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+            holder["killed"] = (names[busy[0]], len(processing[busy[0]]))
+            dask_cluster.kill_worker(int(names[busy[0]][1:]))
+            return True
+
+        killer = threading.Thread(
+            target=wait_for,
+            args=(kill_a_busy_worker,),
+            kwargs={"timeout": 60, "what": "a busy worker", "every": 0.02},
+        )
+        killer.start()
+        outcomes = store_windows_compute(window_ids=due, client=client, config=config)
+        killer.join()
+        assert holder["killed"][1] >= 1  # it held a task when it was killed
+        assert len(outcomes) == len(due)
+        time.sleep(0.1)
+    scaled = attribution_snapshot()
+    assert scaled["windows"] == ledger["windows"]
+    assert scaled["shares"] == ledger["shares"]
+    assert scaled["per_request"] == ledger["per_request"]
