@@ -8,8 +8,10 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.conf import settings
+
 from core.locks import advisory_lock_try
-from metering.rollups import usage_rollups_refresh
+from metering.rollups import usage_rollup_hours, usage_rollups_refresh
 from metering.windows import (
     attribution_batches,
     attribution_windows_compute,
@@ -40,15 +42,35 @@ def metering_run(*, now: datetime | None = None, progress=None) -> MeteringRun:
 
 
 def _metering_run(*, now: datetime | None, progress) -> MeteringRun:
+    if settings.USAGE_LOG["URL"]:  # the scaled path: the store, on the Dask cluster
+        from metering.log.distributed import dask_client, store_rollups_rebuild
+        from metering.log.distributed import store_windows_compute as compute
+
+        with dask_client() as client:
+            return _run(
+                now=now,
+                progress=progress,
+                compute=lambda window_ids: compute(window_ids=window_ids, client=client),
+                rebuild=store_rollups_rebuild(client=client),
+            )
+    return _run(
+        now=now,
+        progress=progress,
+        compute=lambda window_ids: attribution_windows_compute(window_ids=window_ids),
+        rebuild=usage_rollup_hours,
+    )
+
+
+def _run(*, now: datetime | None, progress, compute, rebuild) -> MeteringRun:
     run = MeteringRun()
     due = attribution_windows_due(now=now)
     for batch in attribution_batches(due):
-        outcomes = attribution_windows_compute(window_ids=batch)
+        outcomes = compute(batch)
         run.windows += len(outcomes)
         run.still_pending += sum(o.still_pending for o in outcomes)
         if progress is not None:
             progress(run.windows, len(due))
-    run.hours = usage_rollups_refresh()
+    run.hours = usage_rollups_refresh(rebuild=rebuild)
     logger.info(
         "metering run: %d windows attributed (%d pending again), %d hours rolled up",
         run.windows,

@@ -21,8 +21,10 @@ from distributed import Client, LocalCluster, as_completed
 from django.conf import settings
 
 from metering.log.frames import store_events_frames
+from metering.log.rollups import store_rollup_rows
 from metering.log.store import RawStore
 from metering.log.stream import LogConfig
+from metering.rollups import rollup_hours_kept, usage_rollup_hours_from
 from metering.windows import (
     ReplicaComputed,
     ReplicaShape,
@@ -101,3 +103,26 @@ def store_windows_compute(
     for future in as_completed(futures):
         outcomes += replica_store(futures[future], future.result(), policy=policy)
     return outcomes
+
+
+def store_rollups_rebuild(*, client: Client, config: LogConfig | None = None):
+    """A `rebuild` for metering.rollups.usage_rollups_refresh: a batch of
+    hours summed over the store on a worker, written here."""
+    config = config or LogConfig.from_settings()
+
+    def rebuild(*, hours: list[datetime]) -> int:
+        hours = rollup_hours_kept(hours)
+        if not hours:
+            return 0
+        usage, load = client.submit(
+            store_rollup_rows,
+            store_url=config.store_url,
+            stream=config.stream,
+            hours=hours,
+            max_request_seconds=settings.METERING["MAX_REQUEST_SECONDS"],
+            pure=False,
+            retries=2,
+        ).result()
+        return usage_rollup_hours_from(hours=hours, usage_rows=usage, load_rows=load)
+
+    return rebuild

@@ -31,17 +31,34 @@ SLO_COUNTED_SQL = f"(e.http_status < 400 OR e.http_status = 499 OR {SLO_PLATFORM
 # engine's generation time over them without first_token_at (not an
 # inference time reported whole, with no TTFT: that holds the prefill too);
 # only requests with two tokens or more have a gap.
-SLO_TTFT_MS_SQL = (
-    "CASE WHEN e.status = 'ok' THEN coalesce("
-    "extract(epoch FROM e.first_token_at - e.received_at) * 1000, "
-    "coalesce(e.queue_ms, 0) + e.ttft_ms)::float8 END"
-)
-SLO_ITL_MS_SQL = (
-    "CASE WHEN e.status = 'ok' AND e.completion_tokens >= 2 THEN (coalesce("
-    "extract(epoch FROM e.ended_at - e.first_token_at) * 1000, "
-    "CASE WHEN e.ttft_ms IS NOT NULL THEN e.generation_ms END)"
-    " / (e.completion_tokens - 1))::float8 END"
-)
+# Seconds between two timestamps, exact: PostgreSQL's numeric epoch of an
+# interval. The raw-event store's engine (DuckDB, metering.log.rollups)
+# says the same with its own functions; both give exact decimals.
+PG_SECONDS = "extract(epoch FROM {end} - {start})"
+
+
+def slo_ttft_ms_sql(seconds: str = PG_SECONDS) -> str:
+    """A request's time to first token (ms, float8): the gateway's window
+    where it saw the first token, else the engine's queue and TTFT."""
+    waited = seconds.format(end="e.first_token_at", start="e.received_at")
+    return (
+        f"CASE WHEN e.status = 'ok' THEN coalesce({waited} * 1000, "
+        "coalesce(e.queue_ms, 0) + e.ttft_ms)::float8 END"
+    )
+
+
+def slo_itl_ms_sql(seconds: str = PG_SECONDS) -> str:
+    """A request's mean inter-token latency (ms, float8)."""
+    decoding = seconds.format(end="e.ended_at", start="e.first_token_at")
+    return (
+        f"CASE WHEN e.status = 'ok' AND e.completion_tokens >= 2 THEN (coalesce("
+        f"{decoding} * 1000, CASE WHEN e.ttft_ms IS NOT NULL THEN e.generation_ms END)"
+        " / (e.completion_tokens - 1))::float8 END"
+    )
+
+
+SLO_TTFT_MS_SQL = slo_ttft_ms_sql()
+SLO_ITL_MS_SQL = slo_itl_ms_sql()
 SLO_GROUPS = {"tenant": "e.tenant_id", "tier": "t.tier"}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
-import time
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -20,10 +20,15 @@ from django.utils import timezone
 from metering.choices import EventSource
 from metering.jobs import metering_run
 from metering.ledger import usage_record_batch
-from metering.log.distributed import store_windows_compute
 from metering.log.publisher import Publisher
 from metering.log.store import RawStore
-from metering.models import AttributionShare, AttributionWindow, RequestShares
+from metering.models import (
+    AttributionShare,
+    AttributionWindow,
+    ReplicaLoadHour,
+    RequestShares,
+    UsageRollup,
+)
 from metering.rollups import hour_floor
 from metering.windows import attribution_windows_due
 from tests.usage_log import (
@@ -71,7 +76,25 @@ def attribution_snapshot() -> dict:
     for row in RequestShares.objects.select_related("window"):
         for request_id, ns in zip(row.request_ids, row.device_ns, strict=True):
             per_request[(row.window.replica_id, row.window.start, request_id)] = ns
-    return {"windows": windows, "shares": shares, "per_request": per_request}
+    rollups = Counter(
+        tuple(row)
+        for row in UsageRollup.objects.values_list(
+            *(f.attname for f in UsageRollup._meta.concrete_fields if f.name != "id")
+        )
+    )
+    load_hours = Counter(
+        tuple(row)
+        for row in ReplicaLoadHour.objects.values_list(
+            *(f.attname for f in ReplicaLoadHour._meta.concrete_fields if f.name != "id")
+        )
+    )
+    return {
+        "windows": windows,
+        "shares": shares,
+        "per_request": per_request,
+        "rollups": rollups,
+        "load_hours": load_hours,
+    }
 
 
 def derived_clear() -> None:
@@ -79,8 +102,8 @@ def derived_clear() -> None:
         cursor.execute(f"TRUNCATE {', '.join(DERIVED)}")
 
 
-def test_the_scaled_path_attributes_as_the_ledger_does_with_a_dask_worker_killed(
-    world, nats_cluster, dask_cluster, tmp_path
+def test_the_scaled_path_attributes_and_rolls_up_as_the_ledger_does_with_a_dask_worker_killed(
+    world, nats_cluster, dask_cluster, tmp_path, settings
 ):
     now = timezone.now()
     start = hour_floor(now) - timedelta(hours=3)
@@ -123,6 +146,12 @@ def test_the_scaled_path_attributes_as_the_ledger_does_with_a_dask_worker_killed
 
     from distributed import Client
 
+    settings.USAGE_LOG = {
+        **settings.USAGE_LOG,
+        "URL": config.servers[0],
+        "STORE_URL": str(store_dir),
+        "DASK_SCHEDULER": dask_cluster.address,
+    }
     with Client(dask_cluster.address) as client:
         holder = {}
 
@@ -142,12 +171,15 @@ def test_the_scaled_path_attributes_as_the_ledger_does_with_a_dask_worker_killed
             kwargs={"timeout": 60, "what": "a busy worker", "every": 0.02},
         )
         killer.start()
-        outcomes = store_windows_compute(window_ids=due, client=client, config=config)
+        run = metering_run(now=later)  # the scheduled job, on the scaled path
         killer.join()
         assert holder["killed"][1] >= 1  # it held a task when it was killed
-        assert len(outcomes) == len(due)
-        time.sleep(0.1)
+    assert run.windows == len(due) and run.still_pending == 0
     scaled = attribution_snapshot()
     assert scaled["windows"] == ledger["windows"]
     assert scaled["shares"] == ledger["shares"]
     assert scaled["per_request"] == ledger["per_request"]
+    assert scaled["rollups"] == ledger["rollups"]
+    assert scaled["load_hours"] == ledger["load_hours"]
+    assert sum(r[6] for r in scaled["rollups"]) > 0  # tokens, not an empty match
+    assert len(scaled["load_hours"]) == len(ledger["windows"])
