@@ -17,6 +17,16 @@ from __future__ import annotations
 import asyncio
 
 MAX_CONNECTIONS = 256
+
+
+def limits_redis_url() -> str:
+    """Where the gateways' limits and spend accounts live: LIMITS_REDIS_URL
+    (a server or a cluster), else REDIS_URL's server ("" without either)."""
+    from django.conf import settings
+
+    return settings.LIMITS_REDIS_URL or settings.REDIS_URL
+
+
 WAIT_SECONDS = 5.0
 POLL_SECONDS = 0.001
 
@@ -40,5 +50,12 @@ def redis_async(url: str):
                         raise
                     await asyncio.sleep(POLL_SECONDS)
 
+    from core.redis_mux_cluster import cluster_seeds, cluster_url
+
+    if cluster_url(url):  # redis-py's own cluster client (its connections per node)
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+        nodes = [ClusterNode(host, port) for host, port in cluster_seeds(url)]
+        return RedisCluster(startup_nodes=nodes, max_connections=MAX_CONNECTIONS)
     pool = WaitingPool.from_url(url, max_connections=MAX_CONNECTIONS)
     return redis.Redis.from_pool(pool)

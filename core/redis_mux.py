@@ -157,7 +157,10 @@ class MuxRedis:
             protocol = await self._connection()
         return await _call(protocol, args)
 
-    async def run_script(self, script: Script, keys: Sequence, args: Sequence):
+    async def run_script(self, script: Script, keys: Sequence, args: Sequence, *, write=True):
+        """`script` by its SHA1 (loaded first when Redis does not know it).
+        `write`: whether it writes (a cluster waits for a replica to hold it,
+        core.redis_mux_cluster; one server has nothing to wait for)."""
         if script.sha in self._loaded:
             try:
                 return await self.command("EVALSHA", script.sha, len(keys), *keys, *args)

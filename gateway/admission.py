@@ -28,7 +28,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from core.redis_mux import MuxRedis, Script
+from core.redis_mux import Script
+from core.redis_mux_cluster import mux_redis
 from gateway.callers import Caller
 from gateway.errors import Refused
 
@@ -238,7 +239,7 @@ class RedisAdmission:
     ) -> None:
         # The process's requests share one connection (core.redis_mux):
         # redis-py's client cost about 0.1 ms of CPU per call, two per request.
-        self._redis = MuxRedis(url)
+        self._redis = mux_redis(url)
         self._released = ReleaseSignal()
         self._poll_seconds = poll_seconds
         self._lease_seconds = lease_seconds

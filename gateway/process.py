@@ -32,6 +32,7 @@ from django.db import DatabaseError
 
 from core.heap import CollectorPauses, startup_heap_freeze
 from core.outages import database_outage_report
+from core.redis_clients import limits_redis_url
 from gateway.adaptive import AdaptiveConcurrency
 from gateway.admission import LocalAdmission, RedisAdmission, admission_from_settings
 from gateway.callers import CallerCache, CallerRefused, TermsCache
@@ -111,7 +112,7 @@ class Gateway:
     async def startup(self) -> None:
         self.session = UpstreamClient(keepalive_seconds=self.cfg["UPSTREAM_KEEPALIVE_SECONDS"])
         self.perf_metrics = PerfMetrics(self.session)
-        redis_url = settings.REDIS_URL
+        redis_url = limits_redis_url()
         self.admission = admission_from_settings(self.cfg, redis_url=redis_url)
         self.spend = SpendGuard.from_settings(self.cfg, redis_url=redis_url)
         self.queue = GatewayQueue.from_settings(self.cfg, self.admission, redis_url=redis_url)

@@ -19,6 +19,7 @@ from tests.factories import make_key, make_member, make_tenant
 from tests.fleet import dynamo_runtime, fleet, gateway, vllm, vllm_cpu, vllm_embed  # noqa: F401 (fixtures for every test package)
 from tests.ledger import ledger, ledger_committed  # noqa: F401 (fixtures for every test package)
 from tests.own_postgres import own_postgres  # noqa: F401 (fixtures for every test package)
+from tests.redis_cluster import redis_cluster  # noqa: F401 (fixtures for every test package)
 from tests.services import redis_per_worker
 from tests.usage_log import dask_cluster, nats_cluster  # noqa: F401 (fixtures for every test package)
 
@@ -35,6 +36,7 @@ MARKERS_BY_FIXTURE = {
     "own_postgres": ("slow",),  # a PostgreSQL server of the test's own, stopped and started
     "nats_cluster": ("slow",),  # three nats-server processes of the test's own (tests/usage_log.py)
     "dask_cluster": ("slow",),  # a Dask scheduler and two workers of the test's own
+    "redis_cluster": ("slow",),  # six redis-server processes in cluster mode
     "browser": ("browser", "slow"),  # headless Chromium (tests/browser/conftest.py)
     "images": ("containers", "environment", "slow"),  # the project's images, built
     "compose": ("environment", "slow"),  # docker-compose installed into a venv of its own

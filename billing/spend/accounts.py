@@ -50,7 +50,8 @@ from functools import cached_property
 
 from core.calendar import epoch_hour
 from core.nanos import from_nano, to_nano
-from core.redis_mux import MuxRedis, Script
+from core.redis_mux import Script
+from core.redis_mux_cluster import cluster_seeds, cluster_url, mux_redis
 
 MAX_UNITS = 2**53 - 1
 KEY_DAYS = 40  # an account outlives its period by this, for the correction job
@@ -377,7 +378,7 @@ class RedisSpend:
     """Spend accounts shared by every gateway through Redis."""
 
     def __init__(self, url: str, *, prefix: str = "gw") -> None:
-        self._redis = MuxRedis(url)
+        self._redis = mux_redis(url)
         self._prefix = prefix
         self._key_seconds = KEY_DAYS * 86400
         self._key_cache: dict[str, list[str]] = {}
@@ -463,7 +464,7 @@ class RedisSpend:
         return None if before is None else from_nano(int(before) - units)
 
     async def state(self, key: str) -> SpendState | None:
-        found = await self._redis.run_script(_STATE, self._keys(key), [])
+        found = await self._redis.run_script(_STATE, self._keys(key), [], write=False)
         if found is None:
             return None
         spent, reserved = found
@@ -477,8 +478,12 @@ def redis_spend_state(url: str, key: str, *, prefix: str = "gw") -> SpendState |
     """One account's state read from Redis without an event loop (the web
     pages and the correction job)."""
     import redis
+    from redis.cluster import ClusterNode, RedisCluster
 
-    client = redis.from_url(url)
+    if cluster_url(url):
+        client = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in cluster_seeds(url)])
+    else:
+        client = redis.from_url(url)
     try:
         found = client.register_script(_STATE_LUA)(keys=RedisSpend.keys_of(key, prefix), args=[])
     finally:

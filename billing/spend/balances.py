@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 
 from billing.spend.accounts import redis_spend_state
 from billing.spend.terms import SpendAccount, spend_terms
+from core.redis_clients import limits_redis_url
 from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -55,10 +56,10 @@ def _standing(account: SpendAccount, currency: str) -> Standing:
     # What requests in flight hold: unknown without shared counters or when
     # they cannot be read, nothing when no request has used them yet.
     reserved = None
-    if settings.REDIS_URL:
+    if limits_redis_url():
         prefix = settings.GATEWAY["REDIS_PREFIX"]
         try:
-            state = redis_spend_state(settings.REDIS_URL, account.key, prefix=prefix)
+            state = redis_spend_state(limits_redis_url(), account.key, prefix=prefix)
             reserved = Decimal(0)
         except RedisError:
             logger.warning("spend counters unreachable; showing the ledger's figure")

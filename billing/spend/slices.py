@@ -167,6 +167,7 @@ class SlicedSpend:
         if piece.topping is None:
             grow = max(want * SLICE_REQUESTS, want - piece.free)
             piece.topping = asyncio.ensure_future(self._grow(piece, grow))
+            piece.topping.add_done_callback(_log_failure)  # its waiters may be gone
         await asyncio.shield(piece.topping)
 
     def _top_up_later(self, piece: _Slice, want: int) -> None:

@@ -146,6 +146,12 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis and Celery. Without REDIS_URL: a broker in a local folder (no server). ---
 REDIS_URL = env("REDIS_URL", default="")
+# Where the gateways keep their shared limits, fair-queue counters and spend
+# accounts: REDIS_URL's server when empty (core.redis_clients.limits_redis_url), or a Redis Cluster
+# (redis+cluster://host:port,host:port; keys hash-tagged by tenant, each
+# write confirmed by a replica before it counts: core.redis_mux_cluster).
+# Celery's broker stays on REDIS_URL (it cannot use a cluster).
+LIMITS_REDIS_URL = env("LIMITS_REDIS_URL", default="")
 # Django's cache (sign-in lock-outs): Redis when there is one, so every web
 # process shares it; else each process's own memory.
 if REDIS_URL:
