@@ -89,7 +89,8 @@ async def connect(config: LogConfig, *, name: str) -> nats.NATS:
         logger.debug("%s: usage log client: %s", name, exc)
 
     async def disconnected() -> None:
-        logger.info("%s: disconnected from the usage log; reconnecting", name)
+        if not (client.is_closed or client.is_draining):  # not our own close
+            logger.info("%s: disconnected from the usage log; reconnecting", name)
 
     async def reconnected() -> None:
         logger.info("%s: reconnected to the usage log at %s", name, client.connected_url.netloc)

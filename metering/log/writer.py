@@ -254,9 +254,9 @@ class Writer:
                     ),
                 )
             found = await partition.subscription.fetch(FETCH_BATCH, timeout=FETCH_WAIT)
-        except nats.errors.TimeoutError:
-            return
-        except (TimeoutError, nats.errors.Error) as exc:
+        except (nats.errors.TimeoutError, TimeoutError):
+            return  # nothing new in FETCH_WAIT
+        except nats.errors.Error as exc:
             # The consumer's node gone, or the stream electing a leader: a new
             # consumer from what was read, next time round.
             logger.info("usage writer %s: partition %d: %s", self.id, partition.number, exc)

@@ -95,7 +95,7 @@ def _record(world, n: int) -> CompletedRequest:
     )
 
 
-def test_the_same_records_published_twice_are_one_message_and_one_event(
+def test_the_same_records_published_twice_are_one_event_and_a_bad_one_is_dead_lettered(
     world, nats_cluster, tmp_path
 ):
     store_dir = tmp_path / "store"
@@ -124,6 +124,15 @@ def test_the_same_records_published_twice_are_one_message_and_one_event(
         assert len(events) == 20
         assert sum(e["prompt_tokens"] for e in events) == 20 * 11
         assert {e["log_seq"] for e in events} == {1}  # the first on the log is the one kept
+
+        # A record the ledger would refuse is dead-lettered naming its
+        # field; the rest of its message is stored.
+        bad = [_record(world, n) for n in range(100, 105)]
+        bad[2].replica_id = 999_999
+        publisher.publish(bad)
+        wait_for(lambda: store.read().num_rows == 44, timeout=30, what="the good four stored")
+        (letter,) = (tmp_path / "usage-writer-dead-letter.jsonl").read_text().splitlines()
+        assert "replica_id: unknown replica 999999" in letter and "dup-102" in letter
     finally:
         publisher.close()
         writer.stop()
