@@ -219,6 +219,11 @@ def history_records(world, n: int, *, seed: int, start, hours: int = 2) -> list:
                 ttft_ms=Decimal(ttft) if served else None,
                 generation_ms=Decimal(generation) if served else None,
                 timing="engine" if served else "gateway",
+                # A platform refusal (the queue's) or the tenant's own limit:
+                # SLO availability counts the first only.
+                error=""
+                if served
+                else ("queue_timeout: no slot" if i % 2 else "rate_limited: rpm"),
             )
         )
     return records

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from metering.log.duck import DUCKDB_SECONDS, duck
 from metering.log.frames import hours_between
 from metering.log.store import RawStore
 from metering.rollups import EVENT_ROWS_SUMMED, load_hours_select
 
-# Exact seconds between two timestamps (a DECIMAL of microseconds), as
-# PostgreSQL's extract(epoch FROM interval) gives them.
-DUCKDB_SECONDS = "(CAST(epoch_us({end}) - epoch_us({start}) AS DECIMAL(38, 0)) * 0.000001)"
 UTC_US = pa.timestamp("us", "UTC")
 
 
@@ -40,9 +37,7 @@ def store_rollup_rows(
     events = store.events(ended, where=where)
     wanted = pa.array(sorted(hours), type=UTC_US)
     events = events.filter(pc.is_in(pc.floor_temporal(events["received_at"], unit="hour"), wanted))
-    with duckdb.connect() as db:
-        db.execute("SET TimeZone = 'UTC'")
-        db.register("events", events)
+    with duck(events=events) as db:
         usage = db.execute(EVENT_ROWS_SUMMED.format(events="events")).fetchall()
         load = db.execute(
             load_hours_select(events="events e WHERE true", seconds=DUCKDB_SECONDS)

@@ -88,6 +88,7 @@ class Writer:
         *,
         writer_id: str | None = None,
         dead_letter_path: Path | None = None,
+        alive_file: Path | None = None,
     ) -> None:
         self.config = config
         self.id = writer_id or f"{socket.gethostname()}-{os.getpid()}"
@@ -95,6 +96,7 @@ class Writer:
         self.dead_letter_path = dead_letter_path or Path(config.store_url).parent / (
             "usage-writer-dead-letter.jsonl"
         )
+        self.alive_file = alive_file  # touched each pass of the loop (a liveness probe's)
         self.held: dict[int, _Partition] = {}
         self.stats = WriterStats()
         self._js = None
@@ -117,6 +119,8 @@ class Writer:
                 await self._read()
                 if self._commit_due():
                     await self._commit()
+                if self.alive_file is not None:
+                    self.alive_file.touch()
             await self._commit()
             await self._release_all()
         finally:

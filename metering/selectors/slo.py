@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.conf import settings
 from django.db import connection
 
 # A request failed for a platform cause: a 5xx (503: no replica could take
@@ -15,8 +16,11 @@ from django.db import connection
 # records for them, gateway/queueing.py). A tenant's own limits
 # and budgets (a 429 naming the limit, even after waiting for it; a 402),
 # bad requests (other 4xx) and clients that went away (499) are not.
+# (starts_with: said alike by PostgreSQL and DuckDB, which runs this text
+# over the scaled path's store: metering.log.reads.)
 SLO_PLATFORM_FAILURE_SQL = (
-    "(e.http_status >= 500 OR (e.http_status = 429 AND e.error ~ '^(queue_timeout|queue_full):'))"
+    "(e.http_status >= 500 OR (e.http_status = 429 AND "
+    "(starts_with(e.error, 'queue_timeout:') OR starts_with(e.error, 'queue_full:'))))"
 )
 # What availability counts: every request but those refused for the
 # tenant's own cause (a 4xx other than the platform queue's 429; a client
@@ -62,6 +66,45 @@ SLO_ITL_MS_SQL = slo_itl_ms_sql()
 SLO_GROUPS = {"tenant": "e.tenant_id", "tier": "t.tier"}
 
 
+SLO_COLUMNS = ["key", "day", "requests", "failed", "timed", "ttft_p95_ms", "itl_p95_ms"]
+
+
+def slo_sql(
+    *,
+    group: str,
+    by_day: bool,
+    only: str = "",
+    seconds: str = PG_SECONDS,
+    events: str = "metering_usageevent",
+    placeholder: str = "%s",
+) -> str:
+    """The SLO figures' query over `events` (the ledger, or the store's
+    events as DuckDB reads them), received in [start, end) (two
+    parameters); `only`: a further condition on `e`."""
+    day = "CAST(e.received_at AT TIME ZONE 'UTC' AS date)" if by_day else "CAST(NULL AS date)"
+    p = placeholder
+    # Only this module's constants are formatted in; values are parameters.
+    return f"""
+        WITH r AS (
+            SELECT {SLO_GROUPS[group]} AS key, {day} AS day,
+                   {SLO_COUNTED_SQL} AS counted, {SLO_PLATFORM_FAILURE_SQL} AS failed,
+                   {slo_ttft_ms_sql(seconds)} AS ttft_ms, {slo_itl_ms_sql(seconds)} AS itl_ms
+            FROM {events} e JOIN tenants_tenant t ON t.id = e.tenant_id
+            WHERE e.received_at >= {p} AND e.received_at < {p} {only}
+              -- A disaggregated request counts once: by its decode (or by a
+              -- prefill that failed, which ended it).
+              AND NOT (e.phase = 'prefill' AND e.status = 'ok')
+        )
+        SELECT key, day,
+               count(*) FILTER (WHERE counted) AS requests,
+               count(*) FILTER (WHERE failed) AS failed,
+               count(ttft_ms) AS timed,
+               round(CAST(percentile_cont(0.95) WITHIN GROUP (ORDER BY ttft_ms) AS numeric), 3),
+               round(CAST(percentile_cont(0.95) WITHIN GROUP (ORDER BY itl_ms) AS numeric), 3)
+        FROM r GROUP BY key, day ORDER BY key, day
+    """  # noqa: S608
+
+
 def slo_figures(
     *,
     start: datetime,
@@ -79,32 +122,17 @@ def slo_figures(
     rounded to the microsecond (None without a sample). `tenant_ids` None:
     every tenant (finance staff code paths only); a tenant's read passes
     its own id alone."""
-    day = "(e.received_at AT TIME ZONE 'UTC')::date" if by_day else "NULL::date"
-    only = "AND e.tenant_id = ANY(%s)" if tenant_ids is not None else ""
-    # Only this module's constants are formatted in; values are parameters.
-    sql = f"""
-        WITH r AS (
-            SELECT {SLO_GROUPS[group]} AS key, {day} AS day,
-                   {SLO_COUNTED_SQL} AS counted, {SLO_PLATFORM_FAILURE_SQL} AS failed,
-                   {SLO_TTFT_MS_SQL} AS ttft_ms, {SLO_ITL_MS_SQL} AS itl_ms
-            FROM metering_usageevent e JOIN tenants_tenant t ON t.id = e.tenant_id
-            WHERE e.received_at >= %s AND e.received_at < %s {only}
-              -- A disaggregated request counts once: by its decode (or by a
-              -- prefill that failed, which ended it).
-              AND NOT (e.phase = 'prefill' AND e.status = 'ok')
+    if settings.USAGE_LOG["URL"]:  # the scaled path: the raw-event store
+        from metering.log.reads import store_slo_figures
+
+        return store_slo_figures(
+            start=start, end=end, tenant_ids=tenant_ids, by_day=by_day, group=group
         )
-        SELECT key, day,
-               count(*) FILTER (WHERE counted) AS requests,
-               count(*) FILTER (WHERE failed) AS failed,
-               count(ttft_ms) AS timed,
-               round((percentile_cont(0.95) WITHIN GROUP (ORDER BY ttft_ms))::numeric, 3),
-               round((percentile_cont(0.95) WITHIN GROUP (ORDER BY itl_ms))::numeric, 3)
-        FROM r GROUP BY key, day ORDER BY key, day
-    """  # noqa: S608
+    only = "AND e.tenant_id = ANY(%s)" if tenant_ids is not None else ""
+    sql = slo_sql(group=group, by_day=by_day, only=only)
     params: list = [start, end]
     if tenant_ids is not None:
         params.append(list(tenant_ids))
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        names = ["key", "day", "requests", "failed", "timed", "ttft_p95_ms", "itl_p95_ms"]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return [dict(zip(SLO_COLUMNS, row, strict=True)) for row in cursor.fetchall()]

@@ -38,8 +38,9 @@ except ImportError:  # a dev extra: required under CI=true (see the fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
-OVERLAYS = ("cpu", "gpu", "podman-test")
-PRODUCT = ("cpu", "gpu")  # what operators deploy; podman-test runs test datastores
+OVERLAYS = ("cpu", "gpu", "podman-test", "scale")
+# What operators deploy (scale: cpu with components/scale); podman-test runs test datastores.
+PRODUCT = ("cpu", "gpu", "scale")
 # The oldest Kubernetes these manifests promise, and the newest schema shipped.
 K8S_VERSIONS = ("1.33", "1.37")
 SECRET_KEYS = {
@@ -117,7 +118,7 @@ def find(objects: list[dict], kind: str, name: str) -> dict:
 
 
 def workloads(objects: list[dict]) -> list[dict]:
-    return [o for o in objects if o["kind"] in ("Deployment", "Job")]
+    return [o for o in objects if o["kind"] in ("Deployment", "StatefulSet", "Job")]
 
 
 def pod_spec(workload: dict) -> dict:
@@ -331,8 +332,9 @@ def test_secrets_are_referenced_never_committed(name):
     objects = overlay(name)
     assert not [o for o in objects if o["kind"] == "Secret"]
     settings = [o for o in objects if o["kind"] == "ConfigMap"]
-    assert len(settings) == 1
-    assert not (SECRET_KEYS | OPTIONAL_SECRET_KEYS) & settings[0]["data"].keys()
+    assert len(settings) == (2 if name == "scale" else 1)  # and NATS's own config
+    for config in settings:
+        assert not (SECRET_KEYS | OPTIONAL_SECRET_KEYS) & config["data"].keys()
     referenced = set()
     for workload in workloads(objects):
         for c in containers(workload):
@@ -365,8 +367,40 @@ def test_containers_run_management_commands_that_exist():
         for workload in workloads(overlay(name)):
             for c in containers(workload):
                 used |= set(re.findall(r"python manage\.py (\w+)", " ".join(argv(c))))
-    assert used == {"migrate", "web", "gateway", "replica_register"}
+    assert used == {"migrate", "web", "gateway", "replica_register", "usage_writer"}
     assert used <= set(get_commands())
+
+
+def test_the_scaled_path_publishes_to_three_nats_nodes_and_writers_autoscale():
+    """components/scale: the gateways' sink is the usage log, on a
+    three-node JetStream cluster kept a majority through a drain; the
+    writers are sized by their autoscaler (never more than partitions) and
+    probed by their loop's heartbeat; the hour jobs have a Dask scheduler;
+    the limits a six-node Redis Cluster."""
+    objects = overlay("scale")
+    (config,) = [o for o in objects if o["kind"] == "ConfigMap" and "nats.conf" not in o["data"]]
+    data = config["data"]
+    assert data["SERVING_RECORD_SINK"] == "metering.log.publisher.usage_log_sink"
+    nats = find(objects, "StatefulSet", "nats")
+    assert nats["spec"]["replicas"] == 3 and nats["spec"]["podManagementPolicy"] == "Parallel"
+    assert len(data["USAGE_LOG_URL"].split(",")) == 3
+    assert find(objects, "PodDisruptionBudget", "nats")["spec"]["maxUnavailable"] == 1
+    writers = find(objects, "HorizontalPodAutoscaler", "usage-writer")["spec"]
+    assert writers["minReplicas"] >= 2
+    assert writers["maxReplicas"] <= settings.USAGE_LOG["PARTITIONS"]
+    writer = container(objects, "Deployment", "usage-writer", "usage-writer")
+    assert "--alive-file" in argv(writer) and "/tmp/alive" in " ".join(
+        writer["livenessProbe"]["exec"]["command"]
+    )
+    assert "replicas" not in find(objects, "Deployment", "usage-writer")["spec"]
+    assert data["USAGE_DASK_SCHEDULER"] == "tcp://dask-scheduler:8786"
+    for name in ("dask-scheduler", "dask-worker"):
+        assert "metering.log.dask_preload" in argv(container(objects, "Deployment", name, name))
+    assert find(objects, "StatefulSet", "redis-cluster")["spec"]["replicas"] == 6
+    assert data["LIMITS_REDIS_URL"].startswith("redis+cluster://")
+    assert "--cluster-replicas 1" in " ".join(
+        argv(container(objects, "Job", "redis-cluster-create", "create"))
+    )
 
 
 def test_migrations_run_once_in_a_job_and_the_app_waits_for_them():

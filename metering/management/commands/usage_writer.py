@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -23,12 +24,17 @@ class Command(BaseCommand):
         parser.add_argument(
             "--id", help="This writer's name among the writers (default: host-pid)."
         )
+        parser.add_argument(
+            "--alive-file",
+            type=Path,
+            help="A file touched on every pass of the loop (a liveness probe reads its age).",
+        )
 
     def handle(self, *args, **options) -> None:
         config = LogConfig.from_settings()
         if not config.servers:
             raise CommandError("USAGE_LOG_URL is not set: there is no usage log to write from")
-        writer = Writer(config, writer_id=options["id"])
+        writer = Writer(config, writer_id=options["id"], alive_file=options["alive_file"])
 
         async def main() -> None:
             stop = asyncio.Event()

@@ -30,6 +30,7 @@ from metering.models import (
     UsageRollup,
 )
 from metering.rollups import hour_floor
+from metering.selectors.slo import slo_figures
 from metering.windows import attribution_windows_due
 from tests.usage_log import (
     history_records,
@@ -97,6 +98,14 @@ def attribution_snapshot() -> dict:
     }
 
 
+def slo_snapshot(world, start, end) -> dict:
+    """The SLO figures SLA credits read: every tenant by tier and day, and one tenant's."""
+    return {
+        "tier": slo_figures(start=start, end=end, tenant_ids=None, by_day=True, group="tier"),
+        "one": slo_figures(start=start, end=end, tenant_ids=[world.tenants["b"].id], by_day=False),
+    }
+
+
 def derived_clear() -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(DERIVED)}")
@@ -119,6 +128,8 @@ def test_the_scaled_path_attributes_and_rolls_up_as_the_ledger_does_with_a_dask_
         )
     metering_run(now=later)
     ledger = attribution_snapshot()
+    ledger_slo = slo_snapshot(world, start, later)
+    assert any(row["failed"] for row in ledger_slo["tier"]), ledger_slo  # the queue's 429s
     assert len(ledger["windows"]) >= 4 and len(ledger["per_request"]) > EVENTS * 0.9
     assert all(w[-1] == "done" for w in ledger["windows"].values())
     derived_clear()
@@ -182,4 +193,6 @@ def test_the_scaled_path_attributes_and_rolls_up_as_the_ledger_does_with_a_dask_
     assert scaled["rollups"] == ledger["rollups"]
     assert scaled["load_hours"] == ledger["load_hours"]
     assert sum(r[6] for r in scaled["rollups"]) > 0  # tokens, not an empty match
+    # SLA credits are judged by these: read from the store, the same figures.
+    assert slo_snapshot(world, start, later) == ledger_slo
     assert len(scaled["load_hours"]) == len(ledger["windows"])
