@@ -31,18 +31,21 @@ def log_env(cluster: NatsCluster, store: Path, **extra: str) -> dict[str, str]:
     }
 
 
+def log_settings(cluster: NatsCluster, store: Path) -> dict:
+    """settings.USAGE_LOG as a process given log_env has it."""
+    return {
+        **settings.USAGE_LOG,
+        "URL": cluster.url,
+        "STORE_URL": str(store),
+        "PARTITIONS": 4,
+        "LEASE_SECONDS": 3.0,
+        "COMMIT_SECONDS": 0.5,
+    }
+
+
 def log_config(cluster: NatsCluster, store: Path) -> LogConfig:
     """The config a process given log_env reads."""
-    return LogConfig.from_settings(
-        {
-            **settings.USAGE_LOG,
-            "URL": cluster.url,
-            "STORE_URL": str(store),
-            "PARTITIONS": 4,
-            "LEASE_SECONDS": 3.0,
-            "COMMIT_SECONDS": 0.5,
-        }
-    )
+    return LogConfig.from_settings(log_settings(cluster, store))
 
 
 @pytest.fixture

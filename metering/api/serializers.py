@@ -94,6 +94,20 @@ class UsageItemResultOut(serializers.Serializer):
     reason = serializers.CharField(required=False)
 
 
+class UsageQueuedResultOut(serializers.Serializer):
+    index = serializers.IntegerField()
+    request_id = serializers.CharField()
+    status = serializers.ChoiceField(choices=["queued"])
+
+
+class UsageBatchQueuedOut(serializers.Serializer):
+    """The scaled path's answer (USAGE_LOG_URL set): the batch is on the
+    usage log; duplicates are kept once downstream."""
+
+    queued = serializers.IntegerField()
+    results = UsageQueuedResultOut(many=True)
+
+
 class UsageBatchOut(serializers.Serializer):
     accepted = serializers.IntegerField()
     duplicates = serializers.IntegerField()

@@ -21,14 +21,16 @@ from metering.api.cursors import usage_page
 from metering.api.serializers import (
     UsageBatchIn,
     UsageBatchOut,
+    UsageBatchQueuedOut,
     UsagePageOut,
     UsageQueryIn,
     UsageRowOut,
 )
 from metering.choices import EventSource
-from metering.ledger import BatchRejected, usage_record_batch
+from metering.ledger import BatchRejected, usage_record_batch, usage_rows_validate
 from metering.selectors.queue import gateway_queue_ms_mean
 from metering.selectors.usage import SUMS, UsageQuery, usage_energy, usage_summary
+from metering.validation import LEDGER_COLUMNS
 from tenants.api.permissions import (
     IsUsageReporter,
     scope_required,
@@ -95,10 +97,13 @@ class UsageEventIngestView(APIView):
             "named with its field, and nothing of the batch is written. While the database "
             "is unavailable the answer is 503 `database_unavailable` with Retry-After; after "
             "a 503 or a timeout, send the same batch again: what was recorded comes back as "
-            "`duplicate`."
+            "`duplicate`. On the scaled usage path (the deployment's `USAGE_LOG_URL`) a valid "
+            "batch is answered 202, every event `queued`, once the usage log holds it (the "
+            "store keeps each request id once, so a batch sent again changes nothing); 503 "
+            "`usage_log_unavailable` while the log cannot take it."
         ),
         request=UsageBatchIn,
-        responses={200: UsageBatchOut},
+        responses={200: UsageBatchOut, 202: UsageBatchQueuedOut},
         examples=[
             OpenApiExample("A batch of one", value={"events": [EXAMPLE_EVENT]}, request_only=True),
             OpenApiExample(
@@ -116,6 +121,8 @@ class UsageEventIngestView(APIView):
     )
     def post(self, request):
         events = _parse_events(request)
+        if settings.USAGE_LOG["URL"]:
+            return _queued_response(events)
         try:
             result = usage_record_batch(events=events, source=EventSource.API)
         except BatchRejected as rejected:
@@ -132,6 +139,40 @@ class UsageEventIngestView(APIView):
             "results": results,
         }
         return Response(body, status=status.HTTP_200_OK)
+
+
+class UsageLogUnavailable(exceptions.APIException):
+    """The scaled path's usage log did not acknowledge the batch: nothing
+    of it is taken; send the same batch again (the same events are kept
+    once)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "the usage log is unavailable: send the same batch again shortly"
+    default_code = "usage_log_unavailable"
+    wait = 1
+
+
+def _queued_response(events: list) -> Response:
+    """The scaled path (USAGE_LOG_URL): the batch validated as the ledger
+    validates it (a 400 naming every bad event, nothing published), then
+    published to the usage log and answered 202 once the log holds it.
+    Whether an event was recorded before is settled downstream: the
+    store keeps each (request id, phase) once."""
+    from metering.log.publisher import usage_log_events
+    from serving.records import SinkUnavailable
+
+    try:
+        rows = usage_rows_validate(events=events, source=EventSource.API)
+    except BatchRejected as rejected:
+        return _rejected_response(events, rejected)
+    try:
+        usage_log_events([dict(zip(LEDGER_COLUMNS, row, strict=True)) for row in rows])
+    except SinkUnavailable:
+        raise UsageLogUnavailable() from None
+    results = [
+        {"index": index, "request_id": row[0], "status": "queued"} for index, row in enumerate(rows)
+    ]
+    return Response({"queued": len(rows), "results": results}, status=status.HTTP_202_ACCEPTED)
 
 
 def _rejected_response(events: list, rejected: BatchRejected) -> Response:

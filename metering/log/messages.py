@@ -22,7 +22,7 @@ different records.)"""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -58,37 +58,65 @@ def subject(partition: int) -> str:
 
 
 def partition_of(record: CompletedRequest, partitions: int) -> int:
-    key = record.replica_id if record.replica_id is not None else record.tenant_id
+    return _partition(record.replica_id, record.tenant_id, partitions)
+
+
+def _partition(replica_id, tenant_id, partitions: int) -> int:
+    key = replica_id if replica_id is not None else tenant_id
     return int(key) % partitions
 
 
 def messages(records: Iterable[CompletedRequest], *, partitions: int) -> list[Message]:
-    """One message per partition the records fall in (more when one would
-    pass MAX_PAYLOAD), in partition order."""
-    by_partition: dict[int, list[CompletedRequest]] = {}
-    for record in records:
-        by_partition.setdefault(partition_of(record, partitions), []).append(record)
+    """A gateway's records: one message per partition they fall in (more
+    when one would pass MAX_PAYLOAD), in partition order."""
+    return _messages(
+        (
+            _partition(r.replica_id, r.tenant_id, partitions),
+            f"{r.request_id}\x1f{r.phase}",
+            r.to_bytes(),
+        )
+        for r in records
+    )
+
+
+def event_messages(rows: Iterable[Mapping], *, partitions: int) -> list[Message]:
+    """Events validated by the ledger's validator (the ingestion API's on
+    this path: each a mapping of the ledger's columns, its `source` among
+    them), as messages like a gateway's."""
+    return _messages(
+        (
+            _partition(e["replica_id"], e["tenant_id"], partitions),
+            f"{e['request_id']}\x1f{e['phase']}",
+            orjson.dumps(e, default=str),
+        )
+        for e in rows
+    )
+
+
+def _messages(items: Iterable[tuple[int, str, bytes]]) -> list[Message]:
+    by_partition: dict[int, list[tuple[str, bytes]]] = {}
+    for partition, key, line in items:
+        by_partition.setdefault(partition, []).append((key, line))
     out = []
     for partition in sorted(by_partition):
         out.extend(_encoded(subject(partition), by_partition[partition]))
     return out
 
 
-def _encoded(to: str, records: Sequence[CompletedRequest]) -> list[Message]:
-    lines = [record.to_bytes() for record in records]
-    raw = b"\n".join(lines)
+def _encoded(to: str, items: Sequence[tuple[str, bytes]]) -> list[Message]:
+    raw = b"\n".join(line for _, line in items)
     payload = pa.compress(raw, codec="zstd", asbytes=True)
-    if len(payload) > MAX_PAYLOAD and len(records) > 1:
-        half = len(records) // 2
-        return _encoded(to, records[:half]) + _encoded(to, records[half:])
-    keys = b"\n".join(f"{r.request_id}\x1f{r.phase}".encode() for r in records)
+    if len(payload) > MAX_PAYLOAD and len(items) > 1:
+        half = len(items) // 2
+        return _encoded(to, items[:half]) + _encoded(to, items[half:])
+    keys = "\n".join(key for key, _ in items).encode()
     headers = {
         H_ID: hashlib.blake2b(keys, digest_size=16).hexdigest(),
         H_CODEC: CODEC,
         H_SIZE: str(len(raw)),
-        H_RECORDS: str(len(records)),
+        H_RECORDS: str(len(items)),
     }
-    return [Message(subject=to, payload=payload, headers=headers, records=len(records))]
+    return [Message(subject=to, payload=payload, headers=headers, records=len(items))]
 
 
 def events(payload: bytes, headers: dict[str, str] | None) -> list[dict]:

@@ -13,6 +13,7 @@ records, the same message ids: JetStream keeps one of each)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 import nats
 
 from core.outages import OutageEpisode
-from metering.log.messages import Message, messages
+from metering.log.messages import Message, event_messages, messages
 from metering.log.stream import LogConfig, connect
 from serving.records import CompletedRequest, SinkUnavailable
 
@@ -44,19 +45,19 @@ class Publisher:
 
     def publish(self, records: Sequence[CompletedRequest]) -> None:
         """Every record acknowledged by the log, or SinkUnavailable."""
-        if not records:
-            return
-        out = messages(records, partitions=self.config.partitions)
+        if records:
+            out = messages(records, partitions=self.config.partitions)
+            self.send(out, doing="gateway")
+
+    def send(self, out: list[Message], *, doing: str) -> None:
+        """`out` acknowledged by the log, or SinkUnavailable."""
+        records = sum(m.records for m in out)
         future = asyncio.run_coroutine_threadsafe(self._publish(out), self._loop)
         try:
             future.result(timeout=self.config.publish_timeout * 2 + 5)
         except Exception as exc:
             future.cancel()
-            USAGE_LOG.failed(
-                exc,
-                doing=f"gateway publishing usage records ({len(records)} kept in the spool)",
-                log=logger,
-            )
+            USAGE_LOG.failed(exc, doing=f"{doing} publishing {records} usage records", log=logger)
             raise SinkUnavailable(str(exc)) from exc
         USAGE_LOG.recovered(log=logger)
 
@@ -81,7 +82,8 @@ class Publisher:
 
     def close(self) -> None:
         if self._nc is not None and not self._nc.is_closed:
-            asyncio.run_coroutine_threadsafe(self._nc.drain(), self._loop).result(timeout=10)
+            with contextlib.suppress(Exception):  # a log gone: nothing left to drain
+                asyncio.run_coroutine_threadsafe(self._nc.drain(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
@@ -91,14 +93,27 @@ _publisher_lock = threading.Lock()
 
 
 def publisher() -> Publisher:
-    """The process's one publisher (made on first use)."""
+    """The process's one publisher (made on first use, and again when the
+    settings name another log)."""
     global _publisher
+    config = LogConfig.from_settings()
     with _publisher_lock:
+        if _publisher is not None and _publisher.config != config:
+            _publisher.close()
+            _publisher = None
         if _publisher is None:
-            _publisher = Publisher(LogConfig.from_settings())
+            _publisher = Publisher(config)
         return _publisher
 
 
 def usage_log_sink(records: Sequence[CompletedRequest]) -> None:
     """SERVING_RECORD_SINK on the scaled path."""
     publisher().publish(records)
+
+
+def usage_log_events(rows: Sequence[dict]) -> None:
+    """Events the ingestion API validated (ledger rows as mappings), to the
+    log: acknowledged, or SinkUnavailable (the API answers 503)."""
+    if rows:
+        p = publisher()
+        p.send(event_messages(rows, partitions=p.config.partitions), doing="usage ingestion")

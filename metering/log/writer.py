@@ -306,10 +306,17 @@ class Writer:
 
     def _write(self, partitions: list[_Partition]) -> int:
         close_old_connections()
-        validator = EventValidator(source=EventSource.GATEWAY)
+        # A gateway's records, or events the ingestion API took (their
+        # source says so): each validated as the ledger validates its source's.
+        validators: dict[str, EventValidator] = {}
         rows, seen = [], set()
         for partition in partitions:
             for event, seq in partition.events:
+                source = event.get("source")
+                source = source if source in EventSource.values else EventSource.GATEWAY
+                validator = validators.get(source)
+                if validator is None:
+                    validator = validators[source] = EventValidator(source=source)
                 try:
                     row = validator.row(event)
                 except EventInvalid as exc:

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import time
 
+import orjson
 import pytest
 from django.utils import timezone
 
 from metering.log.publisher import Publisher
 from metering.log.store import RawStore
 from serving.records import CompletedRequest
+from tenants.services import service_key_create
+from tests.conftest import client_for_key
 from tests.fleet import start_gateway, stop_gateway, wait_for_fleet
 from tests.usage_log import (
     Steady,
     log_config,
     log_env,
+    log_settings,
     spooled,
     start_writer,
     stored,
@@ -30,6 +34,7 @@ from tests.usage_log import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
+URL = "/api/v1/usage/events"
 
 
 def test_two_gateways_publish_and_two_writers_store_every_answered_request_once(
@@ -135,4 +140,50 @@ def test_the_same_records_published_twice_are_one_event_and_a_bad_one_is_dead_le
         assert "replica_id: unknown replica 999999" in letter and "dup-102" in letter
     finally:
         publisher.close()
+        writer.stop()
+
+
+def test_the_ingestion_api_on_the_scaled_path_queues_valid_batches_on_the_log(
+    world, nats_cluster, tmp_path, settings
+):
+    """POST /api/v1/usage/events from another serving tier: a bad batch is
+    a 400 naming the field with nothing published; a good one is a 202
+    once the log holds it, and reaches the store as the API's, once, sent
+    twice or not."""
+    store_dir = tmp_path / "store"
+    config = log_config(nats_cluster, store_dir)
+    settings.USAGE_LOG = log_settings(nats_cluster, store_dir)  # as the writer has it
+    writer = start_writer(log_env(nats_cluster, store_dir), "w1", tmp_path)
+    _key, secret = service_key_create(name="edge fleet")
+    reporter = client_for_key(secret)
+    try:
+        wait_for_stream(config)
+        events = [orjson.loads(_record(world, n).to_bytes()) for n in range(3)]
+        events[1]["tenant_id"], events[1]["tenant"] = None, world.tenants["a"].slug
+        bad = [dict(events[0], request_id="bad-1", prompt_tokens=-1)]
+        refused = reporter.post(URL, {"events": [*events, *bad]}, format="json")
+        assert refused.status_code == 400
+        assert refused.json()["error"]["field"] == "events.3.prompt_tokens"
+        assert stream_info(config).state.messages == 0  # nothing of it published
+
+        for _ in range(2):  # the same batch again: kept once
+            queued = reporter.post(URL, {"events": events}, format="json")
+            assert queued.status_code == 202, queued.json()
+            assert queued.json()["queued"] == 3
+            assert {r["status"] for r in queued.json()["results"]} == {"queued"}
+        store = RawStore(str(store_dir), stream="USAGE")
+        wait_for(lambda: store.events().num_rows == 3, timeout=30, what="the batch stored")
+        rows = store.events().to_pylist()
+        assert {r["source"] for r in rows} == {"api"}
+        assert {r["tenant_id"] for r in rows} == {world.tenants["a"].id, world.tenants["b"].id}
+
+        nats_cluster.kill(stream_info(config).cluster.leader)
+        for node in nats_cluster.nodes:
+            if node.alive:
+                nats_cluster.kill(node.name)
+        away = reporter.post(URL, {"events": events}, format="json")
+        assert away.status_code == 503
+        assert away.json()["error"]["code"] == "usage_log_unavailable"
+        assert away["Retry-After"] == "1"
+    finally:
         writer.stop()
