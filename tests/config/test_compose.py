@@ -63,9 +63,12 @@ def compose():
     return cli
 
 
+PROFILES = ["--profile", "gpu", "--profile", "cpu", "--profile", "scale"]
+
+
 def _config(compose, path: Path, *extra: str, env=ENV) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*compose, "-f", str(path), "--profile", "gpu", "--profile", "cpu", "config", *extra],
+        [*compose, "-f", str(path), *PROFILES, "config", *extra],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -81,6 +84,7 @@ def test_compose_validates_and_has_every_service(compose):
     assert set(resolved) == {
         "postgres", "redis", "migrate", "web", "gateway", "worker", "webhooks", "beat",
         "vllm", "register-gpu", "vllm-cpu", "register-cpu",
+        "nats-1", "nats-2", "nats-3", "usage-writer", "dask-scheduler", "dask-worker",
     }  # fmt: skip
     gpu = resolved["vllm"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
@@ -98,6 +102,35 @@ def test_compose_validates_and_has_every_service(compose):
     assert hosts and set(hosts) == {"127.0.0.1"}
 
 
+def test_the_scale_profile_runs_three_nats_nodes_writers_and_dask(compose):
+    """Profile scale: three JetStream nodes routing to each other, two
+    writers sharing a store volume with the Dask worker and the metering
+    job's worker, the scaled path switched on by USAGE_LOG_URL alone."""
+    env = {
+        **ENV,
+        "USAGE_LOG_URL": "nats://nats-1:4222,nats://nats-2:4222,nats://nats-3:4222",
+        "USAGE_DASK_SCHEDULER": "tcp://dask-scheduler:8786",
+    }
+    result = _config(compose, ROOT / "docker-compose.yml", env=env)
+    assert result.returncode == 0, result.stderr
+    resolved = yaml.safe_load(result.stdout)["services"]
+    for n in (1, 2, 3):
+        command = resolved[f"nats-{n}"]["command"]
+        assert "--jetstream" in command and command[command.index("--name") + 1] == f"nats-{n}"
+        assert command[command.index("--routes") + 1].count("nats://") == 3
+    writer = resolved["usage-writer"]
+    assert writer["command"][2:] == ["usage_writer", "--alive-file", "/tmp/alive"]
+    assert writer["deploy"]["replicas"] == 2
+    for name in ("gateway", "worker", "web", "usage-writer", "dask-worker"):
+        assert resolved[name]["environment"]["USAGE_LOG_URL"] == env["USAGE_LOG_URL"], name
+    stores = {
+        name
+        for name, service in resolved.items()
+        if any("/app/var/usage-store" in str(v) for v in service.get("volumes", []))
+    }
+    assert stores == {"usage-writer", "dask-worker", "worker", "web"}
+
+
 def test_the_validator_rejects_a_broken_file(compose, tmp_path):
     broken = tmp_path / "docker-compose.yml"
     text = (ROOT / "docker-compose.yml").read_text()
@@ -112,7 +145,7 @@ def test_services_run_commands_that_exist():
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     commands = [s["command"] for s in services.values() if isinstance(s.get("command"), list)]
     managed = {c[2] for c in commands if c[:2] == ["python", "manage.py"]}
-    assert managed == {"migrate_when_ready", "web", "gateway", "replica_register"}
+    assert managed == {"migrate_when_ready", "web", "gateway", "replica_register", "usage_writer"}
     assert managed <= set(get_commands())
 
 
