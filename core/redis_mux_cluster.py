@@ -167,9 +167,20 @@ class MuxRedisCluster:
         )
 
     async def command(self, *args):
-        """A command without keys, to any master (PING and the like)."""
-        table = await self._slot_table()
-        return await self._node(table[0]).command(*args)
+        """A command to the master of its key's slot (the argument after
+        the command's name: ZREM key member, ...); one without arguments
+        (PING) to any master. A MOVED answer reads the slot map again."""
+        from redis.crc import key_slot
+
+        slot = key_slot(str(args[1]).encode()) if len(args) > 1 else 0
+        for attempt in range(2):
+            table = await self._slot_table()
+            try:
+                return await self._node(table[slot]).command(*args)
+            except RedisReplyError as exc:
+                if attempt or not str(exc).startswith(("MOVED", "ASK")):
+                    raise
+                self._table = None
 
     async def close(self) -> None:
         for node in self._nodes.values():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime, timedelta
 
-from distributed import Client, LocalCluster, as_completed
+from distributed import Client, as_completed
 from django.conf import settings
 
 from metering.log.frames import store_events_frames
@@ -46,7 +46,8 @@ def dask_client(address: str | None = None) -> Client:
     address = address if address is not None else settings.USAGE_LOG["DASK_SCHEDULER"]
     if address:
         return Client(address, timeout=30)
-    return Client(LocalCluster(processes=False, n_workers=1, threads_per_worker=2))
+    # The client owns the in-process cluster: closed with it.
+    return Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None)
 
 
 def replica_attribute(
