@@ -181,6 +181,34 @@ def until(check, *, what: str, timeout: float = 600) -> None:
         time.sleep(0.2)
 
 
+def scaled_parts(cluster: NatsCluster, stream: str, store_dir: Path, db_url: str, root, writers):
+    """A run's own stream and store: its config, `writers` writer
+    processes on them, a publisher and the store to read."""
+    cfg = {**settings.USAGE_LOG, "URL": cluster.url, "STREAM": stream, "STORE_URL": str(store_dir)}
+    env = {
+        "DATABASE_URL": db_url,
+        "USAGE_LOG_URL": cluster.url,
+        "USAGE_LOG_STREAM": stream,
+        "USAGE_STORE_URL": str(store_dir),
+    }
+    config = LogConfig.from_settings(cfg)
+    procs = start_writers(writers, env, root)
+    return config, procs, Publisher(config), RawStore(str(store_dir), stream=stream)
+
+
+def first_publish(publisher: Publisher, records) -> None:
+    """Publish `records` once the writers have made the stream (they do on start)."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            publisher.publish(records)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def stream_delete(config: LogConfig) -> None:
     """Each run its own stream: two streams may not share subjects."""
     import asyncio
@@ -207,32 +235,10 @@ def rows_in(store: RawStore) -> int:
 def scaled_path(records, cluster: NatsCluster, writers: int, root: Path, db_url: str) -> dict:
     stream = f"BENCH{writers}"
     store_dir = root / f"store-{writers}"
-    cfg = {
-        **settings.USAGE_LOG,
-        "URL": cluster.url,
-        "STREAM": stream,
-        "STORE_URL": str(store_dir),
-    }
-    config = LogConfig.from_settings(cfg)
-    env = {
-        "DATABASE_URL": db_url,
-        "USAGE_LOG_URL": cluster.url,
-        "USAGE_LOG_STREAM": stream,
-        "USAGE_STORE_URL": str(store_dir),
-    }
-    procs = start_writers(writers, env, root)
-    publisher = Publisher(config)
-    store = RawStore(str(store_dir), stream=stream)
+    parts = scaled_parts(cluster, stream, store_dir, db_url, root, writers)
+    config, procs, publisher, store = parts
     try:
-        deadline = time.monotonic() + 120
-        while True:  # the writers make the stream
-            try:
-                publisher.publish(records[:1])
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        first_publish(publisher, records[:1])
         time.sleep(8)  # the writers share the partitions out (their leases settle)
         before = cpu_seconds([p.pid for p in procs])
         started, cpu = time.perf_counter(), me()
@@ -282,31 +288,13 @@ def paced_lag(world, cluster: NatsCluster, root: Path, db_url: str, *, seconds, 
     is flushed: how long until it is a row in the store (its commit)."""
     stream = "BENCHLAG"
     store_dir = root / "store-lag"
-    cfg = {**settings.USAGE_LOG, "URL": cluster.url, "STREAM": stream, "STORE_URL": str(store_dir)}
-    config = LogConfig.from_settings(cfg)
-    env = {
-        "DATABASE_URL": db_url,
-        "USAGE_LOG_URL": cluster.url,
-        "USAGE_LOG_STREAM": stream,
-        "USAGE_STORE_URL": str(store_dir),
-    }
-    procs = start_writers(1, env, root)
-    publisher = Publisher(config)
-    store = RawStore(str(store_dir), stream=stream)
+    config, procs, publisher, store = scaled_parts(cluster, stream, store_dir, db_url, root, 1)
     sent = {}
     try:
         template = history_records(
             world, 1, seed=7, start=hour_floor(datetime.now(UTC)) - timedelta(hours=3)
         )[0]
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                publisher.publish([template])
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        first_publish(publisher, [template])
         time.sleep(5)
         per_flush = max(1, int(rate / 10))
         began, n = time.perf_counter(), 0

@@ -74,8 +74,8 @@ class LogConfig:
             storage=StorageType.FILE,
             retention=RetentionPolicy.LIMITS,
             discard=DiscardPolicy.OLD,
-            max_age=float(self.max_age_seconds),
-            duplicate_window=float(DUPLICATE_WINDOW_SECONDS),
+            max_age=float(self.max_age_seconds),  # ok-float: seconds, as nats-py takes them
+            duplicate_window=float(DUPLICATE_WINDOW_SECONDS),  # ok-float: seconds
         )
 
 
