@@ -215,6 +215,21 @@ class LoadingCache:
             if self._drops(key, result, tenant_id):
                 del self._entries[key]
 
+    def expire(self) -> None:
+        """Every entry read again before its next use, but still known: what
+        a lost change notification may have changed (the listener back after
+        a database outage). Unlike `forget()` the entries stay, so the
+        tenants the gateway knows are still told from strangers (their keys
+        spend no address's refusal budget) and, the database away again,
+        still served what was known; a load in flight is used once, not kept."""
+        self._sequence += 1
+        self._forgotten.append((self._sequence, None))
+        del self._forgotten[:-1000]
+        self._refusals.clear()
+        now = time.monotonic()
+        for key, (_, _, result, stale_until) in list(self._entries.items()):
+            self._entries[key] = (now, now, result, stale_until)
+
     def _drops(self, key, result, tenant_id: int | None) -> bool:
         return (
             tenant_id is None

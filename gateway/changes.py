@@ -4,8 +4,9 @@ a budget raised, a key revoked, a price changed) applies to the next
 request, not after the caller cache's TTL, and a change to the fleet (a
 replica registered or down) to the next request, not after the fleet's
 periodic reload. A lost connection is retried every second; on every
-(re)connection everything cached is dropped and the fleet read again,
-since what changed meanwhile was not heard."""
+(re)connection everything cached is read again before its next use (kept,
+not dropped: the tenants known stay known) and the fleet read again, since
+what changed meanwhile was not heard."""
 
 from __future__ import annotations
 
@@ -33,13 +34,16 @@ class ChangesListener:
         self,
         *,
         on_terms: Callable[[int | None], None],
+        on_missed: Callable[[], None],
         on_correction: Callable[[int | None], Awaitable[None]],
         on_fleet: Callable[[], None],
     ) -> None:
-        """`on_terms(tenant id or None for all)`; `on_correction(id, or None
+        """`on_terms(tenant id or None for all)`; `on_missed()`: changes may
+        have gone unheard (read what is cached again); `on_correction(id, or None
         for every correction not applied yet)`; `on_fleet()`: read the
         fleet again."""
         self._on_terms = on_terms
+        self._on_missed = on_missed
         self._on_correction = on_correction
         self._on_fleet = on_fleet
         self.listening = False
@@ -54,7 +58,7 @@ class ChangesListener:
                 async with conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self.listening = True
-                    self._on_terms(None)
+                    self._on_missed()
                     self._on_fleet()
                     await self._on_correction(None)
                     async for note in conn.notifies():

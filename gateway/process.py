@@ -96,6 +96,7 @@ class Gateway:
         self.operator_channel: WorkerChannel | None = None  # what the operator listener asks
         self.changes = ChangesListener(
             on_terms=self._forget,
+            on_missed=self._expire,
             on_correction=self._apply_corrections,
             on_fleet=self._fleet_changed,
         )
@@ -316,6 +317,12 @@ class Gateway:
         tenant's): its keys and terms are read again."""
         self.callers.forget(tenant_id)
         self.terms.forget(tenant_id)
+
+    def _expire(self) -> None:
+        """Changes may have gone unheard: every key and terms read again
+        before its next use (still known meanwhile)."""
+        self.callers.expire()
+        self.terms.expire()
 
     async def _apply_corrections(self, correction_id: int | None) -> None:
         if self.spend is not None:

@@ -240,3 +240,38 @@ def test_a_caller_is_kept_no_longer_than_its_key_lives():
     # Expired: read again at once.
     assert cache.expires_in(caller_of(1, 9, expires_at=clock.time() - 5)) == 0
     assert cache.expires_in(CallerRefused(401, "invalid_api_key", "x").refused) == 60
+
+
+def test_changes_gone_unheard_read_every_key_again_but_the_known_stay_known():
+    """The change listener back after an outage (CI, 2026-12-03: it dropped
+    every entry, so during a flood of unknown keys from their address the
+    known tenants were 429 too_many_invalid_keys): each key is read again
+    before its next use, yet still counts as known meanwhile, and with the
+    database away again it is served as it was."""
+    from django.db import OperationalError
+
+    cache = CallerCache(ttl_seconds=60)
+    state = {"key_id": 2, "down": False}
+    loads = []
+
+    def load(raw):
+        loads.append(raw)
+        if state["down"]:
+            raise OperationalError("connection refused")
+        return caller_of(1, state["key_id"])
+
+    async def scenario():
+        assert (await cache.get("glk_a")).api_key_id == 2
+        state["key_id"] = 3  # a change the listener did not hear
+        cache.expire()
+        assert cache.known("glk_a")
+        assert (await cache.get("glk_a")).api_key_id == 3  # read again, waited for
+        assert (await cache.get("glk_a")).api_key_id == 3 and len(loads) == 2  # then kept
+        cache.expire()
+        state["down"] = True
+        assert (await cache.get("glk_a")).api_key_id == 3  # the database away: as it was
+        cache.forget(1)  # a change heard: the tenant's keys are dropped
+        assert not cache.known("glk_a")
+
+    with mock.patch("gateway.callers.caller_load", load):
+        asyncio.run(scenario())
