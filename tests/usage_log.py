@@ -27,6 +27,7 @@ def log_env(cluster: NatsCluster, store: Path, **extra: str) -> dict[str, str]:
         "USAGE_LOG_PARTITIONS": "4",
         "USAGE_WRITER_LEASE_SECONDS": "3",
         "USAGE_WRITER_COMMIT_SECONDS": "0.5",
+        "USAGE_WRITER_DEAD_LETTER_DIR": str(store.parent / "dead-letter"),
         **extra,
     }
 
@@ -40,6 +41,7 @@ def log_settings(cluster: NatsCluster, store: Path) -> dict:
         "PARTITIONS": 4,
         "LEASE_SECONDS": 3.0,
         "COMMIT_SECONDS": 0.5,
+        "DEAD_LETTER_DIR": str(store.parent / "dead-letter"),
     }
 
 

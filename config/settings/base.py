@@ -347,6 +347,12 @@ USAGE_LOG = {
     # A writer commits what it has every this many seconds, or at this many events.
     "COMMIT_SECONDS": env.float("USAGE_WRITER_COMMIT_SECONDS", default=2.0),
     "COMMIT_EVENTS": env.int("USAGE_WRITER_COMMIT_EVENTS", default=50_000),
+    # Where each writer appends the events the ledger would refuse, whole,
+    # with what is wrong with them (<dir>/<writer id>.jsonl): a local
+    # directory on a volume that outlives the writer, whatever the store is.
+    "DEAD_LETTER_DIR": env(
+        "USAGE_WRITER_DEAD_LETTER_DIR", default=str(VAR_DIR / "usage-dead-letter")
+    ),
     # The Dask distributed scheduler the hours' jobs run on (tcp://host:8786);
     # empty: a cluster of threads inside the process that runs them.
     "DASK_SCHEDULER": env("USAGE_DASK_SCHEDULER", default=""),

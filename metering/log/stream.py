@@ -48,6 +48,7 @@ class LogConfig:
     lease_seconds: float
     commit_seconds: float
     commit_events: int
+    dead_letter_dir: str
 
     @classmethod
     def from_settings(cls, cfg: Mapping | None = None) -> LogConfig:
@@ -64,6 +65,7 @@ class LogConfig:
             lease_seconds=cfg["LEASE_SECONDS"],
             commit_seconds=cfg["COMMIT_SECONDS"],
             commit_events=cfg["COMMIT_EVENTS"],
+            dead_letter_dir=cfg["DEAD_LETTER_DIR"],
         )
 
     def stream_config(self) -> StreamConfig:

@@ -67,6 +67,7 @@ class _Partition:
     committed: int  # the table's position
     read_to: int  # the last sequence read (committed or buffered)
     subscription: object | None = None
+    delivered: int = 0  # the subscription's last consumer sequence
     events: list[tuple[dict, int]] = field(default_factory=list)  # (event, stream seq)
     releasing: bool = False
 
@@ -77,6 +78,7 @@ class WriterStats:
     events: int = 0  # written
     invalid: int = 0  # dead-lettered
     duplicates: int = 0  # a (request id, phase) twice in one commit
+    gaps: int = 0  # deliveries missed (a consumer made again from what was read)
     commits: int = 0
     lost: int = 0  # partitions taken by another writer
 
@@ -87,15 +89,12 @@ class Writer:
         config: LogConfig,
         *,
         writer_id: str | None = None,
-        dead_letter_path: Path | None = None,
         alive_file: Path | None = None,
     ) -> None:
         self.config = config
         self.id = writer_id or f"{socket.gethostname()}-{os.getpid()}"
         self.store = RawStore(config.store_url, stream=config.stream)
-        self.dead_letter_path = dead_letter_path or Path(config.store_url).parent / (
-            "usage-writer-dead-letter.jsonl"
-        )
+        self.dead_letter_path = Path(config.dead_letter_dir) / f"{self.id}.jsonl"
         self.alive_file = alive_file  # touched each pass of the loop (a liveness probe's)
         self.held: dict[int, _Partition] = {}
         self.stats = WriterStats()
@@ -230,6 +229,7 @@ class Writer:
             await self._kv.delete(f"w.{self.id}")
 
     def _unsubscribe(self, partition: _Partition) -> None:
+        partition.delivered = 0  # a new consumer numbers from 1
         if partition.subscription is not None:
             subscription, partition.subscription = partition.subscription, None
             task = asyncio.ensure_future(subscription.unsubscribe())
@@ -264,10 +264,28 @@ class Writer:
             # The consumer's node gone, or the stream electing a leader: a new
             # consumer from what was read, next time round.
             logger.info("usage writer %s: partition %d: %s", self.id, partition.number, exc)
-            partition.subscription = None
+            self._unsubscribe(partition)
             await asyncio.sleep(FETCH_WAIT)
             return
         for message in found:
+            # The consumer numbers what it delivers 1, 2, 3...: one missed (a
+            # pull answered after its wait ran out, a consumer made again on
+            # a new leader) is read again, by a new consumer from the last
+            # stream sequence read, never stepped over.
+            delivered = message.metadata.sequence.consumer
+            if delivered != partition.delivered + 1:
+                self.stats.gaps += 1
+                logger.info(
+                    "usage writer %s: partition %d: delivery %d after %d: read again from %d",
+                    self.id,
+                    partition.number,
+                    delivered,
+                    partition.delivered,
+                    partition.read_to + 1,
+                )
+                self._unsubscribe(partition)
+                return
+            partition.delivered = delivered
             seq = message.metadata.sequence.stream
             if seq <= partition.read_to:
                 continue  # a consumer made again from an older place
@@ -331,14 +349,23 @@ class Writer:
         # The windows and hours these events fall in are marked pending in
         # PostgreSQL first (as the ledger marks them): killed between the
         # two, they are computed again from what the table holds, never
-        # left unmarked over events it holds.
-        with transaction.atomic(), connection.cursor() as cursor:
-            usage_mark_stale(cursor.cursor, [row[: len(LEDGER_COLUMNS)] for row in rows])
+        # left unmarked over events it holds. And marked again once the
+        # commit is in: a metering run that read the table before it (and
+        # would clear the first mark) finds the window marked since, and
+        # leaves it pending (metering.windows compares marked_at).
+        ledger_rows = [row[: len(LEDGER_COLUMNS)] for row in rows]
+        self._mark(ledger_rows)
         self.store.commit(
             table(rows, ingested_at=datetime.now(UTC)),
             {p.number: p.read_to for p in partitions},
         )
+        self._mark(ledger_rows)
         return len(rows)
+
+    @staticmethod
+    def _mark(rows: list[tuple]) -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            usage_mark_stale(cursor.cursor, rows)
 
     def _dead_letter(self, entry: dict) -> None:
         self.stats.invalid += 1

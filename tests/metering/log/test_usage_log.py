@@ -8,6 +8,7 @@ store once, to the token."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import orjson
@@ -136,8 +137,10 @@ def test_the_same_records_published_twice_are_one_event_and_a_bad_one_is_dead_le
         bad[2].replica_id = 999_999
         publisher.publish(bad)
         wait_for(lambda: store.read().num_rows == 44, timeout=30, what="the good four stored")
-        (letter,) = (tmp_path / "usage-writer-dead-letter.jsonl").read_text().splitlines()
+        # In the writer's own file under the dead-letter directory, whole.
+        (letter,) = (tmp_path / "dead-letter" / "w1.jsonl").read_text().splitlines()
         assert "replica_id: unknown replica 999999" in letter and "dup-102" in letter
+        assert json.loads(letter)["record"]["prompt_tokens"] == 11
     finally:
         publisher.close()
         writer.stop()
