@@ -15,9 +15,15 @@ write not confirmed in time (its master died, or is cut off) is sent
 again to whichever master serves the slot after the failover. (A master
 with no replica left, its own promoted away or dead, has none to wait for:
 no failover could lose its writes, its slots would just be down.) WAIT
-holds the connection all callers share, so it waits briefly. Sending a
-spend script twice can only count a charge or a reservation twice (a
-tenant refused early until the next correction), never lose one.
+holds the connection all callers share, so it waits briefly. Sent twice,
+a spend script can only count a charge or a reservation twice (a tenant
+refused early until the next correction), never lose one or give budget
+back twice: the one script that gives back (a slice's draw) carries its
+own id and is done once (billing.spend.accounts).
+
+ASK (a slot migrating between masters while it is resharded) is waited
+out as a failover is, the map read again: reshard with the gateways'
+traffic low, or expect refusals for the slots moving.
 
 URL: redis+cluster://host:port,host:port (any of the nodes; the rest are
 found from them)."""

@@ -292,14 +292,24 @@ return 1
 # A slice (billing.spend.slices) gives back `release` unused and draws what
 # its requests were charged, by hour received, from its lease: spent as a
 # settlement is, the lease shrunk by both (never below nothing), its expiry
-# moved. ARGV: lease id, release, ttl, key seconds, then (hour, actual)
-# pairs. Returns what the lease held before (0: it had expired).
+# moved. ARGV: lease id, release, ttl, key seconds, the draw's id, then
+# (hour, actual) pairs; the last KEY holds the lease's last draw (its id
+# and what it returned). Returns what the lease held before (0: it had
+# expired). A draw sent again (its answer lost, or its master failed over
+# after it ran) returns what it returned the first time and changes
+# nothing: a release is never given back twice.
 _SLICE_LUA = (
     _COMMON_LUA
     + """
 local id, release, ttl, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local op, last = ARGV[5], KEYS[#KEYS]
+local done = redis.call('GET', last)
+if done then
+  local done_op, done_before = string.match(done, '^(%S+) (%d+)$')
+  if done_op == op then return done_before end
+end
 local drawn = release
-for j = 5, #ARGV, 2 do drawn = drawn + tonumber(ARGV[j + 1]) end
+for j = 6, #ARGV, 2 do drawn = drawn + tonumber(ARGV[j + 1]) end
 local before = 0
 for i = 0, #KEYS / 3 - 1 do
   local acc, exp, leases = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
@@ -317,7 +327,7 @@ for i = 0, #KEYS / 3 - 1 do
       redis.call('ZREM', exp, id)
     end
     local cut = tonumber(redis.call('HGET', acc, 'cut') or '0')
-    for j = 5, #ARGV, 2 do
+    for j = 6, #ARGV, 2 do
       local hour, actual = tonumber(ARGV[j]), tonumber(ARGV[j + 1])
       redis.call('HINCRBY', acc, 'spent', int(actual))
       if hour < cut then
@@ -329,6 +339,7 @@ for i = 0, #KEYS / 3 - 1 do
     redis.call('EXPIRE', acc, keep)
   end
 end
+redis.call('SET', last, op .. ' ' .. int(before), 'EX', keep)
 return int(before)
 """
 )
@@ -448,12 +459,16 @@ class RedisSpend:
         release: int,
         settled: dict[int, int],
         ttl: float,  # ok-float: seconds
+        op: str,
     ) -> int:
         """A slice's lease gives back `release` nano-units and draws
         `settled` (epoch hour -> nano-units charged) into spent; returns
-        what the lease held before (0: expired)."""
+        what the lease held before (0: expired). `op` names the draw: sent
+        again with the same `op` (after an error that left it unknown
+        whether it ran), it is done once."""
         keys, _ = self._limits(limits)
-        args = [lease_id, release, ttl, self._key_seconds]
+        keys = [*keys, f"{keys[0].removesuffix(':account')}:draw:{lease_id}"]
+        args = [lease_id, release, ttl, self._key_seconds, op]
         for hour, units in settled.items():
             args += [hour, units]
         return int(await self._redis.run_script(_SLICE, keys, args))

@@ -65,10 +65,15 @@ class _Slice:
     last_draw: float = 0.0
     direct_until: float = 0.0
     topping: asyncio.Future | None = None
+    # A draw sent whose outcome is unknown (an error: it may have run):
+    # (its id, release, charged by hour, charging), sent again as it was
+    # before any other, so that it is done once whatever happened to it.
+    unsent: tuple[str, int, dict[int, int], int] | None = None
 
     @property
     def free(self) -> int:
-        return self.granted - self.holding - self.charging
+        unsent = self.unsent[3] if self.unsent is not None else 0
+        return self.granted - self.holding - self.charging - unsent
 
 
 class SlicedSpend:
@@ -150,6 +155,8 @@ class SlicedSpend:
             self._drawing.cancel()
         for piece in list(self._slices.values()):
             try:
+                if piece.unsent is not None:  # first the draw that failed, then the rest
+                    await self._draw(piece, release=True)
                 await self._draw(piece, release=True)
             except Exception:  # the leases expire
                 logger.warning("could not draw a spend slice at close", exc_info=True)
@@ -205,33 +212,37 @@ class SlicedSpend:
             for key, piece in list(self._slices.items()):
                 idle = not piece.holding and now - piece.last_use > IDLE_SECONDS
                 due = now - piece.last_draw > self._ttl / 4  # keep the lease alive
-                if piece.charging or idle or (due and piece.granted):
+                if piece.charging or piece.unsent or idle or (due and piece.granted):
                     try:
                         await self._draw(piece, release=idle)
                     except Exception:  # Redis away: drawn on a later pass (or corrected)
                         logger.warning("could not draw a spend slice", exc_info=True)
                         continue
-                if idle and not piece.granted and not piece.charging and piece.topping is None:
+                if (
+                    idle
+                    and not (piece.granted or piece.charging or piece.unsent)
+                    and piece.topping is None
+                ):
                     del self._slices[key]
 
     async def _draw(self, piece: _Slice, *, release: bool) -> None:
         """Draw what the slice's requests were charged into the accounts
-        and, with `release`, give its free part back."""
-        charged, piece.charged = piece.charged, defaultdict(int)
-        charging, piece.charging = piece.charging, 0
-        give = max(0, piece.granted - piece.holding - charging) if release else 0
-        piece.granted -= give
-        try:
-            self.redis_calls += 1
-            before = await self.inner.slice_draw(
-                piece.limits, piece.lease_id, release=give, settled=dict(charged), ttl=self._ttl
-            )
-        except BaseException:
-            for hour, units in charged.items():  # drawn next time
-                piece.charged[hour] += units
-            piece.charging += charging
-            piece.granted += give
-            raise
+        and, with `release`, give its free part back. A draw that failed
+        is sent again first, as it was (its id makes it once: an error can
+        come after Redis ran it, a failover can lose it or not); what was
+        charged since waits for the next."""
+        if piece.unsent is None:
+            charged, piece.charged = piece.charged, defaultdict(int)
+            charging, piece.charging = piece.charging, 0
+            give = max(0, piece.granted - piece.holding - charging) if release else 0
+            piece.granted -= give
+            piece.unsent = (uuid.uuid4().hex, give, dict(charged), charging)
+        op, give, charged, charging = piece.unsent
+        self.redis_calls += 1
+        before = await self.inner.slice_draw(
+            piece.limits, piece.lease_id, release=give, settled=charged, ttl=self._ttl, op=op
+        )
+        piece.unsent = None
         piece.last_draw = self._clock()
         # What the lease holds now, as Redis saw it (0 if it expired: the
         # requests in flight on it are no longer backed, and new ones top up).

@@ -183,3 +183,46 @@ def test_a_dead_gateways_slice_expires(prefix, monkeypatch):
         await spend.inner.close()
 
     run(scenario)
+
+
+def test_a_draw_whose_answer_was_lost_is_sent_again_and_done_once(prefix):
+    """A slice's draw ran in Redis but its answer never came (a connection
+    lost, a master failed over after running it): sent again it changes
+    nothing more. Before, the gateway gave its free part back and drew its
+    charges a second time: the charge counted twice and the lease shrunk
+    below what the requests in flight held (their budget no longer backed)."""
+    limits = (Limit(KEY, D(1000)),)
+    hour = epoch_hour(time.time())
+
+    async def scenario():
+        spend = sliced(prefix)
+        spend._drawing = asyncio.get_running_loop().create_future()  # draws driven here
+        assert await spend.reserve(limits, "r0", up("0.05"), ttl=60) is None
+        assert await spend.reserve(limits, "r1", up("0.05"), ttl=60) is None  # in flight
+        await spend.settle([KEY], "r0", units("0.01"), hour=hour)
+        (piece,) = spend._slices.values()
+        draw, lost = spend.inner.slice_draw, []
+
+        async def ran_but_lost(*args, **kwargs):
+            await draw(*args, **kwargs)
+            if not lost:
+                lost.append(True)
+                raise ConnectionError("connection lost before the answer")
+            return await draw(*args, **kwargs)  # and a duplicate delivery besides
+
+        spend.inner.slice_draw = ran_but_lost
+        with pytest.raises(ConnectionError):
+            await spend._draw(piece, release=True)
+        assert piece.free == 0  # nothing admitted on what may be given back
+        await spend._draw(piece, release=True)
+        state = await spend.state(KEY)
+        assert (state.spent, state.reserved) == (D("0.01"), D("0.05"))  # r1 still backed
+        assert piece.granted == units("0.05") and piece.unsent is None
+        await spend.settle([KEY], "r1", units("0.02"), hour=hour)
+        await spend.close()
+        check = RedisSpend(redis_url(), prefix=prefix)
+        state = await check.state(KEY)
+        await check.close()
+        assert (state.spent, state.reserved) == (D("0.03"), D(0))
+
+    run(scenario)
