@@ -11,7 +11,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import render
 
@@ -22,7 +22,7 @@ from billing.reports.request_trace import (
     request_invoice,
     request_invoice_lines,
 )
-from metering.selectors.requests import request_device_seconds, request_get, rollup_of_request
+from metering.selectors.requests import request_device_seconds, request_events, rollup_of_request
 from tenants.access import principal_for_session
 
 
@@ -32,14 +32,19 @@ def request_trace(request, request_id: str):
     if principal is None or (principal.tenant is None and not principal.is_finance):
         raise PermissionDenied
     tenant = principal.tenant  # None: finance staff, every tenant
-    try:
-        event = request_get(tenant=tenant, request_id=request_id)
-    except ObjectDoesNotExist:  # another tenant's, or none
-        raise Http404("no such request") from None
-    windows = sorted(request_device_seconds(tenant=tenant, request_id=request_id).items())
+    # Its rows read once (on the scaled path, from the store's hour or two).
+    events = request_events(tenant=tenant, request_id=request_id)
+    if not events:  # another tenant's, or none
+        raise Http404("no such request")
+    event = events[0]  # a disaggregated request's decode row
+    windows = sorted(
+        request_device_seconds(tenant=tenant, request_id=request_id, events=events).items()
+    )
     device_seconds = sum((seconds for _, seconds in windows), Decimal(0))
     hour = event.received_at.replace(minute=0, second=0, microsecond=0)
-    charge = request_charge(tenant=tenant, event=event, device_seconds=device_seconds)
+    charge = request_charge(
+        tenant=tenant, event=event, device_seconds=device_seconds, events=events
+    )
     invoice = request_invoice(tenant=tenant, event=event)
     context = {
         "event": event,

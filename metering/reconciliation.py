@@ -82,22 +82,12 @@ def reconciliation_compute(
         # workers' rows too, each request once (its prompt by its prefill
         # row, its output by its decode row, as metering.rollups bills them).
         workers = list(Replica.objects.filter(front=replica).values_list("pk", flat=True))
-        behind = Q(replica_id__in=workers)
-        sums = UsageEvent.objects.filter(
-            Q(replica_id__in=[replica.pk, *workers])
-            & Q(ended_at__gt=delta.first_at, ended_at__lte=delta.last_at)
-            # bounds the partitions scanned: no request outlives MAX_REQUEST_SECONDS
-            & Q(received_at__gte=delta.first_at - MAX_REQUEST)
-            & ~Q(status="rejected")
-        ).aggregate(
-            prompt=Sum(
-                Case(When(behind & Q(phase=Phase.DECODE), then=0), default=F("prompt_tokens"))
-            ),
-            generation=Sum(
-                Case(When(behind & Q(phase=Phase.PREFILL), then=0), default=F("completion_tokens"))
-            ),
+        metered = _tokens_ended(
+            replica_ids=[replica.pk, *workers],
+            behind=workers,
+            after=delta.first_at,
+            through=delta.last_at,
         )
-        metered = {k: v or 0 for k, v in sums.items()}
     gap, _ = ReconciliationGap.objects.update_or_create(
         replica=replica,
         start=start,
@@ -112,6 +102,35 @@ def reconciliation_compute(
         },
     )
     return gap
+
+
+def _tokens_ended(
+    *, replica_ids: list[int], behind: list[int], after: datetime, through: datetime
+) -> dict[str, int]:
+    """The tokens of requests on `replica_ids` that ended in (after,
+    through], not refused; `behind` (a frontend's workers) by their prefill
+    row's prompt and their decode row's output. From the ledger, or on the
+    scaled path the raw-event store."""
+    if settings.USAGE_LOG["URL"]:
+        from metering.log.reads import store_tokens_ended
+
+        return store_tokens_ended(
+            replica_ids=replica_ids, behind=behind, after=after, through=through
+        )
+    workers = Q(replica_id__in=behind)
+    sums = UsageEvent.objects.filter(
+        Q(replica_id__in=replica_ids)
+        & Q(ended_at__gt=after, ended_at__lte=through)
+        # bounds the partitions scanned: no request outlives MAX_REQUEST_SECONDS
+        & Q(received_at__gte=after - MAX_REQUEST)
+        & ~Q(status="rejected")
+    ).aggregate(
+        prompt=Sum(Case(When(workers & Q(phase=Phase.DECODE), then=0), default=F("prompt_tokens"))),
+        generation=Sum(
+            Case(When(workers & Q(phase=Phase.PREFILL), then=0), default=F("completion_tokens"))
+        ),
+    )
+    return {k: v or 0 for k, v in sums.items()}
 
 
 def reconciliation_run_hour(*, hour: datetime) -> list[ReconciliationGap]:

@@ -4,6 +4,7 @@ imports metering."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
@@ -15,6 +16,24 @@ from django.utils.module_loading import import_string
 
 # The longest model name a record carries (the usage ledger's column).
 MODEL_NAME_MAX = 200
+# The gateway's request ids: "gw-", its process's random half (16 hex), the
+# epoch hour the request was received in (6 hex) and the process's count
+# (12 hex). The hour lets a request be found by its id alone where raw
+# events are kept by hour (the scaled path's store), opening an hour or two.
+_GATEWAY_ID = re.compile(r"gw-[0-9a-f]{16}([0-9a-f]{6})[0-9a-f]{12}")
+
+
+def gateway_request_id(process: str, *, hour: int, number: int) -> str:
+    """A request id unique across gateway processes (`process`: 16 hex
+    digits, random per process), received in epoch hour `hour`."""
+    return f"gw-{process}{hour:06x}{number:012x}"
+
+
+def request_id_hour(request_id: str) -> int | None:
+    """The epoch hour a gateway's request id says it was received in (None:
+    not one of the gateway's ids, or one from before they said)."""
+    found = _GATEWAY_ID.fullmatch(request_id)
+    return int(found[1], 16) if found else None
 
 
 @dataclass

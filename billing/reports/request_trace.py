@@ -80,15 +80,20 @@ class RequestCharge:
 
 
 def request_charge(
-    *, tenant: Tenant | None, event: UsageEvent, device_seconds: Decimal
+    *,
+    tenant: Tenant | None,
+    event: UsageEvent,
+    device_seconds: Decimal,
+    events: list[UsageEvent] | None = None,
 ) -> RequestCharge:
     """The request's charge, priced where rating prices its hour: the book
     in force for the tenant's tier at the request's hour, its rate card for
     the model, GPU-seconds if the card charges them. Before the plan's
-    discount and any minimum-commitment true-up (invoice-wide lines)."""
+    discount and any minimum-commitment true-up (invoice-wide lines).
+    `events`: the request's rows, when read already."""
     customer = event.tenant
     start, end = tenant_period(tenant=customer, moment=event.received_at)
-    billed = request_billed_tokens(tenant=tenant, request_id=event.request_id)
+    billed = request_billed_tokens(tenant=tenant, request_id=event.request_id, events=events)
     counts = usage_counts(**billed)
     base = RequestCharge(
         currency=customer.billing_currency, period_start=start, period_end=end, tokens=counts

@@ -356,6 +356,10 @@ USAGE_LOG = {
     # The Dask distributed scheduler the hours' jobs run on (tcp://host:8786);
     # empty: a cluster of threads inside the process that runs them.
     "DASK_SCHEDULER": env("USAGE_DASK_SCHEDULER", default=""),
+    # How far back the request trace looks for a request by an id that does
+    # not say its hour (another serving tier's), and the latest requests are
+    # listed from: hours of the store opened. The gateway's ids say theirs.
+    "TRACE_HOURS": env.int("USAGE_TRACE_HOURS", default=24),
 }
 SERVING_RECORD_SINK = env(
     "SERVING_RECORD_SINK",

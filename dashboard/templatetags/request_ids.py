@@ -1,8 +1,9 @@
 """Request ids on pages. `{{ id|request_id_short }}`: short enough for a
 table column, yet telling rows apart: the id's start and its end with the
-middle elided. The gateway's ids are "gw-", its process's random half and a
-count, so ids of one process share all but their last digits: cutting the
-end off (as truncatechars does) shows every row the same."""
+middle elided. The gateway's ids are "gw-", its process's random half, the
+hour and a count (serving.records), so ids of one process share all but
+their last digits: cutting the end off (as truncatechars does) shows every
+row the same."""
 
 from django import template
 
