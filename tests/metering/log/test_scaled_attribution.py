@@ -12,12 +12,27 @@ import os
 import random
 import threading
 from collections import Counter
-from datetime import timedelta
+from datetime import date, timedelta
+from decimal import Decimal
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
+from billing.choices import ReportKind
+from billing.costs.runs import allocation_run_create, allocation_run_execute
+from billing.invoicing.invoices import invoice_draft_build
+from billing.models import (
+    AllocationRun,
+    CostAllocation,
+    FxRate,
+    Invoice,
+    MarginReport,
+    ModelPrice,
+    PriceBook,
+)
+from billing.pricing.periods import tenant_period
+from billing.reports.margin_reports import margin_report_build, margin_report_request
 from metering.choices import EventSource
 from metering.jobs import metering_run
 from metering.ledger import usage_record_batch
@@ -33,6 +48,7 @@ from metering.models import (
 from metering.rollups import hour_floor
 from metering.selectors.slo import slo_figures
 from metering.windows import attribution_windows_due
+from serving.models import Gpu
 from tests.usage_log import (
     history_records,
     log_config,
@@ -46,6 +62,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # CI runs 60,000; SCALED_DIFF_EVENTS=1000000 runs the issue's million
 # (about ten minutes here: the writer takes some 30,000 events a second).
+YEAR = timedelta(days=365)
 EVENTS = int(os.environ.get("SCALED_DIFF_EVENTS", "60000"))
 DERIVED = (
     "metering_requestshares",
@@ -109,6 +126,81 @@ def slo_snapshot(world, start, end) -> dict:
     }
 
 
+def price_books(world) -> None:
+    """A list price in each tenant's currency (rating prices a tenant from
+    a book in its own), and GPUs in service since long before."""
+    Gpu.objects.update(in_service_date=date(2020, 1, 1))
+    today = timezone.now().date()
+    for back in range(3):  # the margin report sums both currencies in USD
+        FxRate.objects.create(
+            base="EUR", quote="USD", date=today - timedelta(days=back), rate=Decimal("1.08")
+        )
+    for currency, scale in (("USD", Decimal(1)), ("EUR", Decimal("0.92"))):
+        book = PriceBook.objects.create(
+            name=f"list {currency}", currency=currency, effective_from=timezone.now() - YEAR
+        )
+        ModelPrice.objects.create(
+            book=book,
+            served_model=world.model,
+            input_per_mtok=Decimal("0.60") * scale,
+            cached_input_per_mtok=Decimal("0.15") * scale,
+            output_per_mtok=Decimal("2.40") * scale,
+        )
+
+
+def money_snapshot(world, start, end) -> dict:
+    """What finance reads of the history: each tenant's draft invoice for
+    every billing period it falls in (lines and totals, in its currency),
+    the hours' allocated GPU cost, and a margin report over them."""
+    invoices = {}
+    for tenant in world.tenants.values():
+        periods = {tenant_period(tenant=tenant, moment=m) for m in (start, end)}
+        for period_start, period_end in sorted(periods):
+            draft, _ = invoice_draft_build(
+                tenant=tenant, period_start=period_start, period_end=period_end
+            )
+            lines = draft.lines.order_by("position").values_list(
+                "kind", "description", "quantity", "unit_price", "amount", "amount_minor"
+            )
+            invoices[(tenant.slug, period_start)] = (
+                draft.currency,
+                draft.subtotal_minor,
+                draft.total_minor,
+                list(lines),
+            )
+    run = allocation_run_execute(
+        run_id=allocation_run_create(start=hour_floor(start), end=hour_floor(end)).pk
+    )
+    assert run.status == "done", run.status
+    allocated = sorted(
+        CostAllocation.objects.values_list(
+            "hour",
+            "tenant_id",
+            "pool_id",
+            "served_model_id",
+            "device_seconds",
+            "capital",
+            "energy",
+            "other_opex",
+            "idle",
+            "total",
+        )
+    )
+    report = margin_report_build(
+        report_id=margin_report_request(
+            kind=ReportKind.ADHOC, start=hour_floor(start), end=hour_floor(end)
+        ).pk
+    )
+    return {"invoices": invoices, "allocated": allocated, "margins": report.tables}
+
+
+def money_clear() -> None:
+    Invoice.objects.filter(status="draft").delete()
+    CostAllocation.objects.all().delete()
+    MarginReport.objects.all().delete()
+    AllocationRun.objects.all().delete()
+
+
 def derived_clear() -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {', '.join(DERIVED)}")
@@ -132,6 +224,13 @@ def test_the_scaled_path_attributes_and_rolls_up_as_the_ledger_does_with_a_dask_
     metering_run(now=later)
     ledger = attribution_snapshot()
     ledger_slo = slo_snapshot(world, start, later)
+    price_books(world)
+    ledger_money = money_snapshot(world, start, later)
+    assert any(inv[2] > 0 for inv in ledger_money["invoices"].values()), ledger_money
+    assert {inv[0] for inv in ledger_money["invoices"].values()} == {"USD", "EUR"}
+    assert sum(row[-1] for row in ledger_money["allocated"]) > 0  # GPU cost, allocated
+    assert ledger_money["margins"].get("tenant"), ledger_money["margins"]
+    money_clear()
     assert any(row["failed"] for row in ledger_slo["tier"]), ledger_slo  # the queue's 429s
     assert len(ledger["windows"]) >= 4 and len(ledger["per_request"]) > EVENTS * 0.9
     assert all(w[-1] == "done" for w in ledger["windows"].values())
@@ -198,4 +297,7 @@ def test_the_scaled_path_attributes_and_rolls_up_as_the_ledger_does_with_a_dask_
     assert sum(r[6] for r in scaled["rollups"]) > 0  # tokens, not an empty match
     # SLA credits are judged by these: read from the store, the same figures.
     assert slo_snapshot(world, start, later) == ledger_slo
+    # Invoices, allocated cost and margins read the rollups in PostgreSQL:
+    # the same to the nano-unit.
+    assert money_snapshot(world, start, later) == ledger_money
     assert len(scaled["load_hours"]) == len(ledger["windows"])
