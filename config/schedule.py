@@ -10,6 +10,9 @@ BEAT_SCHEDULE = {
     "metering-partitions": {"task": "metering.partitions_ensure", "schedule": 6 * 3600.0},
     "metering-conservation": {"task": "metering.conservation_check", "schedule": 3600.0},
     "metering-reconcile": {"task": "metering.reconcile", "schedule": crontab(minute=10)},
+    # The scaled path's raw-event store: closed hours compacted, unreferenced
+    # files vacuumed (a no-op on the ledger's path).
+    "metering-store-maintain": {"task": "metering.store_maintain", "schedule": crontab(minute=20)},
     # After the last hour of yesterday is rolled up (metering runs every minute).
     "billing-allocation-daily": {
         "task": "billing.allocation_daily",

@@ -52,6 +52,25 @@ def reconcile_task() -> int:
     return len(reconciliation_run_hour(hour=timezone.now() - timedelta(hours=1)))
 
 
+@shared_task(
+    name="metering.store_maintain",
+    time_limit=3 * 3600,
+    soft_time_limit=3 * 3600 - 60,
+    ignore_result=True,
+)
+def store_maintain_task() -> int:
+    """Hourly, on the scaled path: the raw-event store's closed hours
+    compacted, its unreferenced files vacuumed (metering.log.maintenance);
+    returns the hours compacted. Nothing on the ledger's path."""
+    from django.conf import settings
+
+    if not settings.USAGE_LOG["URL"]:
+        return 0
+    from metering.log.maintenance import store_maintain
+
+    return len(store_maintain().compacted)
+
+
 @shared_task(name="metering.ledger_archive", time_limit=6 * 3600, ignore_result=True)
 def ledger_archive_task() -> int:
     """Monthly: the raw ledger's months past the retention horizon archived

@@ -360,6 +360,11 @@ USAGE_LOG = {
     # not say its hour (another serving tier's), and the latest requests are
     # listed from: hours of the store opened. The gateway's ids say theirs.
     "TRACE_HOURS": env.int("USAGE_TRACE_HOURS", default=24),
+    # Upkeep (metering.log.maintenance, hourly): files no commit refers to
+    # any more (compacted away) removed once this old; hours older than
+    # STORE_RETENTION_MONTHS deleted (0: kept, the store is the archive).
+    "STORE_VACUUM_HOURS": env.int("USAGE_STORE_VACUUM_HOURS", default=24),
+    "STORE_RETENTION_MONTHS": env.int("USAGE_STORE_RETENTION_MONTHS", default=0),
 }
 SERVING_RECORD_SINK = env(
     "SERVING_RECORD_SINK",
