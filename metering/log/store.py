@@ -81,19 +81,27 @@ class RawStore:
         except TableNotFoundError:
             return None
 
-    def positions(self, partitions: Iterable[int]) -> dict[int, int]:
+    def snapshot(self) -> DeltaTable | None:
+        """The table as it is now (None: not made yet): read positions from
+        it and commit to it, and a commit another writer made to the same
+        partitions meanwhile makes this one fail (CommitFailedError: its
+        application transactions conflict) instead of both landing."""
+        return self._table()
+
+    def positions(self, partitions: Iterable[int], *, snapshot=None) -> dict[int, int]:
         """The last stream sequence the table holds for each log partition (0: none)."""
-        table_ = self._table()
+        table_ = snapshot if snapshot is not None else self._table()
         found = {}
         for partition in partitions:
             version = table_.transaction_version(app_id(self.stream, partition)) if table_ else None
             found[partition] = version or 0
         return found
 
-    def commit(self, data: pa.Table, positions: dict[int, int]) -> None:
-        """The rows and the partitions' new positions, in one atomic commit."""
+    def commit(self, data: pa.Table, positions: dict[int, int], *, snapshot=None) -> None:
+        """The rows and the partitions' new positions, in one atomic commit
+        (on `snapshot`, the table its positions were read from, when given)."""
         write_deltalake(
-            self.url,
+            snapshot if snapshot is not None else self.url,
             data,
             mode="append",
             partition_by=[HOUR],
@@ -143,5 +151,5 @@ class RawStore:
         if hours is not None and not filters[0][2]:
             empty = schema().empty_table()
             return empty.select(columns) if columns else empty
-        dataset = table_.to_pyarrow_dataset(partitions=filters)
+        dataset = table_.to_pyarrow_dataset(file_pruning_predicate=filters)
         return dataset.to_table(columns=columns, filter=where)

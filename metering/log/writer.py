@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import nats
+from deltalake.exceptions import CommitFailedError
 from django.db import close_old_connections, connection, transaction
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysError
@@ -305,14 +306,31 @@ class Writer:
             if partition.renewed < fresh:
                 self._lose(partition, "its lease was not renewed in time")
         ready = [p for p in self.held.values() if p.read_to > p.committed]
+        snapshot = None
         if ready:
-            positions = await asyncio.to_thread(self.store.positions, [p.number for p in ready])
+            # The positions checked and the commit made on one snapshot: a
+            # commit to these partitions by another writer in between fails
+            # ours (their application transactions conflict).
+            snapshot = await asyncio.to_thread(self.store.snapshot)
+            positions = await asyncio.to_thread(
+                self.store.positions, [p.number for p in ready], snapshot=snapshot
+            )
             for partition in ready:
                 if positions[partition.number] != partition.committed:
                     self._lose(partition, "another writer committed to it")
             ready = [p for p in ready if p.number in self.held]
         if ready:
-            written = await asyncio.to_thread(self._write, ready)
+            try:
+                written = await self._renewing(asyncio.to_thread(self._write, ready, snapshot))
+            except CommitFailedError as exc:
+                # Another writer's commit to one of them came first: read them
+                # again from the table (the next pass finds whose they are).
+                logger.warning("usage writer %s: commit refused (%s): read again", self.id, exc)
+                for partition in ready:
+                    partition.events, partition.read_to = [], partition.committed
+                    self._unsubscribe(partition)
+                self._last_commit = time.monotonic()
+                return
             for partition in ready:
                 partition.committed = partition.read_to
                 partition.events = []
@@ -322,7 +340,21 @@ class Writer:
         for partition in [p for p in self.held.values() if p.releasing]:
             await self._release(partition)
 
-    def _write(self, partitions: list[_Partition]) -> int:
+    async def _renewing(self, work):
+        """`work` awaited, the leases held renewed meanwhile (a commit of many
+        events, or a slow store, can outlast half a lease)."""
+        task = asyncio.ensure_future(work)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=self.config.lease_seconds / 4)
+            if done:
+                return task.result()
+            try:
+                for partition in list(self.held.values()):
+                    await self._renew(partition)
+            except (TimeoutError, nats.errors.Error) as exc:
+                USAGE_LOG.failed(exc, doing=f"usage writer {self.id} renewing", log=logger)
+
+    def _write(self, partitions: list[_Partition], snapshot=None) -> int:
         close_old_connections()
         # A gateway's records, or events the ingestion API took (their
         # source says so): each validated as the ledger validates its source's.
@@ -358,6 +390,7 @@ class Writer:
         self.store.commit(
             table(rows, ingested_at=datetime.now(UTC)),
             {p.number: p.read_to for p in partitions},
+            snapshot=snapshot,
         )
         self._mark(ledger_rows)
         return len(rows)
