@@ -100,6 +100,15 @@ class RawStore:
     def commit(self, data: pa.Table, positions: dict[int, int], *, snapshot=None) -> None:
         """The rows and the partitions' new positions, in one atomic commit
         (on `snapshot`, the table its positions were read from, when given)."""
+        self.commit_versions(
+            data,
+            {app_id(self.stream, p): seq for p, seq in positions.items()},
+            snapshot=snapshot,
+        )
+
+    def commit_versions(self, data: pa.Table, versions: dict[str, int], *, snapshot=None) -> None:
+        """The rows and application transactions (app id -> version: how far
+        whoever wrote them has got), in one atomic commit."""
         write_deltalake(
             snapshot if snapshot is not None else self.url,
             data,
@@ -108,8 +117,8 @@ class RawStore:
             writer_properties=WriterProperties(compression="ZSTD", compression_level=3),
             commit_properties=CommitProperties(
                 app_transactions=[
-                    Transaction(app_id=app_id(self.stream, p), version=seq)
-                    for p, seq in sorted(positions.items())
+                    Transaction(app_id=app, version=version)
+                    for app, version in sorted(versions.items())
                 ]
             ),
         )
