@@ -35,12 +35,13 @@ class Stack:
     gateway_port: int
     operator_port: int
     keys: dict[str, str] = field(default_factory=dict)
+    profile: str = "cpu"
 
     # --- compose ---------------------------------------------------------
     def compose(self, *args: str, timeout: float = 600, check: bool = True):
         result = subprocess.run(
             [podman_compose(), "-p", self.project, "-f", str(ROOT / "docker-compose.yml"),
-             "--profile", "cpu", *args],
+             "--profile", self.profile, *args],
             cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
         if check and result.returncode != 0:
@@ -132,12 +133,15 @@ SERVICES = [
 ]  # fmt: skip
 
 
-def stack_up(images: Images, *, project: str) -> Stack:
+def stack_make(images: Images, *, project: str, profile: str = "cpu") -> Stack:
+    """A stack's settings (the project's images, fresh secrets, free ports),
+    nothing started."""
     env = podman_env(
         APP_IMAGE=images.app,
         VLLM_CPU_IMAGE=images.vllm_cpu,
         POSTGRES_IMAGE=images.postgres,
         REDIS_IMAGE=images.redis,
+        NATS_IMAGE=images.nats,
         BASE_IMAGE="localhost/debian-base:bookworm",
         DJANGO_SECRET_KEY=secrets.token_urlsafe(32),
         API_KEY_PEPPER=secrets.token_urlsafe(32),
@@ -146,13 +150,18 @@ def stack_up(images: Images, *, project: str) -> Stack:
     )
     stack = Stack(
         project=project, env=env, web_port=free_port(), gateway_port=free_port(),
-        operator_port=free_port(),
+        operator_port=free_port(), profile=profile,
     )  # fmt: skip
     env.update(
         WEB_PORT=str(stack.web_port),
         GATEWAY_PORT=str(stack.gateway_port),
         GATEWAY_OPERATOR_PUBLISHED_PORT=str(stack.operator_port),
     )
+    return stack
+
+
+def stack_up(images: Images, *, project: str) -> Stack:
+    stack = stack_make(images, project=project)
     stack.compose("down", "-v", "-t", "5", check=False)  # what a killed run left behind
     # In the order depends_on gives, one step at a time: podman 4.3 cannot
     # start a container whose `--requires` reach past its direct

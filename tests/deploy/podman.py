@@ -55,6 +55,7 @@ class Images:
     vllm_cpu: str
     postgres: str
     redis: str
+    nats: str
 
 
 def images_build() -> Images:
@@ -78,4 +79,5 @@ def images_build() -> Images:
         vllm_cpu=f"localhost/gpu-ledger-vllm-cpu:{TAG}",
         postgres=f"localhost/gpu-ledger-postgres:{TAG}",
         redis=f"localhost/gpu-ledger-redis:{TAG}",
+        nats=f"localhost/gpu-ledger-nats:{TAG}",
     )
