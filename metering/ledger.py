@@ -300,6 +300,12 @@ def usage_mark_stale(raw, rows: Iterable[tuple]) -> None:
     (replica, hour) a served request was resident in, from being sent, or
     received, to its end; a rejected request ran nowhere) and the hours
     whose rollups it changes (those, and the hours it was received in)."""
+    usage_stale_mark(raw, usage_stale_of(rows))
+
+
+def usage_stale_of(rows: Iterable[tuple]) -> tuple[list[tuple[int, int]], list[int]]:
+    """What `rows` re-open: their (replica, epoch hour) windows, sorted, and
+    their epoch hours (usage_mark_stale)."""
     spans: set[tuple[int, int, int]] = set()
     hours: set[int] = set()
     for row in rows:
@@ -310,11 +316,16 @@ def usage_mark_stale(raw, rows: Iterable[tuple]) -> None:
             began = row[SENT_AT] or received
             spans.add((replica, moment_epoch_hour(began), moment_epoch_hour(row[ENDED_AT])))
     windows = {(replica, hour) for replica, a, b in spans for hour in range(a, b + 1)}
-    if not hours:
-        return
     hours.update(hour for _, hour in windows)
     # Sorted: concurrent writers touch shared rows in one order.
-    resident = sorted(windows)
+    return sorted(windows), sorted(hours)
+
+
+def usage_stale_mark(raw, stale: tuple[list[tuple[int, int]], list[int]]) -> None:
+    """The windows and hours `usage_stale_of` found marked pending, now."""
+    resident, hours = stale
+    if not hours:
+        return
     raw.execute(
         """
         INSERT INTO metering_attributionwindow
@@ -333,5 +344,5 @@ def usage_mark_stale(raw, rows: Iterable[tuple]) -> None:
         SELECT hour, now() FROM unnest(%s::timestamptz[]) AS hours (hour)
         ON CONFLICT (hour) DO UPDATE SET marked_at = EXCLUDED.marked_at
         """,
-        [[epoch_hour_start(h) for h in sorted(hours)]],
+        [[epoch_hour_start(h) for h in hours]],
     )

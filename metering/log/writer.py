@@ -46,7 +46,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NoKeysEr
 
 from core.outages import OutageEpisode
 from metering.choices import EventSource
-from metering.ledger import usage_mark_stale
+from metering.ledger import usage_stale_mark, usage_stale_of
 from metering.log.messages import MessageInvalid, events, subject
 from metering.log.store import RawStore, table
 from metering.log.stream import LogConfig, connect, leases_bucket, stream_ensure
@@ -385,20 +385,20 @@ class Writer:
         # commit is in: a metering run that read the table before it (and
         # would clear the first mark) finds the window marked since, and
         # leaves it pending (metering.windows compares marked_at).
-        ledger_rows = [row[: len(LEDGER_COLUMNS)] for row in rows]
-        self._mark(ledger_rows)
+        stale = usage_stale_of(row[: len(LEDGER_COLUMNS)] for row in rows)
+        self._mark(stale)
         self.store.commit(
             table(rows, ingested_at=datetime.now(UTC)),
             {p.number: p.read_to for p in partitions},
             snapshot=snapshot,
         )
-        self._mark(ledger_rows)
+        self._mark(stale)
         return len(rows)
 
     @staticmethod
-    def _mark(rows: list[tuple]) -> None:
+    def _mark(stale) -> None:
         with transaction.atomic(), connection.cursor() as cursor:
-            usage_mark_stale(cursor.cursor, rows)
+            usage_stale_mark(cursor.cursor, stale)
 
     def _dead_letter(self, entry: dict) -> None:
         self.stats.invalid += 1
