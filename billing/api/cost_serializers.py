@@ -229,7 +229,7 @@ class UtilizationOut(serializers.Serializer):
     total = serializers.DecimalField(max_digits=28, decimal_places=9)
     unallocated = serializers.DecimalField(max_digits=28, decimal_places=9)
 
-    def get_utilization(self, row) -> float:
+    def get_utilization(self, row) -> float:  # ok-float: a utilization ratio, shown
         ratio = row.busy_seconds / row.capacity_seconds if row.capacity_seconds else 0
         return float(ratio)  # ok-float: a ratio, not money
 

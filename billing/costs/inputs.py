@@ -163,7 +163,7 @@ def reservation_seconds(reservations: pd.DataFrame, *, hours: np.ndarray) -> pd.
         )
     if not parts:
         return pd.DataFrame({"hour": [], "pool_id": [], "tenant": [], "seconds": []}).astype(
-            {"hour": np.int64, "pool_id": np.int64, "tenant": np.int64, "seconds": float}
+            {"hour": np.int64, "pool_id": np.int64, "tenant": np.int64, "seconds": np.int64}
         )
     return pd.concat(parts, ignore_index=True)
 

@@ -194,7 +194,7 @@ def pool_utilization_series(
         .order_by("bucket", "pool__name")
     )
     buckets: list[datetime] = []
-    pct: dict[str, dict[datetime, float]] = {}
+    pct: dict[str, dict[datetime, float]] = {}  # ok-float: utilization percentages, charted
     for row in rows:
         if not buckets or buckets[-1] != row["bucket"]:
             buckets.append(row["bucket"])

@@ -32,7 +32,7 @@ class BudgetState(models.Model):
         return f"{self.tenant} {self.period_start:%Y-%m-%d}: {self.spend} of {self.budget}"
 
     @property
-    def percent(self) -> float:
+    def percent(self) -> float:  # ok-float: a percentage, shown
         return float(self.spend / self.budget * 100) if self.budget else 0.0  # ok-float: display
 
 

@@ -170,7 +170,7 @@ class AllocationRun(RunLifecycle):
         return f"{what} {self.start:%Y-%m-%d %H:00} .. {self.end:%Y-%m-%d %H:00} ({self.status})"
 
     @property
-    def progress(self) -> float:
+    def progress(self) -> float:  # ok-float: a progress fraction
         return self.hours_done / self.hours_total if self.hours_total else 0.0
 
 

@@ -279,7 +279,9 @@ def _csv(tables: dict[str, pd.DataFrame], *, currency: str) -> str:
 
 
 def _csv_cell(value):
-    return fixed_point(value) if isinstance(value, Decimal | float) else value
+    return (
+        fixed_point(value) if isinstance(value, Decimal | float) else value
+    )  # ok-float: a float met is written as a fixed point
 
 
 def _json_row(row: dict) -> dict:

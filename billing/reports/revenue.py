@@ -72,9 +72,9 @@ def revenue_rows(*, start: datetime, end: datetime) -> pd.DataFrame:
     return frame.groupby(["tenant_id", "pool_id", "model"], dropna=False, as_index=False).sum()
 
 
-def _usage(*, start, end) -> dict[int, dict[tuple, dict[str, float]]]:
+def _usage(*, start, end) -> dict[int, dict[tuple, dict[str, float]]]:  # ok-float: weights only
     """tenant -> (pool id, model name) -> token and device-second totals."""
-    out: dict[int, dict[tuple, dict[str, float]]] = defaultdict(dict)
+    out: dict[int, dict[tuple, dict[str, float]]] = defaultdict(dict)  # ok-float: weights only
     rows = usage_by_tenant_pool_model(start=start, end=end)
     names = dict(ServedModel.objects.values_list("pk", "name"))  # cheaper than a join
     for row in rows:
@@ -137,16 +137,16 @@ def _split(placed: dict, amount: int, weights: dict, *, fallback: tuple) -> None
         placed[key] += int(part) if amount >= 0 else -int(part)
 
 
-def _reserved_gpu_hours(tenant, start, end) -> dict[tuple, float]:
-    out: dict[tuple, float] = defaultdict(float)
+def _reserved_gpu_hours(tenant, start, end) -> dict[tuple, float]:  # ok-float: weights only
+    out: dict[tuple, float] = defaultdict(float)  # ok-float: weights only
     for r in Reservation.objects.filter(tenant=tenant, start__lt=end, end__gt=start):
         hours = (min(r.end, end) - max(r.start, start)).total_seconds() / 3600
         out[(r.pool_id, None)] += hours * r.gpu_count
     return out
 
 
-def _dedicated_gpus(tenant) -> dict[tuple, float]:
-    out: dict[tuple, float] = {}
+def _dedicated_gpus(tenant) -> dict[tuple, float]:  # ok-float: weights only
+    out: dict[tuple, float] = {}  # ok-float: weights only
     for pool in Pool.objects.filter(owner=tenant, kind=PoolKind.DEDICATED):
         gpus = Gpu.objects.filter(replicas__pool=pool).distinct().count()
         out[(pool.pk, None)] = float(gpus)  # ok-float: weights only

@@ -101,7 +101,9 @@ class _Account:
     reserved: int = 0
     hours: dict[int, int] = field(default_factory=dict)  # epoch hour -> settled
     # id -> (amount, expiry), in the order they expire
-    leases: dict[str, tuple[int, float]] = field(default_factory=dict)
+    leases: dict[str, tuple[int, float]] = field(
+        default_factory=dict
+    )  # ok-float: a lease's expiry, monotonic seconds
 
 
 class LocalSpend:
@@ -110,8 +112,8 @@ class LocalSpend:
     def __init__(
         self,
         *,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,  # ok-float: clocks
+        wall: Callable[[], float] = time.time,  # ok-float: clocks
     ) -> None:
         self._accounts: dict[str, _Account] = {}
         self._clock = clock

@@ -61,9 +61,9 @@ class _Slice:
     holding: int = 0  # sum of held
     charged: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # hour -> units
     charging: int = 0  # sum of charged, not yet drawn into the accounts
-    last_use: float = 0.0
-    last_draw: float = 0.0
-    direct_until: float = 0.0
+    last_use: float = 0.0  # ok-float: monotonic seconds
+    last_draw: float = 0.0  # ok-float: monotonic seconds
+    direct_until: float = 0.0  # ok-float: monotonic seconds
     topping: asyncio.Future | None = None
     # A draw sent whose outcome is unknown (an error: it may have run):
     # (its id, release, charged by hour, charging), sent again as it was
@@ -81,7 +81,11 @@ class SlicedSpend:
     from this process's slices where they fit."""
 
     def __init__(
-        self, inner: RedisSpend, *, ttl: float | None = None, clock=time.monotonic
+        self,
+        inner: RedisSpend,
+        *,
+        ttl: float | None = None,
+        clock=time.monotonic,  # ok-float: seconds
     ) -> None:
         """`ttl`: how long a slice outlives its gateway (at most SLICE_TTL;
         never longer than a request's own lease, so what a dead gateway

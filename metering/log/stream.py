@@ -43,10 +43,10 @@ class LogConfig:
     partitions: int
     replicas: int
     max_age_seconds: int
-    publish_timeout: float
+    publish_timeout: float  # ok-float: seconds
     store_url: str
-    lease_seconds: float
-    commit_seconds: float
+    lease_seconds: float  # ok-float: seconds
+    commit_seconds: float  # ok-float: seconds
     commit_events: int
     dead_letter_dir: str
 

@@ -64,7 +64,7 @@ USAGE_LOG = OutageEpisode("usage log")
 class _Partition:
     number: int
     revision: int  # of its lease key
-    renewed: float  # monotonic
+    renewed: float  # ok-float: monotonic seconds; monotonic
     committed: int  # the table's position
     read_to: int  # the last sequence read (committed or buffered)
     subscription: object | None = None

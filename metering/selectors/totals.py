@@ -136,7 +136,7 @@ def demand_frame(*, start: datetime, end: datetime) -> pd.DataFrame:
     )
 
 
-def usage_synthetic_share(*, start: datetime, end: datetime) -> float:
+def usage_synthetic_share(*, start: datetime, end: datetime) -> float:  # ok-float: a share, shown
     """The share (0 to 1) of the tokens in [start, end)'s rollups that the
     history generator made (metering.history), 0 with none: how much of
     what a forecast read is demo history rather than traffic."""
@@ -219,7 +219,9 @@ def pool_tenants(*, start: datetime, end: datetime) -> dict[int, set[int]]:
     return out
 
 
-def tenant_token_shares(*, tenant_slug: str, start: datetime, end: datetime) -> dict[tuple, float]:
+def tenant_token_shares(
+    *, tenant_slug: str, start: datetime, end: datetime
+) -> dict[tuple, float]:  # ok-float: shares, weights only
     """A tenant's share of each (pool, model)'s tokens in [start, end)."""
     whole: dict[tuple, int] = {}
     mine: dict[tuple, int] = {}
