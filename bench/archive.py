@@ -26,11 +26,10 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django.setup()
 
-from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from bench.common import PeakRss, report_write  # noqa: E402
+from bench.common import PeakRss, bench_database, report_write  # noqa: E402
 from bench.gateway import bench_tenant  # noqa: E402
 from metering import archive  # noqa: E402
 from metering.models import UsageArchive  # noqa: E402
@@ -108,7 +107,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     sizes = [int(n) for n in args.events.split(",")]
-    call_command("migrate", verbosity=0)
+    bench_database("bench_archive")  # a database of its own, migrated
     tenant, _ = bench_tenant()
     target = Path(tempfile.mkdtemp(prefix="bench-archive-", dir=Path.home()))
     runs = {events: month_archived(events, tenant.pk, target) for events in sizes}

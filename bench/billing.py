@@ -38,7 +38,7 @@ django.setup()
 from django.db import connection, transaction  # noqa: E402
 from django.db.models import Count  # noqa: E402
 
-from bench.common import PeakRss, database_settle, fleet_remove, report_write  # noqa: E402
+from bench.common import PeakRss, bench_database, database_settle, fleet_remove, report_write  # noqa: E402
 from billing.models import (  # noqa: E402
     CreditGrant,
     Invoice,
@@ -392,9 +392,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the data (to study it)")
     parser.add_argument("--reuse", action="store_true", help="invoice data left by --keep")
     args = parser.parse_args()
-    from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
+    bench_database("bench_billing")  # a database of its own, migrated
     if args.reuse:
         invoices_remove()
         rollups = _rollup_rows(EPOCH, MONTH_END)

@@ -38,6 +38,7 @@ class LoadResult:
     # A gateway's event-loop lag over the load, counted by the bounds of
     # gateway.stalls.LAG_BOUNDS_MS (empty: not measured).
     lag_counts: list[int] = field(default_factory=list)
+    first_error: str = ""  # the first failed request's status and body (or exception)
 
     @property
     def throughput(self) -> float:
@@ -58,6 +59,7 @@ class LoadResult:
             lag_counts=[sum(c) for c in zip(*(p.lag_counts for p in parts), strict=True)]
             if all(p.lag_counts for p in parts)
             else [],
+            first_error=next((p.first_error for p in parts if p.first_error), ""),
         )
 
     @property
@@ -103,15 +105,21 @@ async def load(
                 started = time.perf_counter()
                 try:
                     async with session.post(url, data=body) as response:
-                        first = None
-                        async for _chunk in response.content.iter_any():
+                        first, head = None, b""
+                        async for chunk in response.content.iter_any():
                             if first is None:
                                 first = time.perf_counter()
+                            if response.status != 200 and len(head) < 300:
+                                head += chunk
                         if response.status != 200:
                             result.errors += 1
+                            result.first_error = result.first_error or (
+                                f"{response.status} {head[:300].decode(errors='replace')}"
+                            )
                             continue
-                except aiohttp.ClientError:
+                except aiohttp.ClientError as exc:
                     result.errors += 1
+                    result.first_error = result.first_error or repr(exc)
                     continue
                 ended = time.perf_counter()
                 result.ttft_ms.append(((first or ended) - started) * 1000)
@@ -166,8 +174,10 @@ def machine() -> str:
     )
 
 
-def report_write(*, name: str, title: str, command: str, body: str) -> None:
-    """Print the table and replace this benchmark's section in docs/benchmarks.md."""
+def report_write(*, name: str, title: str, command: str, body: str, results=()) -> None:
+    """Print the table and replace this benchmark's section in docs/benchmarks.md;
+    `results` (its arms' LoadResults) must have met no error (arms_check)."""
+    arms_check(results)
     print("\n" + body.strip(), flush=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     section = (
@@ -254,6 +264,45 @@ def database_switch(name: str, *, create: bool = False, template: str | None = N
     connections["default"].close()
     connections["default"].settings_dict["NAME"] = name
     return url
+
+
+def bench_database(name: str) -> str:
+    """This bench on a database of its own (`name`, made afresh and migrated;
+    dropped, and this process back on its own, when it exits), whatever
+    the database `./dev up` or another bench left: a demo's price book or
+    tenants never meet the bench's. Returns its URL for the processes the
+    bench starts (they read it from the connection too)."""
+    import atexit
+
+    from django.core.management import call_command
+    from django.db import connections
+
+    home = connections["default"].settings_dict["NAME"]
+    url = database_switch(name, create=True)
+    call_command("migrate", verbosity=0)
+
+    def back() -> None:
+        database_switch(home)
+        databases_drop(name)
+
+    atexit.register(back)
+    return url
+
+
+class BenchFailed(SystemExit):
+    """A bench whose arms met errors: nothing written."""
+
+
+def arms_check(results) -> None:
+    """Every arm answered without error, or BenchFailed naming each arm
+    that did not and its first error (before anything is written)."""
+    failed = [r for r in results if r.errors]
+    if failed:
+        lines = [
+            f"  {r.label}: {r.errors} of {r.requests} failed; first: {r.first_error}"
+            for r in failed
+        ]
+        raise BenchFailed("the bench's arms met errors, nothing written:\n" + "\n".join(lines))
 
 
 def databases_drop(*names: str) -> None:

@@ -65,10 +65,9 @@ for _name in ("httpx", "httpx2"):
 import httpx  # noqa: E402
 import openai  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from bench.common import report_write  # noqa: E402
+from bench.common import bench_database, report_write  # noqa: E402
 from bench.gpu_engine import GpuEngine  # noqa: E402
 from bench.replica import tiny_replica_start  # noqa: E402
 from bench.step_curve import step_ms  # noqa: E402
@@ -653,7 +652,7 @@ def main() -> None:
     say = lambda msg: print(msg, flush=True)  # noqa: E731
     random.seed(17)
 
-    call_command("migrate", verbosity=0)
+    bench_database("bench_fairness")  # a database of its own, migrated
     secrets = {t: bench_tenant(f"fairbench-{t}") for t in ("light", "heavy", "small", "large")}
     itl_promise_set(args.itl_promise_ms)
     tolerance = os.environ.get("GATEWAY_CONCURRENCY_TOLERANCE")

@@ -32,9 +32,8 @@ django.setup()
 
 import psutil  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 
-from bench.common import LoadResult, paced, report_write  # noqa: E402
+from bench.common import LoadResult, bench_database, paced, report_write  # noqa: E402
 from bench.gateway import (  # noqa: E402
     FAKE_MODEL,
     bench_tenant,
@@ -98,7 +97,7 @@ def main() -> None:
         capture_output=True, text=True,
     ).stdout.strip()  # fmt: skip
 
-    call_command("migrate", verbosity=0)
+    bench_database("bench_gateway_ab")  # a database of its own, migrated
     _tenant, secret = bench_tenant()
     auth = {"Authorization": f"Bearer {secret}"}
     fake, fake_port = fake_upstream(args.tokens)

@@ -25,9 +25,8 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django.setup()
 
-from django.core.management import call_command  # noqa: E402
 
-from bench.common import LoadResult, report_write  # noqa: E402
+from bench.common import LoadResult, bench_database, report_write  # noqa: E402
 from bench.gateway import hop_arms_taking_turns  # noqa: E402
 
 # (label, the gateway's environment) of each gateway arm.
@@ -56,7 +55,7 @@ def main() -> None:
     args = parser.parse_args()
     say = lambda msg: print(msg, flush=True)  # noqa: E731
 
-    call_command("migrate", verbosity=0)
+    bench_database("bench_gateway_hop")  # a database of its own, migrated
     parts = hop_arms_taking_turns(
         list(GATEWAYS),
         name="gateway-hop",

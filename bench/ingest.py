@@ -37,12 +37,13 @@ from pathlib import Path
 
 import django
 
+from bench.common import bench_database
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django.setup()
 
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
@@ -386,7 +387,7 @@ def main() -> None:
     args = parser.parse_args()
     say = lambda msg: print(msg, flush=True)  # noqa: E731
 
-    call_command("migrate", verbosity=0)
+    bench_database("bench_ingest")  # a database of its own, migrated
     cleanup()
     tenants, replicas = bench_fleet()
     rows = []

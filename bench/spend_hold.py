@@ -38,9 +38,8 @@ django.setup()
 
 import psutil  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 
-from bench.common import report_write  # noqa: E402
+from bench.common import bench_database, report_write  # noqa: E402
 from bench.gateway import (  # noqa: E402
     FAKE_MODEL,
     bench_tenant,
@@ -133,7 +132,7 @@ def pricing_loop(card: RateCard, n: int) -> float:
 def in_gateway(requests: int) -> list[str]:
     """Rows of the held arms in a running gateway: its CPU per request,
     reserve's and settle's, and their share of it."""
-    call_command("migrate", verbosity=0)
+    bench_database("bench_spend_hold")  # a database of its own, migrated
     _tenant, secret = bench_tenant()
     arms = {"no budget": secret, **held_tenant_secrets(served_model_ensure(name=FAKE_MODEL))}
     fake, fake_port = fake_upstream(32)

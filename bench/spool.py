@@ -34,10 +34,9 @@ import psutil
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 django.setup()
 
-from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from bench.common import LoadResult, report_write  # noqa: E402
+from bench.common import LoadResult, bench_database, report_write  # noqa: E402
 from bench.gateway import FAKE_MODEL, bench_tenant, hop_arms_taking_turns  # noqa: E402
 from gateway.recorder import Recorder  # noqa: E402
 from gateway.spool import Spool  # noqa: E402
@@ -235,7 +234,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000, help="for the spool alone")
     parser.add_argument("--replay", type=int, default=100_000)
     args = parser.parse_args()
-    call_command("migrate", verbosity=0)
+    bench_database("bench_spool")  # a database of its own, migrated
     work = Path(tempfile.mkdtemp(prefix="bench-spool-", dir=Path.home()))
     print("fdatasync …", flush=True)
     fsyncs = sorted(fsync_latency(work))
