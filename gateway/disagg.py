@@ -33,22 +33,16 @@ from typing import Any, Protocol
 
 import orjson
 
+from gateway.answers import respond_refused
 from gateway.errors import Refused
 from gateway.exchange import Exchange, Rejected
 from gateway.fairness import Slot
 from gateway.fleet import ReplicaInfo, Router
-from gateway.proxy import (
-    Cut,
-    Outcome,
-    UpstreamUnavailable,
-    call_unary,
-    cut_outcome,
-    now,
-    respond_refused,
-)
+from gateway.outcome import Cut, Outcome, UpstreamUnavailable, cut_outcome, now
 from gateway.queueing import ClientGone, QueueWait
 from gateway.recording import Recording
 from gateway.relay import Relay
+from gateway.upstream import call_unary
 from metering.choices import Phase
 from serving.engines import EngineSpec, engine_spec
 

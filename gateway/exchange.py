@@ -12,8 +12,8 @@ if TYPE_CHECKING:
     from gateway.callers import Caller
     from gateway.errors import Refused
     from gateway.fairness import Slot
+    from gateway.outcome import Send
     from gateway.payload import Prepared
-    from gateway.proxy import Send
     from gateway.queueing import ClientWatch, QueueWait
     from gateway.spend import Hold
     from serving.records import CompletedRequest

@@ -12,7 +12,7 @@ Rejected where the request ends:
 - queue (gateway.queueing): the tenant's budget, then a slot on a replica,
   in weighted fair order; with fair queuing off the queue is unbounded and
   the same path goes straight through.
-- dispatch and relay (gateway.proxy): up to two replicas, each through a
+- dispatch and relay (gateway.upstream): up to two replicas, each through a
   slot; a prefill replica runs the request disaggregated (gateway.disagg).
 - record (gateway.recorder): one row for the ledger per request (per phase
   of a disaggregated one), whatever became of it, kept in the durable
@@ -32,6 +32,7 @@ import secrets
 import time
 from collections.abc import Sequence
 
+from gateway.answers import respond_refused
 from gateway.callers import CallerCache, CallerRefused, TermsCache
 from gateway.disagg import disaggregated
 from gateway.errors import Refused
@@ -39,22 +40,15 @@ from gateway.exchange import EndHeld, Exchange, Receive, Rejected
 from gateway.fairness import Slot
 from gateway.fleet import ReplicaInfo, Router
 from gateway.intake import authenticate, parse
+from gateway.outcome import Outcome, Send, UpstreamUnavailable, ms, now
 from gateway.perf_metrics import PerfMetrics
-from gateway.proxy import (
-    Outcome,
-    Send,
-    UpstreamTimeouts,
-    UpstreamUnavailable,
-    ms,
-    now,
-    respond_refused,
-)
 from gateway.queueing import ClientGone, ClientWatch, GatewayQueue, QueueWait, never_fits
 from gateway.recorder import Recorder
 from gateway.recording import Recording
 from gateway.relay import Relay
 from gateway.spend import SpendGuard
 from gateway.telemetry import queue_wait_observe
+from gateway.upstream import UpstreamTimeouts
 from gateway.upstream_http import UpstreamClient
 from metering.choices import Phase
 from serving.choices import ReplicaRole, RequestStatus

@@ -35,6 +35,7 @@ from core.outages import database_outage_report
 from core.redis_clients import limits_redis_url
 from gateway.adaptive import AdaptiveConcurrency
 from gateway.admission import LocalAdmission, RedisAdmission, admission_from_settings
+from gateway.answers import respond, respond_refused
 from gateway.callers import CallerCache, CallerRefused, TermsCache
 from gateway.changes import ChangesListener
 from gateway.errors import error_body
@@ -45,10 +46,10 @@ from gateway.health_checks import HealthChecks
 from gateway.intake import authenticate
 from gateway.operator_channel import WorkerChannel
 from gateway.orm import orm
+from gateway.outcome import Send
 from gateway.payload import ENDPOINTS
 from gateway.perf_metrics import PerfMetrics
 from gateway.pipeline import Pipeline
-from gateway.proxy import Send, respond, respond_refused
 from gateway.queueing import GatewayQueue
 from gateway.recorder import Recorder
 from gateway.spend import SpendGuard

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gateway.answers import respond_refused
 from gateway.callers import Caller
 from gateway.errors import Refused
 from gateway.exchange import Exchange, Rejected
+from gateway.outcome import Outcome, ms, now
 from gateway.perf_metrics import PerfMetrics
-from gateway.proxy import Outcome, ms, now, prompt_counted, respond_refused
+from gateway.prompt_count import prompt_counted
 from gateway.recorder import Recorder
 from gateway.telemetry import queue_wait_observe, request_observe
 from gateway.worker_rows import WorkerOf, worker_rows

@@ -1,6 +1,6 @@
 """The dispatch-and-relay stage: one attempt at one replica, in its
 engine's dialect, its answer relayed to the client as it comes
-(gateway.proxy). Before anything reaches the client a failing replica
+(gateway.upstream). Before anything reaches the client a failing replica
 raises UpstreamUnavailable, and the pipeline tries another."""
 
 from __future__ import annotations
@@ -10,17 +10,9 @@ from dataclasses import replace
 
 from gateway.exchange import Exchange
 from gateway.fleet import ReplicaInfo
+from gateway.outcome import Cut, Outcome, Send
 from gateway.payload import PATHS, extension_unasked
-from gateway.proxy import (
-    Cut,
-    Outcome,
-    Send,
-    UpstreamCall,
-    UpstreamTimeouts,
-    call_collected,
-    call_stream,
-    call_unary,
-)
+from gateway.upstream import UpstreamCall, UpstreamTimeouts, call_collected, call_stream, call_unary
 from gateway.upstream_http import UpstreamClient
 from serving.engines import EngineSpec, engine_spec
 

@@ -49,7 +49,7 @@ from billing.spend.terms import PREPAID, SpendTerms
 from core.calendar import epoch_hour, moment_epoch_hour
 from gateway.errors import Refused
 from gateway.orm import orm
-from gateway.proxy import Cut
+from gateway.outcome import Cut
 
 logger = logging.getLogger(__name__)
 HUNDRED = Decimal(100)

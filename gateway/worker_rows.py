@@ -22,7 +22,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from gateway.fleet import ReplicaInfo
-from gateway.proxy import ms
+from gateway.outcome import ms
 from metering.choices import Phase
 from serving.choices import ReplicaRole
 from serving.engines import WorkerSplit

@@ -186,7 +186,7 @@ def test_a_body_larger_than_the_read_ahead_arrives_whole_and_a_close_reaches_the
 
 
 def test_a_reader_waiting_on_the_body_hears_of_a_close_at_once():
-    """As when a running request is cut (gateway.proxy.Cut): the relay
+    """As when a running request is cut (gateway.outcome.Cut): the relay
     waiting for the next chunk ends then, not at its read timeout."""
 
     async def answer(reader, writer):

@@ -1,5 +1,5 @@
 """The gateway asks vLLM for usage on every chunk and gives the client only
-the usage it asked for (gateway.proxy._usage_as_requested), editing a
+the usage it asked for (gateway.upstream.usage_as_requested), editing a
 relayed block of events in place: every combination, compact JSON as vLLM
 writes it and spaced JSON as other servers may."""
 
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.proxy import (
+from gateway.sse import (
     CHUNK_USAGE,
     EVENT_END,
-    _chunk_usage_removed,
-    _last_usage_event,
-    _usage_as_requested,
+    chunk_usage_removed,
+    usage_as_requested,
+    usage_event_last,
 )
 
 USAGE = {
@@ -63,7 +63,7 @@ def events_of(raw: bytes) -> list[dict | str]:
 )
 def test_the_client_gets_the_usage_it_asked_for(spaced, final, keep_final, keep_chunks):
     raw = block(final=final, spaced=spaced)
-    out = events_of(_usage_as_requested(raw, keep_final=keep_final, keep_chunks=keep_chunks))
+    out = events_of(usage_as_requested(raw, keep_final=keep_final, keep_chunks=keep_chunks))
     given = events_of(raw)
 
     content = [e for e in out if isinstance(e, dict) and e["choices"]]
@@ -98,8 +98,8 @@ def test_a_blocks_usage_is_read_from_its_last_event_that_carries_one(spaced):
         + b"data: [DONE]"
         + EVENT_END
     )
-    assert _last_usage_event(raw) == with_usage
-    assert _last_usage_event(raw[len(with_usage) + len(EVENT_END) :]) is None
+    assert usage_event_last(raw) == with_usage
+    assert usage_event_last(raw[len(with_usage) + len(EVENT_END) :]) is None
 
 
 usage_values = st.dictionaries(
@@ -138,7 +138,7 @@ def test_chunk_usage_is_removed_exactly_as_the_pattern_removes_it(events, spaced
         if after is not None:
             event["after"] = after
         raw += b"data: " + json.dumps(event, separators=separators).encode() + EVENT_END
-    stripped = _chunk_usage_removed(raw)
+    stripped = chunk_usage_removed(raw)
     assert stripped == CHUNK_USAGE.sub(b"", raw)
     for (text, usage, _), event in zip(events, events_of(stripped), strict=True):
         assert event["choices"][0]["delta"]["content"] == text
@@ -147,4 +147,4 @@ def test_chunk_usage_is_removed_exactly_as_the_pattern_removes_it(events, spaced
 
 def test_a_usage_object_cut_short_is_left_as_it_came():
     raw = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":1,"details":{"a":1}'
-    assert _chunk_usage_removed(raw) == raw
+    assert chunk_usage_removed(raw) == raw

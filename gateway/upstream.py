@@ -4,22 +4,45 @@
 Before anything reaches the client, a replica that refuses the connection,
 times out, or answers 5xx raises UpstreamUnavailable so the caller can try
 another. After the response has started, failures end the stream with an
-error event and the usage seen so far is kept."""
+error event and the usage seen so far is kept. What the stream's events
+hold is read by gateway.sse; the answers are written by gateway.answers."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal
-from typing import Any, Protocol
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
 import orjson
 
-from gateway.errors import Refused, error_body, upstream_fault
-from gateway.payload import responses_messages
+from gateway.answers import error_event_send, respond, respond_refused
+from gateway.errors import upstream_fault
+from gateway.outcome import (
+    Cut,
+    Gone,
+    Outcome,
+    Send,
+    UpstreamUnavailable,
+    cut_outcome,
+    describe,
+    now,
+)
+from gateway.sse import (
+    CHUNK_ID,
+    COMPLETION_TOKENS,
+    CONTENT_DELTA,
+    EVENT_END,
+    OUTPUT_DELTA,
+    USAGE_OBJECT,
+    event_data,
+    extension_removed,
+    last_event_with,
+    usage_as_requested,
+    usage_event_last,
+)
 from gateway.unstream import unstreamed, usage_normalized
 from gateway.upstream_http import (
     ConnectFailed,
@@ -29,109 +52,7 @@ from gateway.upstream_http import (
     UpstreamResponse,
 )
 from serving.choices import Engine
-from serving.engines import ENGINES, NO_TIMINGS, EngineSpec, Timings
-
-Send = Callable[[dict], Awaitable[None]]
-EVENT_END = b"\n\n"
-# Byte patterns, so the hot path never parses JSON per chunk. Whitespace
-# tolerant: vLLM writes compact JSON, other OpenAI-compatible servers may not.
-USAGE_OBJECT = re.compile(rb'"usage"\s*:\s*\{')
-USAGE_ONLY = re.compile(rb'"choices"\s*:\s*\[\s*\]')
-COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
-# A Responses API event carrying generated text (output, reasoning, a tool
-# call's arguments): one per token as vLLM streams them (stream interval 1).
-OUTPUT_DELTA = re.compile(rb'"type"\s*:\s*"response\.[a-z_.]*delta"')
-# A chunk's usage object (one level of nesting: prompt_tokens_details),
-# written as an unrolled loop: about five times faster than an alternation
-# tried at every byte (measured on vLLM's chunks, bench/gateway.py).
-CHUNK_USAGE = re.compile(rb',\s*"usage"\s*:\s*\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}')
-# The same written compactly, as vLLM writes it: a pattern that starts with
-# a long literal is looked for by a quick search, not tried at every comma.
-COMPACT_CHUNK_USAGE = re.compile(rb',"usage":\{[^{}]*(?:\{[^{}]*\}[^{}]*)*\}')
-# A chat or completion chunk carrying generated text: one per token as the
-# engines stream them. How a stream is counted when its engine gives no
-# usage on every chunk (its usage comes only at the end).
-CONTENT_DELTA = re.compile(rb'"(?:content|text)"\s*:\s*"(?!")')
-CHUNK_ID = re.compile(rb'"id"\s*:\s*"([^"]*)"')
-ESTIMATED_PROMPT = (
-    "prompt tokens estimated by the gateway: the engine gave no usage before it ended"
-)
-COUNTED_OUTPUT = (
-    "output tokens counted by the chunks streamed: the engine gave no usage before it ended"
-)
-
-
-class Gone(Protocol):
-    """Whether the client went away (gateway.queueing.ClientWatch, or an
-    asyncio.Event)."""
-
-    def is_set(self) -> bool: ...
-
-
-def now() -> datetime:
-    """django.utils.timezone.now() without its settings look-up on every
-    call (USE_TZ is on): the hot path asks the time several times a request."""
-    return datetime.now(UTC)
-
-
-class Cut:
-    """Stops a running request (its GPU-second grant was not renewed,
-    gateway.spend): the refusal its client gets, and the upstream
-    connection closed, which ends vLLM's work on it."""
-
-    def __init__(self) -> None:
-        self.refused: Refused | None = None  # once fired
-        self.fired_at: datetime | None = None
-        self._closers: list[Callable[[], None]] = []
-
-    @property
-    def fired(self) -> bool:
-        return self.refused is not None
-
-    def fire(self, refused: Refused) -> None:
-        self.refused = refused
-        self.fired_at = now()
-        for close in self._closers:
-            close()
-
-    def on_fire(self, close: Callable[[], None]) -> None:
-        if self.fired:
-            close()
-        else:
-            self._closers.append(close)
-
-
-class UpstreamUnavailable(Exception):
-    """Nothing was sent to the client; another replica may be tried.
-    `replica_fault`: the replica failed (it is then marked suspect), not
-    something around it (a disaggregated pool with no decode replica)."""
-
-    def __init__(self, reason: str, *, connection_failed: bool, replica_fault: bool = True) -> None:
-        super().__init__(reason)
-        self.connection_failed = connection_failed
-        self.replica_fault = replica_fault
-
-
-@dataclass
-class Outcome:
-    http_status: int
-    status: str  # ok | aborted | error
-    sent_at: datetime
-    first_token_at: datetime | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
-    timings: Timings = NO_TIMINGS  # the engine's own, where it gave them
-    error: str = ""
-    # When the replica's work on it ended as the gateway saw it (the ledger's
-    # ended_at): the last chunk relayed, the upstream closed on an abort, or
-    # the moment it was cut, however long the relay then took to finish.
-    upstream_ended_at: datetime | None = None
-    # A Responses API request that ended before its usage: the call whose
-    # prompt is still to count (prompt_counted), once its slot is given back.
-    prompt_uncounted: UpstreamCall | None = None
-    # The id the engine gave the answer (its chunks' `id`): TensorRT-LLM's
-    # timings are looked up by it (gateway.perf_metrics).
-    engine_id: str = ""
-    perf_metrics_url: str = ""  # where they are (its replica's /perf_metrics)
+from serving.engines import ENGINES, EngineSpec
 
 
 @dataclass(frozen=True)
@@ -191,12 +112,12 @@ async def _open(call: UpstreamCall) -> tuple[UpstreamResponse, datetime]:
                 read_timeout=call.timeouts.first_byte,
             )
         except (ConnectFailed, TimeoutError) as exc:  # no connection, or silence
-            raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
+            raise UpstreamUnavailable(describe(exc), connection_failed=True) from None
         except Dropped as exc:
             # Dropped before any answer: most often a pooled connection the
             # replica closed as it was reused. Once more, on another.
             if attempt == 2:
-                raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
+                raise UpstreamUnavailable(describe(exc), connection_failed=True) from None
         else:
             if call.cut is not None:
                 call.cut.on_fire(resp.close)  # stopping it closes the connection
@@ -208,25 +129,7 @@ async def _read(resp: UpstreamResponse) -> bytes:
     try:
         return await resp.read()
     except (UpstreamError, TimeoutError) as exc:  # nothing was sent to the client yet
-        raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
-
-
-async def respond(
-    send: Send,
-    status: int,
-    body: bytes,
-    headers: list | None = None,
-    content_type: bytes = b"application/json",
-) -> None:
-    """A whole answer to the client: status, headers and body at once."""
-    start_headers = [(b"content-type", content_type), *(headers or [])]
-    await send({"type": "http.response.start", "status": status, "headers": start_headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def respond_refused(send: Send, refused: Refused, headers: list | None = None) -> None:
-    """A refusal's answer, with what tells the client whether to retry."""
-    await respond(send, refused.status, refused.body(), [*(headers or []), *refused.headers()])
+        raise UpstreamUnavailable(describe(exc), connection_failed=True) from None
 
 
 async def _answer_whole(call: UpstreamCall, resp: UpstreamResponse, raw: bytes) -> None:
@@ -314,68 +217,6 @@ def _prompt_to_count(call: UpstreamCall, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _note(outcome: Outcome, note: str) -> None:
-    outcome.error = f"{outcome.error}; {note}" if outcome.error else note
-
-
-async def prompt_counted(outcome: Outcome) -> Outcome:
-    """A stream that ended before its usage came (aborted, cut): a
-    Responses API request's prompt as vLLM's tokenizer counts it, or, when
-    the replica cannot say or its engine has no such endpoint, as the
-    gateway estimated it (never nothing: a prompt the engine read is
-    billed), the record saying which. Asked once the request has given its
-    replica back: the count is not its work."""
-    call = outcome.prompt_uncounted
-    if call is None:
-        return outcome
-    outcome.prompt_uncounted = None
-    counted = None
-    if call.kind == "responses" and call.engine.vllm_fields:
-        counted = await _responses_prompt_tokens(call)
-        if counted is None:
-            _note(
-                outcome,
-                "prompt tokens estimated by the gateway: the replica's /tokenize did not answer",
-            )
-    elif call.kind != "responses":
-        _note(outcome, f"{ESTIMATED_PROMPT}; {COUNTED_OUTPUT}")
-    else:
-        _note(outcome, ESTIMATED_PROMPT)
-    outcome.usage["prompt_tokens"] = call.prompt_tokens_estimate if counted is None else counted
-    return outcome
-
-
-async def _responses_prompt_tokens(call: UpstreamCall) -> int | None:
-    """The prompt of a Responses API request, counted by the replica's
-    /tokenize (its chat template applied, as vLLM renders the request);
-    None if the replica cannot say."""
-    payload = orjson.loads(call.body)
-    base = call.url.rsplit("/v1/", 1)[0]
-    ask = {
-        "model": payload.get("model"),
-        "messages": responses_messages(payload),
-        "add_generation_prompt": True,
-    }
-    try:
-        async with asyncio.timeout(10):
-            resp = await call.session.request(
-                "POST",
-                f"{base}/tokenize",
-                orjson.dumps(ask),
-                [(b"content-type", b"application/json")],
-                connect_timeout=10,
-                read_timeout=10,
-            )
-            try:
-                if resp.status == 200:
-                    return int(orjson.loads(await resp.read())["count"])
-            finally:
-                resp.release()
-    except (UpstreamError, TimeoutError, KeyError, ValueError, TypeError):
-        pass
-    return None
-
-
 async def _relay(
     resp: UpstreamResponse,
     call: UpstreamCall,
@@ -417,17 +258,17 @@ async def _relay(
                 found = CHUNK_ID.search(out)
                 outcome.engine_id = found.group(1).decode() if found else ""
             if extension and extension in out:
-                extension_event = _last_event_with(out, extension) or extension_event
+                extension_event = last_event_with(out, extension) or extension_event
                 if call.strip is not None:
-                    out = _extension_removed(out, call.strip)
+                    out = extension_removed(out, call.strip)
             if USAGE_OBJECT.search(out):
-                last_usage_event = _last_usage_event(out) or last_usage_event
+                last_usage_event = usage_event_last(out) or last_usage_event
                 if on_output is not None:
                     counts = COMPLETION_TOKENS.findall(last_usage_event)
                     if counts:
                         on_output(int(counts[-1]))
                 if not (keep_final_usage and keep_chunk_usage):
-                    out = _usage_as_requested(
+                    out = usage_as_requested(
                         out, keep_final=keep_final_usage, keep_chunks=keep_chunk_usage
                     )
             if not started:
@@ -459,10 +300,10 @@ async def _relay(
         if cut is not None and cut.fired:
             pass  # we closed it
         elif not started:
-            raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
+            raise UpstreamUnavailable(describe(exc), connection_failed=True) from None
         else:
-            outcome.status, outcome.http_status, outcome.error = "error", 502, _describe(exc)
-            await _send_error_event(
+            outcome.status, outcome.http_status, outcome.error = "error", 502, describe(exc)
+            await error_event_send(
                 send, 502, f"the model server failed mid-stream: {outcome.error}", "upstream_failed"
             )
     _upstream_ended(outcome, cut)
@@ -472,7 +313,7 @@ async def _relay(
             await respond_refused(send, refused, extra_headers)
             _usage_of(outcome, last_usage_event, call, resp, extension_event)
             return outcome
-        await _send_error_event(send, refused.status, refused.message, refused.code)
+        await error_event_send(send, refused.status, refused.message, refused.code)
     if not started:  # an empty 200 stream
         await send(
             {
@@ -488,11 +329,6 @@ async def _relay(
     if counted_by is not None and not outcome.usage:  # ended before its usage: what it streamed
         outcome.usage = {"completion_tokens": deltas}
     return outcome
-
-
-async def _send_error_event(send: Send, status: int, message: str, code: str) -> None:
-    body = b"data: " + error_body(status, message, code=code) + EVENT_END
-    await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
 def _upstream_ended(outcome: Outcome, cut: Cut | None) -> None:
@@ -512,28 +348,12 @@ def _usage_of(
     that carried usage (vLLM's metrics and NIM's stats ride on it), or
     the last that carried the engine's extension (Dynamo's nvext)."""
     if usage_event:
-        data = orjson.loads(_event_data(usage_event))
+        data = orjson.loads(event_data(usage_event))
         response = data.get("response") if isinstance(data.get("response"), dict) else {}
         outcome.usage = usage_normalized(data.get("usage") or response.get("usage") or {})
         outcome.timings = call.engine.timings(data, resp.headers)
-    if extension_event and (found := _event_data(extension_event)) is not None:
+    if extension_event and (found := event_data(extension_event)) is not None:
         outcome.timings = call.engine.timings(orjson.loads(found), resp.headers)
-
-
-def _event_data(event: bytes) -> bytes | None:
-    """The JSON of a server-sent event's data line (after an `event:` line,
-    as the Responses API names its events), or None."""
-    head, sep, data = event.partition(b"data: ")
-    if not sep or (head and not head.endswith(b"\n")) or not data.startswith(b"{"):
-        return None
-    return data
-
-
-def cut_outcome(outcome: Outcome, cut: Cut) -> Refused:
-    refused = cut.refused
-    outcome.status, outcome.http_status = "aborted", refused.status
-    outcome.error = f"{refused.code}: {refused.message}"
-    return refused
 
 
 async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
@@ -564,7 +384,7 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
                 if counted_by is not None:
                     deltas += len(counted_by.findall(complete))
                 for event in complete.split(EVENT_END):
-                    raw_data = _event_data(event)
+                    raw_data = event_data(event)
                     if raw_data is not None:
                         data = orjson.loads(raw_data)
                         if "error" in data:
@@ -580,7 +400,7 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
                         call.on_output(deltas)
         except (UpstreamError, TimeoutError) as exc:
             if call.cut is None or not call.cut.fired:
-                raise UpstreamUnavailable(_describe(exc), connection_failed=True) from None
+                raise UpstreamUnavailable(describe(exc), connection_failed=True) from None
         _upstream_ended(outcome, call.cut)
     finally:
         resp.release()
@@ -604,79 +424,3 @@ async def call_collected(call: UpstreamCall, *, kind: str) -> Outcome:
         return outcome
     await respond(call.send, 200, orjson.dumps(answer.answer()), call.extra_headers)
     return outcome
-
-
-def _last_event_with(block: bytes, marker: bytes) -> bytes | None:
-    """The block's last event holding `marker`."""
-    at = block.rfind(marker)
-    if at < 0:
-        return None
-    before = block.rfind(EVENT_END, 0, at)
-    stop = block.find(EVENT_END, at)
-    return block[0 if before < 0 else before + len(EVENT_END) : len(block) if stop < 0 else stop]
-
-
-def _extension_removed(block: bytes, name: str) -> bytes:
-    """The block with every event's `name` object taken out (two levels
-    of objects deep at most: Dynamo's nvext {worker_id: {..}, timing: {..}})."""
-    pattern = _EXTENSIONS.get(name)
-    if pattern is None:
-        pattern = _EXTENSIONS[name] = re.compile(
-            rb',\s*"' + re.escape(name.encode()) + rb'"\s*:\s*\{(?:[^{}]|\{[^{}]*\})*\}'
-        )
-    return pattern.sub(b"", block)
-
-
-_EXTENSIONS: dict[str, re.Pattern] = {}
-
-
-def _last_usage_event(block: bytes) -> bytes | None:
-    """The block's last event carrying a usage object, looked for from the
-    end (most often its last event): the block is not split apart."""
-    end = len(block)
-    while (at := block.rfind(b'"usage"', 0, end)) >= 0:
-        before = block.rfind(EVENT_END, 0, at)
-        start = 0 if before < 0 else before + len(EVENT_END)
-        stop = block.find(EVENT_END, at)
-        event = block[start : len(block) if stop < 0 else stop]
-        if _event_data(event) is not None and USAGE_OBJECT.search(event):
-            return event
-        end = start
-    return None
-
-
-def _chunk_usage_removed(block: bytes) -> bytes:
-    block = COMPACT_CHUNK_USAGE.sub(b"", block)
-    return CHUNK_USAGE.sub(b"", block) if b'"usage"' in block else block
-
-
-def _usage_as_requested(block: bytes, *, keep_final: bool, keep_chunks: bool) -> bytes:
-    """The gateway always asks vLLM for usage on every chunk (to bill aborts);
-    the client gets only what it asked for: the final usage-only chunk with
-    include_usage, usage on content chunks with continuous_usage_stats.
-    The block's events are edited in place, not split apart: a stream's
-    blocks pass here chunk after chunk (the hot path)."""
-    # The usage-only chunk is the stream's last before [DONE] (OpenAI's
-    # stream_options): the block's last "choices", if anywhere.
-    at = block.rfind(b'"choices"')
-    final = USAGE_ONLY.match(block, at) if at >= 0 else None
-    if final is None:  # content chunks only (all but the stream's end)
-        return block if keep_chunks else _chunk_usage_removed(block)
-    start = block.rfind(EVENT_END, 0, final.start())
-    start = 0 if start < 0 else start + len(EVENT_END)
-    end = block.find(EVENT_END, final.end())
-    end = len(block) if end < 0 else end + len(EVENT_END)
-    head, tail = block[:start], block[end:]
-    if not keep_chunks:
-        head, tail = _chunk_usage_removed(head), _chunk_usage_removed(tail)
-    return head + (block[start:end] if keep_final else b"") + tail
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "timed out waiting for the model server"
-    return f"{type(exc).__name__}: {exc}"[:300]
-
-
-def ms(value: Any) -> Decimal | None:
-    return None if value is None else Decimal(str(value)).quantize(Decimal("0.001"))

@@ -8,7 +8,8 @@ import asyncio
 import json
 
 from gateway.errors import Refused
-from gateway.proxy import Cut, UpstreamCall, UpstreamTimeouts, call_stream
+from gateway.outcome import Cut
+from gateway.upstream import UpstreamCall, UpstreamTimeouts, call_stream
 from gateway.upstream_http import UpstreamClient
 from tests.gateway.fake_upstream import FakeUpstream
 
@@ -97,7 +98,8 @@ def test_an_aborted_response_whose_prompt_the_replica_cannot_count_bills_the_est
     from django.utils import timezone
 
     from core.processes import free_port
-    from gateway.proxy import Outcome, prompt_counted
+    from gateway.outcome import Outcome
+    from gateway.prompt_count import prompt_counted
 
     async def go():
         async with UpstreamClient(keepalive_seconds=4) as session:
