@@ -169,7 +169,7 @@ class FxRateForm(forms.ModelForm):
 
 @admin.register(FxRate)
 class FxRateAdmin(admin.ModelAdmin):
-    """Dated FX rates margin reports convert revenue with (billing.reports.fx); a
+    """Dated FX rates margin reports convert revenue with (billing.fx); a
     file of reference rates goes in with `manage.py fx_rates_import`."""
 
     formfield_overrides = PLAIN_DECIMALS

@@ -13,12 +13,12 @@ from billing.costs.runs import allocation_run_create, allocation_run_execute
 from billing.invoicing.reproduction import reproduction_check
 from billing.invoicing.runs import invoice_run_create, invoice_run_execute
 from billing.models import AllocationRun, InvoiceRun, MarginReport
-from billing.notices import slo_breaches_emit
 from billing.payments.stripe_api import TRANSIENT_ERRORS
 from billing.payments.sync import invoice_stripe_sync, invoices_awaiting_sync
 from billing.queueing import INVOICE_STRIPE_SYNC_TASK
 from billing.reports.margin_reports import margin_report_build, margin_report_request, report_period
 from billing.runs import run_enqueue, run_task, runs_abandoned_fail
+from billing.sla.notices import slo_breaches_emit
 from billing.spend.budgets import budgets_check
 from billing.spend.corrections import spend_corrections_write
 

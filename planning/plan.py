@@ -17,8 +17,8 @@ import numpy as np
 
 from billing.choices import SloMetric
 from billing.errors import FxError
+from billing.fx import FxTable, reporting_currency
 from billing.pricing.rating import price_books
-from billing.reports.fx import FxTable, reporting_currency
 from billing.reports.margins import margin_data
 from billing.sla.compliance import Compliance, sla_credits
 from billing.sla.policies import slo_policies_at, slo_policies_load

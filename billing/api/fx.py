@@ -1,5 +1,5 @@
 """FX rates for finance staff: list them, enter one, or enter many at once
-(all or nothing). Margin reports convert revenue with them (billing.reports.fx)."""
+(all or nothing). Margin reports convert revenue with them (billing.fx)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.errors import BillingInputError
-from billing.models import FxRate
-from billing.models.fx import FX_RATE
-from billing.reports.fx_rates import (
+from billing.fx_rates import (
     FxRow,
     FxRowError,
     fx_code_parse,
     fx_rate_parse,
     fx_rates_save,
 )
+from billing.models import FxRate
+from billing.models.fx import FX_RATE
 from core.api_decimal import PlainDecimalField
 from core.api_errors import validated
 from core.api_query import QueryIn

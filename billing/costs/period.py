@@ -8,7 +8,7 @@ Currency. Cost is booked in the reporting currency. A GPU priced, or a
 rate entered, in another currency is costed in its own currency first (the
 cost model is linear in money: one pass per currency, each with only that
 currency's facts) and converted at the rate of each hour's UTC day, the
-same dated rates revenue is converted at (billing.reports.fx: stored,
+same dated rates revenue is converted at (billing.fx: stored,
 inverse or cross; none within a week before: the run fails naming the pair
 and the day). Each pool-hour keeps, beside its converted cost, what of it
 was in each other currency and the rate used."""
@@ -42,8 +42,8 @@ from billing.costs.inputs import (
     reservations_overlapping,
 )
 from billing.costs.rates import RateScope, rate_arrays, rates_in_force
+from billing.fx import FxTable, reporting_currency
 from billing.models import CostScenario
-from billing.reports.fx import FxTable, reporting_currency
 from core.nanos import from_nano
 from metering.selectors.totals import usage_device_frame
 from serving.choices import IdleCostPolicy, PoolKind

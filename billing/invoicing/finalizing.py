@@ -30,9 +30,10 @@ from billing.choices import InvoiceStatus, StripeSync
 from billing.errors import BillingInputError, InvoicePeriodOpenError, TaxRateMissingError
 from billing.invoicing.credits import credits_plan
 from billing.invoicing.lines import LineDraft, credit_line
+from billing.invoicing.notices import invoices_moved_emit
 from billing.models import CreditApplication, Invoice, InvoiceLine, InvoiceRun, Issuer
-from billing.notices import credit_low_check, invoices_moved_emit
 from billing.queueing import invoice_sync_enqueue
+from billing.spend.notices import credit_low_check
 from billing.spend.wallet import wallet_balances_many
 from billing.tax.rules import Treatment
 from core.changes import terms_changed_of

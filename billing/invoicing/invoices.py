@@ -39,6 +39,7 @@ from billing.invoicing.finalizing import (
 )
 from billing.invoicing.late_usage import EarlierPeriods, earlier_periods, late_usage_lines
 from billing.invoicing.lines import LineDraft, lines_from_charges
+from billing.invoicing.notices import invoice_event_emit
 from billing.invoicing.sla_credits import SlaReads, sla_credit_lines, sla_reads
 from billing.models import (
     CreditApplication,
@@ -48,7 +49,6 @@ from billing.models import (
     InvoiceRun,
     Issuer,
 )
-from billing.notices import invoice_event_emit
 from billing.pricing.periods import tenant_period
 from billing.pricing.rating import TenantInputs, charges_compute, rating_inputs, rating_session
 from billing.queueing import invoice_sync_enqueue

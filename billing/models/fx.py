@@ -19,7 +19,7 @@ FX_RATE = {"max_digits": 24, "decimal_places": 12}
 class FxRate(models.Model):
     """One reference rate: on `date`, 1 `base` = `rate` `quote` (EUR/USD
     1.08 means one euro buys 1.08 dollars). One row per pair and day; the
-    reverse pair and crosses are derived where needed (billing.reports.fx)."""
+    reverse pair and crosses are derived where needed (billing.fx)."""
 
     base = CurrencyField()
     quote = CurrencyField()

@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from billing.choices import INVOICE_TRANSITIONS, InvoiceStatus
 from billing.invoicing.invoices import invoice_transition
+from billing.invoicing.notices import invoice_event_emit
 from billing.models import Invoice, StripeEvent
-from billing.notices import invoice_event_emit
 from billing.payments import stripe_api
 from billing.payments.customers import stripe_customer_unlink
 from webhooks.choices import EventType

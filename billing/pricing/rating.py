@@ -9,7 +9,7 @@ priced the earlier tokens, so a price change mid-month keeps the volume.
 Currency (invariant 8). A tenant is rated in its billing currency: from a
 book in that currency where its tier has one in force, else from the
 book's prices converted at the period's average dated rate (the rate
-margin reports convert revenue at, billing.reports.fx), each such line
+margin reports convert revenue at, billing.fx), each such line
 naming the rate. A plan's commitment is converted the same way. No rate
 for the pair and a day of the period: FxRateMissingError, naming them;
 never 1:1.
@@ -34,12 +34,12 @@ from itertools import pairwise
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from billing.fx import FxConversion, fx_period_rate
 from billing.models import ModelPrice, PriceBook, Subscription
 from billing.pricing.charge import Charge
 from billing.pricing.periods import subscriptions_at, subscriptions_during
 from billing.pricing.plan_charges import charges_plan, charges_plans
 from billing.pricing.rate_card import MILLION, RateCard, card_pieces, usage_counts
-from billing.reports.fx import FxConversion, fx_period_rate
 from core.calendar import month_hours, month_start, months_add
 from metering.selectors.rating import usage_by_stretch
 from serving.choices import PoolKind

@@ -20,6 +20,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from billing.costs.gpu_days import GpuDay, gpu_day_costs
+from billing.fx import reporting_currency
 from billing.invoicing.invoices import issuer_default
 from billing.reports.focus_columns import (
     COMMITMENT_COLUMNS,
@@ -29,7 +30,6 @@ from billing.reports.focus_columns import (
     focus_tags,
     focus_time,
 )
-from billing.reports.fx import reporting_currency
 from core.calendar import months_add
 from serving.models import Pool
 

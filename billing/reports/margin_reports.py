@@ -15,7 +15,7 @@ the current hour's start (allocation books no hour before it is over), so
 revenue is divided by the time elapsed (the current hour by its elapsed
 part) and cost by the whole hours booked.
 
-Amounts are in the reporting currency (billing.reports.fx, billing.reports.margins). A
+Amounts are in the reporting currency (billing.fx, billing.reports.margins). A
 rate that is missing fails the report with a message naming the currency
 pair and the day."""
 

@@ -23,7 +23,7 @@ with margin %, tokens, cost per million tokens and, where capacity is
 known (tier and pool), GPU-hours, utilization and revenue per GPU-hour.
 `previous` adds the same figures for the period before (month over month).
 
-Currency: every amount is in the reporting currency (billing.reports.fx). Revenue
+Currency: every amount is in the reporting currency (billing.fx). Revenue
 billed in another currency (the tenant's billing currency, the currency of
 its invoices) is converted at the period's average rate, once per (tenant,
 pool, model) row, rounded half-even to a nano-unit; levels sum converted
@@ -45,8 +45,8 @@ import pandas as pd
 from django.db.models import Sum
 
 from billing.costs.selectors import cost_allocation_summary, cost_currency_check
+from billing.fx import FxConversion, fx_convert_nano, fx_period_rate, reporting_currency
 from billing.models import PoolHourCost
-from billing.reports.fx import FxConversion, fx_convert_nano, fx_period_rate, reporting_currency
 from billing.reports.revenue import revenue_rows
 from core.nanos import NANO
 from metering.selectors.totals import usage_tokens_by_tenant_pool_model

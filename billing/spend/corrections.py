@@ -1,5 +1,5 @@
 """The ledger corrects the gateway's fast spend accounts, and tells a
-prepaid tenant its credit is running low (billing.notices.credit_low_check)
+prepaid tenant its credit is running low (billing.spend.notices.credit_low_check)
 from the same figures.
 
 The gateway counts what each request's tokens cost as it settles; the
@@ -28,7 +28,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing.models import Plan, SpendCorrection
-from billing.notices import credit_low_check
+from billing.spend.notices import credit_low_check
 from billing.spend.terms import PREPAID, account_spend, spend_terms
 from core.changes import correction_written
 from metering.rollups import hour_floor

@@ -539,7 +539,7 @@ BILLING = {
     "LATE_USAGE_PERIODS": env.int("BILLING_LATE_USAGE_PERIODS", default=3),
 }
 # The one currency of margin reports and the finance pages (ISO 4217): revenue
-# billed in other currencies is converted at dated FX rates (billing.reports.fx);
+# billed in other currencies is converted at dated FX rates (billing.fx);
 # GPU cost and cost rates must be entered in it.
 REPORTING_CURRENCY = env("REPORTING_CURRENCY", default="USD").strip().upper()
 # Without a key invoices stay local and show "not synced".

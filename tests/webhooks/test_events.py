@@ -18,7 +18,7 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from billing.invoicing.invoices import invoice_draft_build, invoice_finalize
 from billing.models import Plan, Subscription
-from billing.notices import slo_breaches_emit
+from billing.sla.notices import slo_breaches_emit
 from billing.spend.budgets import budget_check
 from billing.spend.corrections import spend_corrections_write
 from billing.spend.wallet import credit_grant_create
@@ -78,7 +78,7 @@ def test_an_invoice_finalized_reaches_its_tenants_and_the_operators_endpoints_si
     assert Delivery.objects.filter(status="succeeded").count() == 2
 
     # Emitting the same thing again (a job run twice) is no event at all.
-    from billing.notices import invoice_event_emit
+    from billing.invoicing.notices import invoice_event_emit
     from webhooks.choices import EventType
 
     invoice_event_emit(invoice, EventType.INVOICE_FINALIZED)

@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from billing.reports.fx_rates import FxRowError, fx_csv_rows, fx_rates_save
+from billing.fx_rates import FxRowError, fx_csv_rows, fx_rates_save
 
 
 class Command(BaseCommand):

@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 
 from billing.choices import ReportKind, RunStatus
 from billing.errors import FxRateMissingError
+from billing.fx import FxTable
 from billing.models import FxRate
-from billing.reports.fx import FxTable
 from billing.reports.margin_reports import margin_report_build, margin_report_request
 from tests.conftest import client_for_key, client_for_user
 from tests.factories import make_finance_user, make_key, make_tenant
