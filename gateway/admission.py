@@ -1,4 +1,4 @@
-"""Admission: per-tenant max concurrency, in-flight token budget (prompt
+"""Admission: per-tenant max concurrency, in-flight tokens (prompt
 estimate + max_tokens of every request in flight), requests/min and
 tokens/min. Two implementations with the same semantics:
 
@@ -50,7 +50,7 @@ POLL_SECONDS = 0.04
 
 
 class ReleaseSignal:
-    """Wakes whoever waits on a tenant's budget when one of its requests
+    """Wakes whoever waits on a tenant's limits when one of its requests
     ends in this process. Releases are numbered per tenant, so a release
     between a refusal and the wait is not missed."""
 

@@ -307,10 +307,10 @@ def _bounded_put(entries: dict, key, entry, limit: int) -> None:
     entries[key] = entry
 
 
-class RefusalBudget:
+class RefusalBucket:
     """Per client address, how many unknown keys it may have looked up: a
     token bucket (`per_second`, up to `burst`), spent by each lookup that
-    was refused. An address out of budget is refused without a lookup
+    was refused. An address whose bucket is empty is refused without a lookup
     (issue 60: every key-shaped junk key cost a database query). Bounded:
     the `addresses` most recently refused are remembered."""
 
@@ -335,7 +335,7 @@ class CallerCache(LoadingCache):
     def __init__(self, **options) -> None:
         super().__init__(**options)
         self.used_at: dict[int, float] = {}  # api key id -> last use (epoch seconds)
-        self.refusals = RefusalBudget()
+        self.refusals = RefusalBucket()
 
     def known(self, key: str) -> bool:
         """Whether `key` is a live entry (a known tenant's, served from memory)."""

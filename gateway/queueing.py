@@ -1,12 +1,12 @@
-"""A request's wait at the gateway: first for its tenant's budget, then for
+"""A request's wait at the gateway: first for its tenant's limits, then for
 a slot on a replica (gateway/fairness.py).
 
 With GATEWAY["FAIR_QUEUING"] (the default) the gateway holds the queue:
 each replica gets at most its `max_inflight` requests from the gateways
 together, the rest wait here in weighted fair order, and a request over its
-tenant's concurrency budget waits instead of being refused. Off, the same
+tenant's concurrency limit waits instead of being refused. Off, the same
 path runs through an unbounded fair queue: every admitted request goes
-straight to a replica (vLLM queues what it cannot batch), a budget refuses
+straight to a replica (vLLM queues what it cannot batch), a limit refuses
 at once, and nothing is recorded as queued (the benchmark's pass-through
 arm).
 
@@ -26,7 +26,7 @@ from the same measurement on it (or its max_num_seqs).
 
 The waits, with fair queuing on:
 
-- Budget: a request over its tenant's concurrency or in-flight token limit
+- Limits: a request over its tenant's concurrency or in-flight token limit
   waits until one of the tenant's requests ends, then tries again;
   requests-per-minute and tokens-per-minute refuse at once. A request that
   could never fit the in-flight token limit is refused (400) before it gets
@@ -207,15 +207,15 @@ class GatewayQueue:
         self.fair = fair
         self.admission = admission
         self.holds = not fair.unbounded  # requests wait here (fair queuing on)
-        self._budget_waiting: dict[int, int] = {}  # tenant -> requests waiting for budget
+        self._limits_waiting: dict[int, int] = {}  # tenant -> requests waiting on its limits
 
     def wait_for(self, caller: Caller) -> QueueWait:
         """A request's wait, against its tenant's queue timeout; none at all
-        when the queue is unbounded (a budget then refuses at once)."""
+        when the queue is unbounded (a limit then refuses at once)."""
         return QueueWait(timeout=caller.limits.queue_timeout_ms / 1000 if self.holds else 0.0)
 
     def tenant_queued(self, tenant_id: int) -> int:
-        return self._budget_waiting.get(tenant_id, 0) + self.fair.tenant_depth(tenant_id)
+        return self._limits_waiting.get(tenant_id, 0) + self.fair.tenant_depth(tenant_id)
 
     async def admit(
         self,
@@ -245,7 +245,7 @@ class GatewayQueue:
             bound = limits.max_queued_requests
             if not wait.waited and self.tenant_queued(tenant_id) >= bound:
                 return _queue_full(bound)
-            self._budget_waiting[tenant_id] = self._budget_waiting.get(tenant_id, 0) + 1
+            self._limits_waiting[tenant_id] = self._limits_waiting.get(tenant_id, 0) + 1
             try:
                 with wait.timing():
                     await unless_gone(
@@ -254,11 +254,11 @@ class GatewayQueue:
                         undo=lambda _: None,
                     )
             finally:
-                left = self._budget_waiting[tenant_id] - 1
+                left = self._limits_waiting[tenant_id] - 1
                 if left:
-                    self._budget_waiting[tenant_id] = left
+                    self._limits_waiting[tenant_id] = left
                 else:
-                    del self._budget_waiting[tenant_id]
+                    del self._limits_waiting[tenant_id]
 
     async def slot(
         self,
@@ -282,7 +282,7 @@ class GatewayQueue:
         )
         if free is not None:
             return free
-        bound = max(0, limits.max_queued_requests - self._budget_waiting.get(tenant_id, 0))
+        bound = max(0, limits.max_queued_requests - self._limits_waiting.get(tenant_id, 0))
         try:
             with wait.timing():
                 return await unless_gone(
