@@ -150,7 +150,11 @@ def test_services_run_commands_that_exist():
 
 
 def test_the_vllm_cpu_image_serves_with_the_local_replicas_flags():
-    cmd = re.search(r"^CMD (\[.*\])$", (ROOT / "Dockerfile.vllm-cpu").read_text(), re.M)
+    cmd = re.search(
+        r"^CMD (\[.*\])$",
+        (ROOT / "deploy" / "images" / "vllm-cpu" / "Dockerfile").read_text(),
+        re.M,
+    )
     image = json.loads(cmd.group(1))
     local = replica_argv(
         model_dir=Path("/models/tiny-llama"),

@@ -426,9 +426,13 @@ def test_webhook_deliveries_have_workers_of_their_own():
 
 
 def test_the_cpu_overlay_runs_the_vllm_cpu_images_command():
-    """The command of Dockerfile.vllm-cpu, whose flags test_compose keeps
+    """The command of deploy/images/vllm-cpu/Dockerfile, whose flags test_compose keeps
     equal to the local replicas'."""
-    cmd = re.search(r"^CMD (\[.*\])$", (ROOT / "Dockerfile.vllm-cpu").read_text(), re.M)
+    cmd = re.search(
+        r"^CMD (\[.*\])$",
+        (ROOT / "deploy" / "images" / "vllm-cpu" / "Dockerfile").read_text(),
+        re.M,
+    )
     vllm = container(overlay("cpu"), "Deployment", "vllm-cpu", "vllm")
     assert vllm["image"] == "gpu-ledger-vllm-cpu:latest"
     assert argv(vllm) == json.loads(cmd.group(1))
