@@ -14,16 +14,15 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.shortcuts import redirect, render
-from rest_framework.exceptions import NotFound
 
 from billing.choices import RunStatus
 from core.api_errors import api_error_items
 from dashboard.portal import energy_rows
 from metering.selectors.usage import energy_totals
-from planning.api import PlanRunIn, WhatIfIn, what_if_create
+from planning.api.serializers import PlanRunIn, WhatIfIn
 from planning.floors import KINDS
 from planning.provisioning import sized_peak
-from planning.runs import plan_run_create
+from planning.runs import PlanRunMissing, plan_run_create, what_if_run_create
 from planning.selectors import (
     capacity_list,
     floor_list,
@@ -150,7 +149,7 @@ def energy_context(run) -> dict:
 
 
 def what_if_params(post) -> dict:
-    """The page's what-if form as planning.api.WhatIfIn takes it: only the
+    """The page's what-if form as planning.api.serializers.WhatIfIn takes it: only the
     parts filled in."""
     params: dict = {}
     if post.get("tenant") or post.get("to_pool"):
@@ -194,9 +193,9 @@ def plan_page(request):
             messages.error(request, _first_error(form.errors))
             return redirect("plan")
         try:
-            run = what_if_create(form.validated_data, user=request.user)
-        except NotFound as exc:
-            messages.error(request, str(exc.detail))
+            run = what_if_run_create(form.validated_data, user=request.user)
+        except PlanRunMissing as exc:
+            messages.error(request, str(exc))
             return redirect("plan")
         plan_run_enqueue(run.pk)
         messages.success(request, f"What-if {run.pk} queued.")

@@ -12,15 +12,21 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.runs import run_executing, run_finish, run_progress, run_start
+from core.errors import ServiceError
 from core.nanos import from_nano
 from planning.demand import demand_forecasts
 from planning.floors import KINDS
 from planning.forecast import HORIZON
 from planning.models import CapacityEstimate, DemandForecast, PlanRun, PoolPlan, PriceFloor
 from planning.plan import CENTS, Plan, plan_compute
+from planning.selectors import plan_run_latest_done
 
 RECENT_HOURS = 14 * 24  # the history a forecast keeps for its chart
 PLACES = 3  # forecasts are estimates: three decimals of a token or request an hour
+
+
+class PlanRunMissing(ServiceError):
+    """No plan run has finished yet to base a what-if on."""
 
 
 def plan_run_create(*, as_of: datetime | None = None, user=None, **choices) -> PlanRun:
@@ -156,4 +162,29 @@ def _plan_write(run: PlanRun, plan: Plan) -> None:
             note=(f.floor.note if f.floor else f.note)[:300],
         )
         for f in plan.floors
+    )
+
+
+def what_if_run_create(params: dict, *, user) -> PlanRun:
+    """A what-if run on `params["baseline"]` (default: the latest done
+    plan that is not one), with its as-of and choices (PlanRunMissing with none)."""
+    if "baseline" in params:
+        baseline = PlanRun.objects.get(pk=params["baseline"])
+    else:
+        baseline = plan_run_latest_done(what_ifs=False)
+        if baseline is None:
+            raise PlanRunMissing("no plan run has finished yet: queue one")
+    changes = {
+        "move_tenant": params.get("move_tenant"),
+        "gpus": [dict(g) for g in params.get("gpus", [])],
+        "prices": [{**p, "percent": f"{p['percent']}"} for p in params.get("prices", [])],
+    }
+    return plan_run_create(
+        as_of=baseline.as_of,
+        user=user,
+        band=baseline.band,
+        headroom_percent=baseline.headroom_percent,
+        target_margin_percent=baseline.target_margin_percent,
+        what_if={k: v for k, v in changes.items() if v},
+        baseline=baseline,
     )

@@ -1,6 +1,6 @@
 from django.urls import path, re_path
 
-from planning import api
+from planning.api import views as api
 
 urlpatterns = [
     path("plan/runs", api.PlanRunListView.as_view(), name="plan-runs"),

@@ -11,7 +11,7 @@ shown side by side with the plan it changes (PlanRun.baseline).
 
 `what_if` as stored: {"move_tenant": {"tenant": slug, "pool": name},
 "gpus": [{"pool": name, "delta": n}], "prices": [{"tier": t, "model": m,
-"percent": p}]}, each part optional; the API checks it (planning.api)."""
+"percent": p}]}, each part optional; the API checks it (planning.api.serializers)."""
 
 from __future__ import annotations
 

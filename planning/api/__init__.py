@@ -1,0 +1,2 @@
+"""The plan's REST API: serializers, and views that call planning's
+services and selectors."""
