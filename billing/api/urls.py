@@ -1,7 +1,6 @@
 from django.urls import path, re_path
 
-from billing.api import costs, focus, fx, invoices, margins, prices, slo, tax
-from billing.spend import api as spend
+from billing.api import costs, focus, fx, invoices, margins, prices, slo, spend, tax
 
 urlpatterns = [
     path("costs/rates", costs.CostRateListView.as_view(), name="cost-rates"),

@@ -39,7 +39,7 @@ from billing.pricing.rating import (
     rating_session,
 )
 from tenants.models import Tenant, TenantPolicy
-from tenants.services import policy_budget_block, policy_budget_unblock
+from tenants.services import policy_budget_block, policy_budget_set, policy_budget_unblock
 from webhooks.choices import EventType
 from webhooks.services import event_emit
 
@@ -110,6 +110,29 @@ def budgets_check(*, now: datetime | None = None) -> list[BudgetCheck]:
                     _check(tenant, policies[tenant.pk], (start, end), now, inputs.get(tenant.pk))
                 )
     return checks
+
+
+def budget_set(
+    *,
+    tenant: Tenant,
+    monthly_budget: Decimal | None,
+    soft_percent: int | None = None,
+    hard_percent: int | None = None,
+) -> TenantPolicy:
+    """A tenant's monthly budget set (None: removed) and checked at once,
+    in one transaction: a tenant the minute check blocked is unblocked now
+    if the new budget covers its spend, and blocked now if it no longer
+    does. Its policy as it then is."""
+    with transaction.atomic():  # the budget and the block it implies, or neither
+        policy = policy_budget_set(
+            tenant=tenant,
+            monthly_budget=monthly_budget,
+            soft_percent=soft_percent,
+            hard_percent=hard_percent,
+        )
+        budget_check(tenant=tenant)
+    policy.refresh_from_db()
+    return policy
 
 
 def budget_check(*, tenant: Tenant, now: datetime | None = None) -> BudgetCheck:

@@ -140,7 +140,7 @@ def test_finance_booking_and_editing_a_cost_rate_through_the_api_is_recorded(fin
     assert (update.before["amount"], update.after["amount"]) == (0.1, 0.12)
 
 
-# --- Budgets and policies: billing/spend/api.py BudgetView. ---
+# --- Budgets and policies: billing/api/spend.py BudgetView. ---
 
 
 def test_finance_setting_a_tenants_budget_through_the_api_is_recorded(
@@ -159,7 +159,7 @@ def test_finance_setting_a_tenants_budget_through_the_api_is_recorded(
     assert not recorded(table="tenants_tenantpolicy", tenant_id=world_b.tenant.pk, actor="fran")
 
 
-# --- Credit grants: billing/spend/api.py CreditGrantCreateView. ---
+# --- Credit grants: billing/api/spend.py CreditGrantCreateView. ---
 
 
 def test_finance_granting_credit_through_the_api_is_recorded(finance, fran, world_a):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.db import transaction
+from django.core.exceptions import ObjectDoesNotExist
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers, status
@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.spend.balances import spend_standing
-from billing.spend.budgets import budget_check
+from billing.spend.budgets import budget_set
 from billing.spend.wallet import credit_grant_create
 from core.api_decimal import PlainDecimalField
 from core.api_errors import validated
@@ -26,9 +26,7 @@ from core.api_time import SupportedDateTimeField
 from core.errors import InputError
 from tenants.api.permissions import IsFinanceStaff, scope_required, tenant_scope
 from tenants.api.serializers import PolicyOut
-from tenants.models import Tenant
 from tenants.selectors import tenant_for_finance
-from tenants.services import policy_budget_set
 
 TAGS = ["spend"]
 MONEY = {"max_digits": 20, "decimal_places": 4}
@@ -95,7 +93,7 @@ class CreditGrantCreateView(APIView):
         params = validated(CreditGrantIn, request.data)
         try:
             tenant = tenant_for_finance(slug=params.pop("tenant"))
-        except Tenant.DoesNotExist:
+        except ObjectDoesNotExist:
             raise InputError("tenant", "no tenant has this slug") from None
         grant = credit_grant_create(
             tenant=tenant,
@@ -116,18 +114,12 @@ class BudgetView(APIView):
     )
     def put(self, request, slug: str):
         params = validated(BudgetIn, request.data)
-        tenant = tenant_for_finance(slug=slug)
-        with transaction.atomic():  # the budget and the block it implies, or neither
-            policy = policy_budget_set(
-                tenant=tenant,
-                monthly_budget=params["monthly_budget"],
-                soft_percent=params.get("budget_soft_percent"),
-                hard_percent=params.get("budget_hard_percent"),
-            )
-            # A tenant the minute check blocked is unblocked now if the new
-            # budget covers its spend (and blocked now if it no longer does).
-            budget_check(tenant=tenant)
-        policy.refresh_from_db()
+        policy = budget_set(
+            tenant=tenant_for_finance(slug=slug),
+            monthly_budget=params["monthly_budget"],
+            soft_percent=params.get("budget_soft_percent"),
+            hard_percent=params.get("budget_hard_percent"),
+        )
         return Response(PolicyOut(policy).data)
 
 
