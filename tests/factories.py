@@ -64,3 +64,29 @@ def make_key(tenant: Tenant, *, scopes=tuple(Scope.values), **kwargs) -> tuple[A
     return api_key_create(
         tenant=tenant, name=kwargs.pop("name", "test key"), scopes=scopes, **kwargs
     )
+
+
+def make_list_price(
+    model,
+    *,
+    effective_from,
+    currency: str = "USD",
+    name: str = "list",
+    per_mtok=("1", "0.5", "2"),
+):
+    """A price book in force from `effective_from` pricing `model`'s input,
+    cached input and output per million tokens (`per_mtok`, in that order)."""
+    from decimal import Decimal
+
+    from billing.models import ModelPrice, PriceBook
+
+    book = PriceBook.objects.create(name=name, currency=currency, effective_from=effective_from)
+    prompt, cached, output = (Decimal(str(v)) for v in per_mtok)
+    ModelPrice.objects.create(
+        book=book,
+        served_model=model,
+        input_per_mtok=prompt,
+        cached_input_per_mtok=cached,
+        output_per_mtok=output,
+    )
+    return book

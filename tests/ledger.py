@@ -55,6 +55,23 @@ class Ledger:
         return values
 
 
+def disaggregated_pair(ledger: Ledger) -> tuple[Replica, Replica]:
+    """A disaggregated pool's prefill and decode replicas of the ledger's model."""
+    pool = pool_ensure(name="disagg", disaggregated=True)
+    made = {
+        role: replica_register(
+            name=f"{role}-1",
+            base_url=f"http://127.0.0.1:{port}",
+            model=ledger.model,
+            pool=pool,
+            gpus=[local_gpu_ensure(serial=f"gpu-{role}")],
+            role=role,
+        )
+        for role, port in (("prefill", 9101), ("decode", 9102))
+    }
+    return made["prefill"], made["decode"]
+
+
 @pytest.fixture
 def ledger(db) -> Ledger:
     return _ledger_make()

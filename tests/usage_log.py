@@ -18,6 +18,27 @@ from core.processes import ManagedProcess, database_url_for_subprocess
 from metering.log.stream import LogConfig
 from tests.services import require
 
+# What the ledger's path writes of a history (its raw rows and idempotency
+# keys, and what is derived from them): emptied between one path's run and
+# the other's in the tests that compare them.
+LEDGER_TABLES = (
+    "metering_requestshares",
+    "metering_attributionshare",
+    "metering_attributionwindow",
+    "metering_usagerollup",
+    "metering_replicaloadhour",
+    "metering_dirtyhour",
+    "metering_usageevent",
+    "metering_usagekey",
+)
+
+
+def ledger_truncate() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {', '.join(LEDGER_TABLES)}")
+
 
 def log_env(cluster: NatsCluster, store: Path, **extra: str) -> dict[str, str]:
     """What a gateway and a writer are given for the scaled path."""

@@ -219,7 +219,12 @@ class SlicedSpend:
                 if piece.charging or piece.unsent or idle or (due and piece.granted):
                     try:
                         await self._draw(piece, release=idle)
-                    except Exception:  # Redis away: drawn on a later pass (or corrected)
+                    except (ConnectionError, OSError, TimeoutError) as exc:
+                        # Redis away (a failover, a restart): drawn on a later
+                        # pass, or corrected; a line, not a traceback, each time.
+                        logger.warning("could not draw a spend slice: %s", exc)
+                        continue
+                    except Exception:
                         logger.warning("could not draw a spend slice", exc_info=True)
                         continue
                 if (

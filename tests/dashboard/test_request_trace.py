@@ -14,14 +14,13 @@ import pytest
 from billing.choices import ReportKind
 from billing.costs.runs import allocation_run_create, allocation_run_execute
 from billing.invoicing.invoices import invoice_draft_build, invoice_finalize
-from billing.models import ModelPrice, PriceBook
 from billing.reports.margin_reports import margin_report_build, margin_report_request
 from metering.choices import EventSource
 from metering.jobs import metering_run
 from metering.ledger import usage_record_batch
 from metering.models import ReconciliationGap
 from serving.models import Gpu
-from tests.factories import make_finance_user, make_member
+from tests.factories import make_finance_user, make_list_price, make_member
 from tests.ledger import T0
 
 OCT, NOV = datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)
@@ -30,14 +29,7 @@ OCT, NOV = datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)
 @pytest.fixture
 def traced(ledger):
     Gpu.objects.update(in_service_date=OCT.date())  # leased since October
-    book = PriceBook.objects.create(name="list", effective_from=OCT - timedelta(days=31))
-    ModelPrice.objects.create(
-        book=book,
-        served_model=ledger.model,
-        input_per_mtok=Decimal("1"),
-        cached_input_per_mtok=Decimal("0.5"),
-        output_per_mtok=Decimal("2"),
-    )
+    make_list_price(ledger.model, effective_from=OCT - timedelta(days=31))
     usage_record_batch(
         events=[
             ledger.event("a1", gateway_queue_ms=Decimal("12.5")),

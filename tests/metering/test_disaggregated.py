@@ -19,10 +19,10 @@ from metering.selectors.reconciliation import phases_unpaired
 from metering.selectors.requests import request_device_seconds
 from metering.selectors.slo import slo_figures
 from serving.models import ReplicaMetricSample
-from serving.services import local_gpu_ensure, pool_ensure, replica_register
 from tenants.services import service_key_create
 from tests.conftest import client_for_key
 from tests.factories import make_finance_user
+from tests.ledger import disaggregated_pair
 from tests.metering.conftest import T0
 
 URL = "/api/v1/usage/events"
@@ -31,20 +31,9 @@ PROMPT, OUTPUT = 200, 40
 
 @pytest.fixture
 def disagg(ledger):
-    pool = pool_ensure(name="disagg", disaggregated=True)
-    made = {
-        role: replica_register(
-            name=f"{role}-1",
-            base_url=f"http://127.0.0.1:{port}",
-            model=ledger.model,
-            pool=pool,
-            gpus=[local_gpu_ensure(serial=f"gpu-{role}")],
-            role=role,
-        )
-        for role, port in (("prefill", 9101), ("decode", 9102))
-    }
+    prefill, decode = disaggregated_pair(ledger)
     _key, secret = service_key_create(name="dynamo")
-    return made["prefill"], made["decode"], client_for_key(secret)
+    return prefill, decode, client_for_key(secret)
 
 
 def phases(ledger, prefill, decode, request_id="dyn-1", at=T0) -> list[dict]:

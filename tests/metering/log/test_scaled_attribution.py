@@ -16,7 +16,6 @@ from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from billing.choices import ReportKind
@@ -28,8 +27,6 @@ from billing.models import (
     FxRate,
     Invoice,
     MarginReport,
-    ModelPrice,
-    PriceBook,
 )
 from billing.pricing.periods import tenant_period
 from billing.reports.margin_reports import margin_report_build, margin_report_request
@@ -49,8 +46,10 @@ from metering.rollups import hour_floor
 from metering.selectors.slo import slo_figures
 from metering.windows import attribution_windows_due
 from serving.models import Gpu
+from tests.factories import make_list_price
 from tests.usage_log import (
     history_records,
+    ledger_truncate,
     log_config,
     log_env,
     start_writer,
@@ -64,16 +63,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # (about ten minutes here: the writer takes some 30,000 events a second).
 YEAR = timedelta(days=365)
 EVENTS = int(os.environ.get("SCALED_DIFF_EVENTS", "60000"))
-DERIVED = (
-    "metering_requestshares",
-    "metering_attributionshare",
-    "metering_attributionwindow",
-    "metering_usagerollup",
-    "metering_replicaloadhour",
-    "metering_dirtyhour",
-    "metering_usageevent",
-    "metering_usagekey",
-)
 
 
 def attribution_snapshot() -> dict:
@@ -136,15 +125,12 @@ def price_books(world) -> None:
             base="EUR", quote="USD", date=today - timedelta(days=back), rate=Decimal("1.08")
         )
     for currency, scale in (("USD", Decimal(1)), ("EUR", Decimal("0.92"))):
-        book = PriceBook.objects.create(
-            name=f"list {currency}", currency=currency, effective_from=timezone.now() - YEAR
-        )
-        ModelPrice.objects.create(
-            book=book,
-            served_model=world.model,
-            input_per_mtok=Decimal("0.60") * scale,
-            cached_input_per_mtok=Decimal("0.15") * scale,
-            output_per_mtok=Decimal("2.40") * scale,
+        make_list_price(
+            world.model,
+            effective_from=timezone.now() - YEAR,
+            currency=currency,
+            name=f"list {currency}",
+            per_mtok=[Decimal(p) * scale for p in ("0.60", "0.15", "2.40")],
         )
 
 
@@ -201,11 +187,6 @@ def money_clear() -> None:
     AllocationRun.objects.all().delete()
 
 
-def derived_clear() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {', '.join(DERIVED)}")
-
-
 def test_the_scaled_path_attributes_and_rolls_up_as_the_ledger_does_with_a_dask_worker_killed(
     world, nats_cluster, dask_cluster, tmp_path, settings
 ):
@@ -234,7 +215,7 @@ def test_the_scaled_path_attributes_and_rolls_up_as_the_ledger_does_with_a_dask_
     assert any(row["failed"] for row in ledger_slo["tier"]), ledger_slo  # the queue's 429s
     assert len(ledger["windows"]) >= 4 and len(ledger["per_request"]) > EVENTS * 0.9
     assert all(w[-1] == "done" for w in ledger["windows"].values())
-    derived_clear()
+    ledger_truncate()
 
     # The scaled path: the log, a writer, the table, the Dask cluster.
     store_dir = tmp_path / "store"

@@ -10,13 +10,11 @@ still finds nothing of another tenant's."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 import pytest
 from django.db import connection
 from django.test import override_settings
 
-from billing.models import ModelPrice, PriceBook
 from metering.choices import EventSource
 from metering.jobs import metering_run
 from metering.ledger import usage_record_batch
@@ -26,42 +24,18 @@ from metering.models import ReconciliationGap
 from metering.reconciliation import reconciliation_compute
 from serving.models import ReplicaMetricSample
 from serving.records import gateway_request_id
-from serving.services import local_gpu_ensure, pool_ensure, replica_register
-from tests.factories import make_finance_user, make_member
+from tests.factories import make_finance_user, make_list_price, make_member
+from tests.ledger import disaggregated_pair
+from tests.usage_log import ledger_truncate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PROCESS = "3f9a1c0e5b7d2a64"
-LEDGER_TABLES = (
-    "metering_requestshares",
-    "metering_attributionshare",
-    "metering_attributionwindow",
-    "metering_usagerollup",
-    "metering_replicaloadhour",
-    "metering_dirtyhour",
-    "metering_usageevent",
-    "metering_usagekey",
-)
-
-
-def _disaggregated(ledger):
-    pool = pool_ensure(name="disagg", disaggregated=True)
-    return [
-        replica_register(
-            name=f"{role}-1",
-            base_url=f"http://127.0.0.1:{port}",
-            model=ledger.model,
-            pool=pool,
-            gpus=[local_gpu_ensure(serial=f"gpu-{role}")],
-            role=role,
-        )
-        for role, port in (("prefill", 9101), ("decode", 9102))
-    ]
 
 
 def _history(ledger, at: datetime) -> list[dict]:
     hour = int(at.timestamp()) // 3600
-    prefill, decode = _disaggregated(ledger)
+    prefill, decode = disaggregated_pair(ledger)
     gw = [gateway_request_id(PROCESS, hour=hour, number=n) for n in range(3)]
     return [
         ledger.event(gw[0], at=at, prompt_tokens=120, cached_tokens=20, completion_tokens=30),
@@ -139,14 +113,7 @@ def test_the_trace_the_latest_requests_and_reconciliation_read_the_store_as_the_
     at = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=2) + timedelta(minutes=5)
     events = _history(ledger, at)
     ids = list(dict.fromkeys(e["request_id"] for e in events))
-    book = PriceBook.objects.create(name="list", effective_from=at - timedelta(days=60))
-    ModelPrice.objects.create(
-        book=book,
-        served_model=ledger.model,
-        input_per_mtok=Decimal("1"),
-        cached_input_per_mtok=Decimal("0.5"),
-        output_per_mtok=Decimal("2"),
-    )
+    make_list_price(ledger.model, effective_from=at - timedelta(days=60))
     hour = at.replace(minute=0, second=0, microsecond=0)
     for replica in (ledger.replica, ledger.other_replica):
         for scraped, total in ((hour, 0), (hour + timedelta(minutes=30), 1000)):
@@ -166,8 +133,7 @@ def test_the_trace_the_latest_requests_and_reconciliation_read_the_store_as_the_
     assert on_ledger[ids[2]][1] == "decode"  # the disaggregated one by its answer
     assert reconciled_ledger[0][0] == 120 + 20 + 20  # r1: both tenants
 
-    with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {', '.join(LEDGER_TABLES)}")
+    ledger_truncate()
     cfg = {
         **settings.USAGE_LOG,
         "URL": "nats://127.0.0.1:1",  # the scaled path (nothing is read from the log here)

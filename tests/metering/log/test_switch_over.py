@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from django.test import override_settings
 
 from metering.choices import EventSource
@@ -24,17 +23,9 @@ from metering.log.store import RawStore
 from metering.log.stream import LogConfig
 from metering.log.writer import Writer, _Partition
 from metering.models import AttributionShare, UsageRollup
+from tests.usage_log import ledger_truncate
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-DERIVED = (
-    "metering_requestshares",
-    "metering_attributionshare",
-    "metering_attributionwindow",
-    "metering_usagerollup",
-    "metering_replicaloadhour",
-    "metering_dirtyhour",
-)
 
 
 def _history(ledger, start: datetime) -> list[dict]:
@@ -82,8 +73,7 @@ def test_a_switched_deployment_rebuilds_an_old_hour_from_the_imported_ledger(
     metering_run(now=now)
     reference = _snapshot()
     assert sum(r[4] * n for r, n in reference["rollups"].items()) > 999
-    with connection.cursor() as cursor:
-        cursor.execute(f"TRUNCATE {', '.join(DERIVED)}, metering_usageevent, metering_usagekey")
+    ledger_truncate()
 
     # Before the switch: the history on the ledger's path.
     usage_record_batch(events=old, source=EventSource.API)
