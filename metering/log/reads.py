@@ -97,7 +97,7 @@ def store_requests_recent(*, tenant_id: int | None, limit: int) -> list[UsageEve
         where &= pc.field("tenant_id") == int(tenant_id)
     found: list[UsageEvent] = []
     for hour in _recent_hours():
-        found += _as_events(store.events([hour], where=where))
+        found += _as_events(store.latest([hour], where=where, limit=limit))
         # Every request that ended from this hour on is read, so every one
         # received from it on: enough of those, and no older one can be newer.
         since = datetime.strptime(hour, "%Y-%m-%dT%H").replace(tzinfo=UTC)

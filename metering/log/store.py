@@ -146,6 +146,31 @@ class RawStore:
                 "(PARTITION BY request_id, phase ORDER BY log_seq) AS n FROM raw) WHERE n = 1"
             ).to_arrow_table()
 
+    def latest(self, hours: Iterable[str], *, where, limit: int) -> pa.Table:
+        """The `limit` rows of `hours` meeting `where` received last, each
+        (request id, phase) once. A top-N in DuckDB over the hours' scan:
+        however many rows the hours hold, only the last few are kept (a
+        duplicate is an identical row, so the last 4 x `limit` hold `limit`
+        distinct ones unless a quarter of them were published twice past
+        the log's duplicate window)."""
+        table_ = self._table()
+        hours = sorted(set(hours))
+        if table_ is None or not hours:
+            return schema().empty_table()
+        dataset = table_.to_pyarrow_dataset(file_pruning_predicate=[(HOUR, "in", hours)])
+        with duckdb.connect() as db:
+            db.register("raw", dataset.scanner(filter=where).to_reader())
+            top = db.execute(
+                "SELECT * FROM raw ORDER BY received_at DESC, log_seq LIMIT ?", [limit * 4]
+            ).to_arrow_table()
+            db.register("top", top)
+            return db.execute(
+                "SELECT * EXCLUDE (n) FROM (SELECT *, row_number() OVER "
+                "(PARTITION BY request_id, phase ORDER BY log_seq) AS n FROM top) WHERE n = 1 "
+                "ORDER BY received_at DESC LIMIT ?",
+                [limit],
+            ).to_arrow_table()
+
     def read(
         self, hours: Iterable[str] | None = None, columns: list[str] | None = None, where=None
     ) -> pa.Table:
